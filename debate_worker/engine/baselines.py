@@ -1,0 +1,66 @@
+"""Single-agent baselines with MADKE's prompts, parsing and accounting (paper §4.2).
+
+``single`` is standard prompting with a one-shot demonstration, ``cot`` adds "let's think step by
+step" and a CoT demonstration, ``self_consistency`` samples several CoT paths and takes the majority
+answer, ``rag`` gives one agent the whole knowledge pool.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from debate_worker.engine.answers import majority_vote
+from debate_worker.engine.context import DebateContext
+from debate_worker.engine.madke import answer_parser
+from debate_worker.engine.outcome import Outcome, ProtocolRun
+from debate_worker.engine.prompts import get_prompts
+
+
+async def run_single(ctx: DebateContext, run: ProtocolRun) -> Outcome:
+    prompts = get_prompts(ctx.config.prompt_style)
+    rec = await ctx.call(
+        round=1, role="answer", agent=0, messages=prompts.standard(ctx.question), parse=answer_parser(prompts)
+    )
+    return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
+
+
+async def run_cot(ctx: DebateContext, run: ProtocolRun) -> Outcome:
+    prompts = get_prompts(ctx.config.prompt_style)
+    rec = await ctx.call(
+        round=1,
+        role="answer",
+        agent=0,
+        messages=prompts.chain_of_thought(ctx.question),
+        parse=answer_parser(prompts),
+    )
+    return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
+
+
+async def run_rag(ctx: DebateContext, run: ProtocolRun) -> Outcome:
+    prompts = get_prompts(ctx.config.prompt_style)
+    items = ctx.pool.items
+    rec = await ctx.call(
+        round=1,
+        role="answer",
+        agent=0,
+        messages=prompts.rag(ctx.question, items),
+        parse=answer_parser(prompts),
+        knowledge=[k.n for k in items],
+    )
+    return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
+
+
+async def run_self_consistency(ctx: DebateContext, run: ProtocolRun) -> Outcome:
+    prompts = get_prompts(ctx.config.prompt_style)
+    parse = answer_parser(prompts)
+    messages = prompts.chain_of_thought(ctx.question)
+
+    async def sample(i: int):  # type: ignore[no-untyped-def]
+        return await ctx.call(round=1, role="sample", agent=i, messages=messages, parse=parse)
+
+    records = await ctx.gather([functools.partial(sample, i) for i in range(ctx.config.samples)])
+    answers = [r.answer for r in records]
+    answer, votes = majority_vote(answers)
+    return Outcome(
+        answer, f"majority of {len(records)} samples ({votes} votes)", 1, votes == len(records), answers
+    )

@@ -1,0 +1,166 @@
+"""The per-debate context every protocol calls the LLM through.
+
+One place does the accounting the paper comparisons rely on: each call picks the model for its role,
+is timed, parsed by the caller's parser, recorded as a ``TranscriptRecord``, added to the usage totals
+and announced as a ``turn.completed`` event. Protocols only build prompts and decide what happens next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from debate_worker.engine.config import DebateConfig
+from debate_worker.engine.result import TranscriptRecord, Usage
+from services.knowledge import KnowledgePool
+from services.llm import ChatCompletion, ChatMessage, ChatModel
+
+EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
+
+# Which configured endpoint serves which transcript role.
+ROLE_ENDPOINT = {
+    "select": "debater",
+    "debater": "debater",
+    "vote": "debater",
+    "draft": "debater",
+    "affirmative": "debater",
+    "negative": "debater",
+    "sample": "debater",
+    "answer": "debater",
+    "judge": "judge",
+    "moderator": "judge",
+    "summarizer": "summarizer",
+}
+
+
+class RoleModels(Protocol):
+    """Maps a role (and, for heterogeneous teams, an agent) to the model that plays it."""
+
+    def for_role(self, role: str, agent: int | None = None) -> ChatModel: ...
+
+
+class SingleModel:
+    """Every role played by one model: the common case and the test default."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self._model = model
+
+    def for_role(self, role: str, agent: int | None = None) -> ChatModel:
+        return self._model
+
+
+Parser = Callable[[ChatCompletion], dict[str, Any]]
+
+
+class DebateContext:
+    def __init__(
+        self,
+        question: str,
+        pool: KnowledgePool,
+        config: DebateConfig,
+        models: RoleModels,
+        on_event: EventSink | None = None,
+        transcript: Sequence[TranscriptRecord] = (),
+    ) -> None:
+        self.question = question
+        self.pool = pool
+        self.config = config
+        self.models = models
+        self._on_event = on_event
+        self.transcript: list[TranscriptRecord] = list(transcript)
+        self._seq = itertools.count(len(self.transcript))
+        self._order: dict[int, int] = {id(r): i for i, r in enumerate(self.transcript)}
+
+    async def emit(self, event: str, data: dict[str, Any]) -> None:
+        if self._on_event is None:
+            return
+        maybe = self._on_event(event, data)
+        if inspect.isawaitable(maybe):
+            await maybe
+
+    async def call(
+        self,
+        *,
+        round: int,
+        role: str,
+        agent: int | None,
+        messages: list[ChatMessage],
+        parse: Parser,
+        temperature: float | None = None,
+        json_schema: dict[str, Any] | None = None,
+        knowledge: Sequence[int] = (),
+    ) -> TranscriptRecord:
+        """Run one LLM call and record it; ``parse`` turns the completion into record fields."""
+        seq = next(self._seq)
+        model = self.models.for_role(ROLE_ENDPOINT.get(role, "debater"), agent)
+        completion = await model.complete(
+            messages,
+            temperature=self.config.temperature if temperature is None else temperature,
+            max_tokens=self.config.max_tokens,
+            json_schema=json_schema,
+            seed=None if self.config.seed is None else self.config.seed + seq,
+        )
+        fields = parse(completion)
+        record = TranscriptRecord(
+            round=round,
+            role=role,
+            agent=agent,
+            model=completion.model,
+            knowledge=list(knowledge),
+            text=completion.text,
+            output_mode=completion.output_mode,
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            cached_tokens=completion.cached_tokens,
+            latency_ms=round_ms(completion.latency_ms),
+            **fields,
+        )
+        self._order[id(record)] = seq
+        self.transcript.append(record)
+        await self.emit(
+            "turn.completed",
+            {
+                "round": round,
+                "role": role,
+                "agent": agent,
+                "answer": record.answer,
+                "selected": record.selected,
+                "verdict": record.verdict,
+                "parse_error": record.parse_error,
+            },
+        )
+        return record
+
+    async def gather(self, calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
+        """Run independent calls concurrently, or one after another with ``sequential``."""
+        if self.config.sequential:
+            return [await c() for c in calls]
+        return list(await asyncio.gather(*(c() for c in calls)))
+
+    def ordered_transcript(self) -> list[TranscriptRecord]:
+        """Calls grouped by round, agents in order within a round, then judge/summary calls."""
+
+        def key(r: TranscriptRecord) -> tuple[int, int, int, int]:
+            return (
+                r.round if r.round > 0 else 10_000,
+                r.agent is None,
+                r.agent or 0,
+                self._order.get(id(r), 0),
+            )
+
+        return sorted(self.transcript, key=key)
+
+    def usage(self) -> tuple[Usage, dict[str, Usage]]:
+        total = Usage()
+        by_role: dict[str, Usage] = {}
+        for rec in self.transcript:
+            total.add(rec)
+            by_role.setdefault(rec.role, Usage()).add(rec)
+        return total, by_role
+
+
+def round_ms(ms: float) -> float:
+    return float(f"{ms:.1f}")

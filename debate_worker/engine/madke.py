@@ -1,0 +1,159 @@
+"""MADKE: knowledge-enhanced multi-agent debate (the paper's Algorithm 1, Eq. 1-6).
+
+Round 1 is simultaneous talk (Prompt 3.2), later rounds orderly talk (Prompt 3.3); before speaking
+each debater picks up to three pool items (Prompt 3.1, Eq. 2). Because every debater in round r
+depends only on round r-1 (Eq. 4), the debaters of a round run concurrently; the judge (Prompt 3.4)
+then decides whether to stop, and the summarizer (Prompt 3.5) gives the answer.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from debate_worker.engine.answers import answers_agree, majority_vote
+from debate_worker.engine.context import DebateContext
+from debate_worker.engine.outcome import Outcome, ProtocolRun
+from debate_worker.engine.parsing import parse_selection_json, parse_verdict_json
+from debate_worker.engine.prompts import PromptSet, get_prompts
+from debate_worker.engine.result import TranscriptRecord
+from services.knowledge import KnowledgeItem
+from services.llm import ChatCompletion
+
+
+async def select_knowledge(
+    ctx: DebateContext, prompts: PromptSet, round: int, agent: int, previous_answer: str | None
+) -> list[KnowledgeItem]:
+    """Eq. 2: the items this agent sees before speaking (none, all, or its own selection)."""
+    items = ctx.pool.items
+    if not items:
+        return []
+    if not ctx.config.selection:
+        return list(items)
+    size, cap = len(items), ctx.config.max_selected
+
+    def parse(c: ChatCompletion) -> dict[str, Any]:
+        if c.output_mode == "schema":
+            sel = parse_selection_json(c.text, size, cap)
+        else:
+            sel = prompts.parse_select(c.text, size, cap)
+        return {
+            "selected": sel.selected,
+            "no_found": sel.no_found,
+            "ignored_selection": sel.ignored,
+            "parse_error": sel.parse_error,
+        }
+
+    record = await ctx.call(
+        round=round,
+        role="select",
+        agent=agent,
+        messages=prompts.select(ctx.question, items, previous_answer),
+        parse=parse,
+        json_schema=prompts.SELECT_SCHEMA,
+    )
+    by_n = ctx.pool.by_number()
+    return [by_n[n] for n in record.selected or []]
+
+
+def answer_parser(prompts: PromptSet) -> Any:
+    def parse(c: ChatCompletion) -> dict[str, Any]:
+        parsed = prompts.parse_answer(c.text)
+        return {"answer": parsed.answer, "parse_error": parsed.parse_error}
+
+    return parse
+
+
+async def judge_round(
+    ctx: DebateContext, prompts: PromptSet, round: int, responses: list[str], answers: list[str | None]
+) -> bool:
+    """Eq. 5 with Parley's rule check: ``judge=llm|rule|both`` (both stops only when the rule agrees)."""
+    rule = answers_agree(answers)
+    mode = ctx.config.judge
+    llm_verdict: bool | None = None
+    if mode in ("llm", "both"):
+
+        def parse(c: ChatCompletion) -> dict[str, Any]:
+            v = parse_verdict_json(c.text) if c.output_mode == "schema" else prompts.parse_judge(c.text)
+            return {"verdict": v.verdict, "parse_error": v.parse_error, "extra": {"rule_verdict": rule}}
+
+        record = await ctx.call(
+            round=round,
+            role="judge",
+            agent=None,
+            messages=prompts.judge(ctx.question, responses),
+            parse=parse,
+            json_schema=prompts.JUDGE_SCHEMA,
+        )
+        # An unreadable verdict never ends the debate: continuing costs a round, stopping could
+        # freeze a disagreement into the answer.
+        llm_verdict = bool(record.verdict)
+    consensus = rule if mode == "rule" else (llm_verdict and rule if mode == "both" else bool(llm_verdict))
+    await ctx.emit(
+        "judge.verdict",
+        {"round": round, "consensus": consensus, "llm": llm_verdict, "rule": rule, "mode": mode},
+    )
+    return bool(consensus)
+
+
+async def summarize(
+    ctx: DebateContext, prompts: PromptSet, round: int, responses: list[str], answers: list[str | None]
+) -> tuple[str | None, str]:
+    """Eq. 6; if the summary cannot be parsed, the debaters' majority answer is used and said so."""
+    record = await ctx.call(
+        round=round,
+        role="summarizer",
+        agent=None,
+        messages=prompts.summary(ctx.question, responses),
+        parse=answer_parser(prompts),
+        temperature=0.0,
+    )
+    if record.answer:
+        return record.answer, "summarizer"
+    vote, _ = majority_vote(answers)
+    return vote, "majority of final answers (summary unparseable)"
+
+
+async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
+    cfg = ctx.config
+    prompts = get_prompts(cfg.prompt_style)
+    responses: list[list[str]] = []
+    answers: list[list[str | None]] = []
+    consensus = False
+    if run.resume is not None:
+        state = run.resume.state
+        responses = [list(r) for r in state["responses"]]
+        answers = [list(a) for a in state["answers"]]
+        consensus = bool(state["consensus"])
+    parse_answer = answer_parser(prompts)
+
+    async def speak(r: int, i: int) -> TranscriptRecord:
+        previous = responses[-1][i] if r > 1 else None
+        knowledge = await select_knowledge(ctx, prompts, r, i, previous)
+        if r == 1:
+            messages = prompts.simultaneous(ctx.question, knowledge)
+        else:
+            others = [resp for j, resp in enumerate(responses[-1]) if j != i]
+            messages = prompts.orderly(ctx.question, knowledge, others, [h[i] for h in responses])
+        return await ctx.call(
+            round=r,
+            role="debater",
+            agent=i,
+            messages=messages,
+            parse=parse_answer,
+            knowledge=[k.n for k in knowledge],
+        )
+
+    r = len(responses)
+    while not consensus and r < cfg.rounds:
+        r += 1
+        records = await ctx.gather([functools.partial(speak, r, i) for i in range(cfg.agents)])
+        responses.append([rec.text for rec in records])
+        answers.append([rec.answer for rec in records])
+        consensus = await judge_round(ctx, prompts, r, responses[-1], answers[-1])
+        await ctx.emit("round.completed", {"round": r, "answers": answers[-1], "consensus": consensus})
+        await run.checkpoint(ctx, r, {"responses": responses, "answers": answers, "consensus": consensus})
+    answer, source = await summarize(ctx, prompts, r, responses[-1], answers[-1])
+    return Outcome(
+        answer=answer, answer_source=source, rounds=r, consensus=consensus, final_answers=answers[-1]
+    )

@@ -1,0 +1,18 @@
+"""Protocol name → implementation. New protocols register here and in ``DebateConfig.protocol``."""
+
+from __future__ import annotations
+
+from debate_worker.engine.baselines import run_cot, run_rag, run_self_consistency, run_single
+from debate_worker.engine.madke import run_madke
+from debate_worker.engine.outcome import Protocol
+
+PROTOCOLS: dict[str, Protocol] = {
+    "madke": run_madke,
+    "single": run_single,
+    "cot": run_cot,
+    "self_consistency": run_self_consistency,
+    "rag": run_rag,
+}
+
+# Protocols that never look at the knowledge pool, so no pool need be built for them.
+KNOWLEDGE_FREE = frozenset({"single", "cot", "self_consistency"})

@@ -1,0 +1,339 @@
+"""Async client for OpenAI-compatible ``/v1/chat/completions`` endpoints.
+
+Every model Parley talks to (the embedded llama.cpp server, vLLM, Ollama, TGI, OpenAI, LiteLLM) is
+reached through this one client. Retries live here and nowhere else: connection errors, 408, 409,
+429 and 5xx are retried with exponential backoff and full jitter (``Retry-After`` wins when the server
+sends it); other 4xx fail at once. A per-endpoint semaphore bounds in-flight requests so that a batch
+cannot flood a server that serves one request at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypedDict
+
+import httpx
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+# "json_schema": OpenAI form; "json_object": llama-cpp-python's form; "off": never send a schema.
+StructuredMode = Literal["json_schema", "json_object", "off"]
+
+
+class ChatMessage(TypedDict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class ChatCompletion:
+    """One completed call: the text plus the accounting the transcript needs."""
+
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float
+    attempts: int = 1
+    finish_reason: str | None = None
+    cached_tokens: int | None = None
+    # None: no schema asked for; "schema": sent with response_format; "text": the endpoint refused
+    # response_format, so the caller must parse text.
+    output_mode: Literal["schema", "text"] | None = None
+
+
+class LLMError(Exception):
+    """Base of all LLM client errors; carries the endpoint URL so messages say where it failed."""
+
+    def __init__(self, message: str, *, url: str) -> None:
+        super().__init__(f"{message} ({url})")
+        self.url = url
+
+
+class LLMUnavailable(LLMError):
+    """The server could not be reached (connection refused, DNS, reset) after all attempts."""
+
+
+class LLMTimeout(LLMError):
+    """The server accepted the request but did not answer within the read timeout."""
+
+
+class LLMRateLimited(LLMError):
+    """429 after all attempts; ``retry_after`` is the server's last hint in seconds, if any."""
+
+    def __init__(self, message: str, *, url: str, retry_after: float | None) -> None:
+        super().__init__(message, url=url)
+        self.retry_after = retry_after
+
+
+class LLMServerError(LLMError):
+    """A retryable HTTP status (408, 409, 5xx) that persisted through all attempts."""
+
+    def __init__(self, message: str, *, url: str, status: int) -> None:
+        super().__init__(message, url=url)
+        self.status = status
+
+
+class LLMBadRequest(LLMError):
+    """A non-retryable 4xx: the request itself is wrong (bad model name, bad key, bad parameters)."""
+
+    def __init__(self, message: str, *, url: str, status: int, body: str) -> None:
+        super().__init__(message, url=url)
+        self.status = status
+        self.body = body
+
+
+class LLMProtocolError(LLMError):
+    """The server answered 200 with a body that is not a chat completion."""
+
+
+class ChatModel(Protocol):
+    """What the engine needs from a model: one chat completion at a time."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def endpoint(self) -> str: ...
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        temperature: float = 0.5,
+        max_tokens: int | None = None,
+        json_schema: dict[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> ChatCompletion: ...
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 4
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 20.0
+    # A Retry-After beyond this is treated as "give up now" rather than stalling a debate for minutes.
+    retry_after_cap_s: float = 60.0
+
+    def backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Delay before retry number ``attempt`` (1-based): full jitter, unless the server said when."""
+        if retry_after is not None:
+            return min(retry_after, self.retry_after_cap_s)
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2 ** (attempt - 1)))
+        return random.uniform(0, ceiling)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header, which may be delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class _EndpointLimits:
+    """Process-wide semaphores per endpoint, rebuilt per event loop (asyncio primitives bind to one)."""
+
+    def __init__(self) -> None:
+        self._sems: dict[tuple[str, int], asyncio.Semaphore] = {}
+
+    def get(self, endpoint: str, limit: int) -> asyncio.Semaphore:
+        loop_id = id(asyncio.get_running_loop())
+        key = (endpoint, loop_id)
+        sem = self._sems.get(key)
+        if sem is None:
+            # Drop semaphores of loops that are gone so long-lived workers do not accumulate them.
+            self._sems = {k: v for k, v in self._sems.items() if k[0] != endpoint}
+            sem = self._sems[key] = asyncio.Semaphore(limit)
+        return sem
+
+
+ENDPOINT_LIMITS = _EndpointLimits()
+
+
+class OpenAIChatClient:
+    """A ``ChatModel`` over HTTP. Pass ``client`` (or ``transport``) to control the network in tests."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        connect_timeout_s: float = 5.0,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int = 4,
+        max_tokens: int = 512,
+        structured_mode: StructuredMode = "json_schema",
+        client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._base_url = base_url.rstrip("/")
+        if not self._base_url.endswith("/v1"):
+            self._base_url += "/v1"
+        self._model = model
+        self._api_key = api_key
+        self._retry = retry or RetryPolicy()
+        self._max_concurrency = max_concurrency
+        self._max_tokens = max_tokens
+        self._structured_mode: StructuredMode = structured_mode
+        self._sleep = sleep
+        timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(timeout=timeout, transport=transport)
+        self._timeout = timeout
+        # Learned once per endpoint: does it accept response_format with a schema?
+        self._schema_supported: bool | None = None if structured_mode != "off" else False
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def endpoint(self) -> str:
+        return self._base_url
+
+    @property
+    def schema_supported(self) -> bool | None:
+        return self._schema_supported
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> OpenAIChatClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _response_format(self, schema: dict[str, Any]) -> dict[str, Any]:
+        if self._structured_mode == "json_object":
+            # llama-cpp-python's server turns a schema under json_object into a grammar.
+            return {"type": "json_object", "schema": schema}
+        # vLLM, OpenAI, LiteLLM and llama.cpp's own llama-server take the OpenAI form.
+        return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        temperature: float = 0.5,
+        max_tokens: int | None = None,
+        json_schema: dict[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> ChatCompletion:
+        """One chat completion with bounded retries; raises a typed ``LLMError`` when it cannot."""
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": list(messages),
+            "temperature": temperature,
+            "max_tokens": max_tokens or self._max_tokens,
+            "stream": False,
+        }
+        if seed is not None:
+            body["seed"] = seed
+        output_mode: Literal["schema", "text"] | None = None
+        if json_schema is not None:
+            if self._schema_supported is False:
+                output_mode = "text"
+            else:
+                body["response_format"] = self._response_format(json_schema)
+                output_mode = "schema"
+        try:
+            return await self._post_with_retries(body, output_mode)
+        except LLMBadRequest as err:
+            if output_mode == "schema" and "response_format" in body:
+                # The endpoint refuses structured output: remember it and fall back to text once.
+                self._schema_supported = False
+                body.pop("response_format")
+                return await self._post_with_retries(body, "text")
+            raise err
+
+    async def _post_with_retries(
+        self, body: dict[str, Any], output_mode: Literal["schema", "text"] | None
+    ) -> ChatCompletion:
+        url = f"{self._base_url}/chat/completions"
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        sem = ENDPOINT_LIMITS.get(self._base_url, self._max_concurrency)
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            failure: LLMError
+            async with sem:
+                started = time.perf_counter()
+                try:
+                    resp = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
+                except httpx.ReadTimeout as exc:
+                    # The server is alive but slow; retrying would double its load, so fail now.
+                    raise LLMTimeout(f"no reply within {self._timeout.read}s", url=url) from exc
+                except httpx.TransportError as exc:
+                    failure = LLMUnavailable(f"cannot reach LLM server: {exc.__class__.__name__}", url=url)
+                else:
+                    latency_ms = (time.perf_counter() - started) * 1000
+                    if resp.status_code == 200:
+                        completion = self._parse(resp, url, latency_ms, attempt, output_mode)
+                        if output_mode == "schema":
+                            self._schema_supported = True
+                        return completion
+                    retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                    status = resp.status_code
+                    text = resp.text[:500]
+                    if status == 429:
+                        failure = LLMRateLimited(
+                            f"rate limited (429): {text}", url=url, retry_after=retry_after
+                        )
+                    elif status in RETRYABLE_STATUS or status >= 500:
+                        failure = LLMServerError(f"HTTP {status}: {text}", url=url, status=status)
+                    else:
+                        raise LLMBadRequest(f"HTTP {status}: {text}", url=url, status=status, body=text)
+            if attempt >= self._retry.max_attempts:
+                raise failure
+            if retry_after is not None and retry_after > self._retry.retry_after_cap_s:
+                raise failure
+            await self._sleep(self._retry.backoff(attempt, retry_after))
+
+    def _parse(
+        self,
+        resp: httpx.Response,
+        url: str,
+        latency_ms: float,
+        attempt: int,
+        output_mode: Literal["schema", "text"] | None,
+    ) -> ChatCompletion:
+        try:
+            data = resp.json()
+            choice = data["choices"][0]
+            text = choice["message"].get("content") or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise LLMProtocolError(f"malformed chat completion: {resp.text[:200]!r}", url=url) from exc
+        usage = data.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        return ChatCompletion(
+            text=text,
+            model=str(data.get("model") or self._model),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            latency_ms=latency_ms,
+            attempts=attempt,
+            finish_reason=choice.get("finish_reason"),
+            cached_tokens=details.get("cached_tokens"),
+            output_mode=output_mode,
+        )

@@ -1,0 +1,80 @@
+"""Settings shared by Parley's processes.
+
+Each process owns one frozen settings class (``PARLEY_API_``, ``PARLEY_WORKER_``, ``PARLEY_RETRIEVER_``)
+that is read once at start-up and injected. The classes here are the pieces several processes share:
+how to reach the LLM servers (``PARLEY_LLM_``) and the retrieval service (``PARLEY_RETRIEVER_URL``).
+Nothing else in the code base reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ROLES = ("debater", "judge", "summarizer")
+Role = Literal["debater", "judge", "summarizer"]
+
+
+def default_data_dir() -> Path:
+    """Where Parley keeps its index, caches and assembled model files unless told otherwise."""
+    return Path.cwd() / ".parley"
+
+
+class ParleySettings(BaseSettings):
+    """Base for all settings classes: frozen, environment first, unknown variables ignored."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_nested_delimiter="__")
+
+
+class EndpointOverride(ParleySettings):
+    """A per-role override of the LLM endpoint; unset fields fall back to the global ones."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str | None = None
+
+
+class LLMSettings(ParleySettings):
+    """How to reach the chat-completion servers (``PARLEY_LLM_*``).
+
+    Leave ``base_url`` unset to use the embedded llama.cpp server that Parley starts itself.
+    Per-role overrides: ``PARLEY_LLM_DEBATER__BASE_URL``, ``PARLEY_LLM_JUDGE__MODEL``, … .
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="PARLEY_LLM_", frozen=True, extra="ignore", env_nested_delimiter="__"
+    )
+
+    base_url: str | None = Field(
+        default=None, description="OpenAI-compatible base URL, e.g. http://host:8000/v1"
+    )
+    api_key: SecretStr | None = None
+    model: str = "local"
+    timeout_s: float = Field(default=120.0, gt=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    max_attempts: int = Field(default=4, ge=1, le=10)
+    backoff_base_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=20.0, ge=0)
+    max_concurrency: int = Field(default=4, ge=1, description="in-flight requests per endpoint and process")
+    max_tokens: int = Field(default=512, ge=1)
+    debater: EndpointOverride = Field(default_factory=EndpointOverride)
+    judge: EndpointOverride = Field(default_factory=EndpointOverride)
+    summarizer: EndpointOverride = Field(default_factory=EndpointOverride)
+    # Embedded model (used only when base_url is unset).
+    embedded_model: Literal["qwen2.5-0.5b", "qwen2.5-1.5b"] = "qwen2.5-0.5b"
+    embedded_threads: int | None = Field(default=None, ge=1)
+    embedded_ctx: int = Field(default=4096, ge=512)
+    cache_dir: Path = Field(default_factory=lambda: default_data_dir() / "models")
+
+
+class RetrieverClientSettings(ParleySettings):
+    """How workers and the CLI reach the retrieval service (``PARLEY_RETRIEVER_URL``)."""
+
+    model_config = SettingsConfigDict(env_prefix="PARLEY_RETRIEVER_", frozen=True, extra="ignore")
+
+    url: str | None = Field(default=None, description="retriever base URL; unset = in-process retrieval")
+    client_timeout_s: float = Field(default=30.0, gt=0)
+    client_max_attempts: int = Field(default=3, ge=1, le=10)
