@@ -60,6 +60,10 @@ class LLMSettings(ParleySettings):
     backoff_max_s: float = Field(default=20.0, ge=0)
     max_concurrency: int = Field(default=4, ge=1, description="in-flight requests per endpoint and process")
     max_tokens: int = Field(default=512, ge=1)
+    structured_output: Literal["json_schema", "json_object", "off"] = Field(
+        default="json_schema",
+        description="response_format form for schema-constrained replies (json_object: llama-cpp-python)",
+    )
     debater: EndpointOverride = Field(default_factory=EndpointOverride)
     judge: EndpointOverride = Field(default_factory=EndpointOverride)
     summarizer: EndpointOverride = Field(default_factory=EndpointOverride)

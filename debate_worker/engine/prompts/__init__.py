@@ -15,6 +15,7 @@ class PromptSet(Protocol):
     STYLE: str
     SELECT_SCHEMA: dict[str, Any] | None
     JUDGE_SCHEMA: dict[str, Any] | None
+    EXAMPLE_ANSWERS: tuple[str, ...]
 
     def select(
         self, question: str, pool: Sequence[KnowledgeItem], previous_answer: str | None

@@ -61,6 +61,8 @@ SUMMARY_EXAMPLES = (
     "Answer: Canberra is the capital; Sydney is the largest city. The final answer is [Canberra]."
 )
 STEP = "Answer: Let's think step by step!"
+# Answers that only an example could have produced (the evaluation counts copies of them).
+EXAMPLE_ANSWERS = ("Bridget Driscoll", "Canberra")
 
 
 def render_knowledge(items: Sequence[KnowledgeItem]) -> str:

@@ -1,0 +1,272 @@
+"""Parley's robust prompt style, for small local models.
+
+What the paper style gets wrong with 0.5-1.5B models (measured in issue 7) and what this style does:
+- knowledge numbered ``[3]`` collides with ``[answer]``: items are ``(K3)`` and the answer form is
+  ``Final answer: [...]`` asked for once, on the last line, so a bare number is never read as an answer;
+- the one-shot example's answer got copied: the example is from another domain and marked as such, and
+  its answer is rejected by the parser if it comes back (``EXAMPLE_ANSWERS``);
+- selections and verdicts are asked for as JSON with a schema (``SELECT_SCHEMA``, ``JUDGE_SCHEMA``), so
+  a backend with schema-constrained decoding cannot answer the question instead of choosing;
+- the judge sees the debaters' extracted short answers, not their whole replies;
+- role prompts are one sentence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from debate_worker.engine.answers import normalize_answer
+from debate_worker.engine.parsing import (
+    ParsedAnswer,
+    ParsedSelection,
+    ParsedVerdict,
+    parse_bracket_answer,
+    parse_selection_json,
+    parse_verdict,
+    parse_verdict_json,
+)
+from services.knowledge import KnowledgeItem
+from services.llm import ChatMessage
+
+STYLE = "robust"
+
+DEBATER_ROLE = "You answer factual questions accurately and briefly, using the knowledge given when it helps."
+JUDGE_ROLE = "You check whether several short answers say the same thing."
+SUMMARIZER_ROLE = "You pick the final answer that the debaters' answers and reasons best support."
+
+ANSWER_FORM = "Final answer: [short answer]"
+ANSWER_INSTRUCTION = (
+    "Think briefly, then end with exactly one last line of the form\n"
+    "Final answer: [your short answer, a few words, not a knowledge number]"
+)
+EXAMPLE = (
+    "=== FORMAT EXAMPLE (a different question from another domain; never reuse its answer) ===\n"
+    "Question: Which gas do plants take from the air to make sugar?\n"
+    "Plants take in carbon dioxide during photosynthesis.\n"
+    "Final answer: [carbon dioxide]\n"
+    "=== END OF EXAMPLE ==="
+)
+EXAMPLE_ANSWERS = ("carbon dioxide",)
+
+SELECT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"selected": {"type": "array", "items": {"type": "integer"}, "maxItems": 3}},
+    "required": ["selected"],
+    "additionalProperties": False,
+}
+JUDGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"consensus": {"type": "boolean"}},
+    "required": ["consensus"],
+    "additionalProperties": False,
+}
+
+_FINAL = re.compile(r"final answer\s*[:：]\s*(.+)", re.IGNORECASE)
+_KNUM = re.compile(r"\(?\bK\s*(\d{1,3})\b\)?", re.IGNORECASE)
+_BARE_NUMBERS = re.compile(r"^[\s\d,;()kK.#\[\]-]*$")
+_LEADS = re.compile(r"^(the\s+)?(final\s+)?answer\s+(is|:)\s*", re.IGNORECASE)
+MAX_ANSWER_WORDS = 12
+
+
+def render_knowledge(items: Sequence[KnowledgeItem]) -> str:
+    if not items:
+        return ""
+    return "Knowledge:\n" + "\n".join(f"(K{it.n}) {it.title}: {it.text}" for it in items)
+
+
+def _msgs(system: str, user: str) -> list[ChatMessage]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def _join(*parts: str) -> str:
+    return "\n\n".join(p for p in parts if p)
+
+
+def select(question: str, pool: Sequence[KnowledgeItem], previous_answer: str | None) -> list[ChatMessage]:
+    """Choose up to three items; JSON so the reply cannot be mistaken for an answer."""
+    prev = (
+        f"Your answer so far: {short_answer(previous_answer) or previous_answer}" if previous_answer else ""
+    )
+    instruction = (
+        f"Question: {question}\n"
+        "Which knowledge items above contain facts that help answer this question? Do not answer the "
+        "question. Reply with JSON only, listing at most 3 item numbers, for example "
+        '{"selected": [2, 5]}, or {"selected": []} if none helps.'
+    )
+    return _msgs(DEBATER_ROLE, _join(render_knowledge(pool), prev, instruction))
+
+
+def simultaneous(question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]:
+    return _msgs(
+        DEBATER_ROLE, _join(EXAMPLE, render_knowledge(knowledge), f"Question: {question}", ANSWER_INSTRUCTION)
+    )
+
+
+def orderly(
+    question: str, knowledge: Sequence[KnowledgeItem], others: Sequence[str], own_history: Sequence[str]
+) -> list[ChatMessage]:
+    other_block = "Other debaters' answers:\n" + "\n".join(
+        f"- Debater {i}: {_answer_with_reason(a)}" for i, a in enumerate(others, start=1)
+    )
+    own = f"Your previous answer: {_answer_with_reason(own_history[-1])}" if own_history else ""
+    guidance = (
+        "Check the knowledge and the other answers. Keep your answer if the evidence supports it; "
+        "change it if another answer is better supported."
+    )
+    return _msgs(
+        DEBATER_ROLE,
+        _join(
+            EXAMPLE,
+            render_knowledge(knowledge),
+            other_block,
+            own,
+            f"Question: {question}",
+            guidance,
+            ANSWER_INSTRUCTION,
+        ),
+    )
+
+
+def judge(question: str, responses: Sequence[str]) -> list[ChatMessage]:
+    answers = "\n".join(
+        f"- Debater {i}: {short_answer(r) or '(no answer)'}" for i, r in enumerate(responses, start=1)
+    )
+    return _msgs(
+        JUDGE_ROLE,
+        _join(
+            f"Question: {question}",
+            f"Short answers:\n{answers}",
+            "Do all debaters give the same answer (the same person, place, date, number or thing, even if "
+            'worded differently)? Reply with JSON only: {"consensus": true} or {"consensus": false}.',
+        ),
+    )
+
+
+def summary(question: str, responses: Sequence[str]) -> list[ChatMessage]:
+    listing = "\n".join(f"- Debater {i}: {_answer_with_reason(r)}" for i, r in enumerate(responses, start=1))
+    return _msgs(
+        SUMMARIZER_ROLE,
+        _join(
+            f"Question: {question}",
+            f"Debaters' final answers:\n{listing}",
+            "Give the answer the debaters agree on, or the best supported one if they differ. Do not add "
+            "new facts.",
+            ANSWER_INSTRUCTION,
+        ),
+    )
+
+
+def standard(question: str) -> list[ChatMessage]:
+    return _msgs(
+        DEBATER_ROLE,
+        _join(
+            EXAMPLE,
+            f"Question: {question}",
+            "Answer directly with exactly one line of the form\nFinal answer: [your short answer]",
+        ),
+    )
+
+
+def chain_of_thought(question: str) -> list[ChatMessage]:
+    return _msgs(
+        DEBATER_ROLE,
+        _join(EXAMPLE, f"Question: {question}", "Let's think step by step. " + ANSWER_INSTRUCTION),
+    )
+
+
+def rag(question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]:
+    return simultaneous(question, knowledge)
+
+
+def _answer_with_reason(text: str, limit: int = 400) -> str:
+    ans = short_answer(text)
+    reason = _FINAL.split(text)[0].strip() if text else ""
+    reason = reason[:limit] + (" …" if len(reason) > limit else "")
+    if ans and reason:
+        return f"[{ans}] because: {reason}"
+    return f"[{ans}]" if ans else (text.strip()[:limit] or "(no answer)")
+
+
+def shorten(answer: str) -> str:
+    """Normalise an answer to a short span: no lead-in, no trailing sentence, at most 12 words."""
+    a = answer.strip().strip("[]").strip().strip("\"'*`").strip()
+    a = _LEADS.sub("", a)
+    a = re.split(r"(?<=[a-z0-9)])\.\s", a, maxsplit=1)[0]
+    a = a.rstrip(" .;:,")
+    words = a.split()
+    return " ".join(words[:MAX_ANSWER_WORDS])
+
+
+def _valid(answer: str) -> bool:
+    norm = normalize_answer(answer)
+    return (
+        bool(norm)
+        and not _BARE_NUMBERS.match(answer)
+        and norm
+        not in {
+            normalize_answer(x) for x in (*EXAMPLE_ANSWERS, "short answer", "your short answer", "answer")
+        }
+    )
+
+
+def parse_answer(text: str) -> ParsedAnswer:
+    """``Final answer: [X]`` (last occurrence wins); fallbacks reject knowledge numbers and the example."""
+    if not text or not text.strip():
+        return ParsedAnswer(None, "empty reply")
+    for match in reversed(_FINAL.findall(text)):
+        candidate = match.strip()
+        bracket = re.search(r"\[([^\[\]]+)\]", candidate)
+        candidate = shorten(bracket.group(1) if bracket else candidate)
+        if _valid(candidate):
+            return ParsedAnswer(candidate)
+    fallback = parse_bracket_answer(text, reject_numbers=True)
+    if fallback.answer and _valid(shorten(fallback.answer)):
+        return ParsedAnswer(
+            shorten(fallback.answer),
+            f"no valid 'Final answer:' line; {fallback.parse_error or 'used bracketed answer'}",
+        )
+    return ParsedAnswer(None, "no valid 'Final answer:' line or usable fallback")
+
+
+def short_answer(text: str | None) -> str | None:
+    """The parsed short answer of a reply, or None (for quoting other agents concisely)."""
+    return parse_answer(text).answer if text else None
+
+
+def parse_select(text: str, pool_size: int, max_selected: int) -> ParsedSelection:
+    """JSON first; then ``K3``/``(K3)`` mentions; "none"/empty list means no knowledge."""
+    stripped = (text or "").strip()
+    if stripped.startswith("{"):
+        parsed = parse_selection_json(stripped, pool_size, max_selected)
+        if parsed.parse_error is None:
+            return parsed
+    match = re.search(r"\{[^{}]*\"selected\"[^{}]*\}", stripped)
+    if match:
+        parsed = parse_selection_json(match.group(0), pool_size, max_selected)
+        if parsed.parse_error is None:
+            return parsed
+    numbers = [int(n) for n in _KNUM.findall(stripped)]
+    if numbers:
+        valid = [n for n in dict.fromkeys(numbers) if 1 <= n <= pool_size][:max_selected]
+        ignored = [n for n in dict.fromkeys(numbers) if not 1 <= n <= pool_size]
+        return ParsedSelection(valid, not valid, ignored, "no JSON selection; used K-number mentions")
+    if re.search(r"\b(none|no item|nothing)\b", stripped, re.IGNORECASE):
+        return ParsedSelection([], True, [], "no JSON selection; reply says none")
+    return ParsedSelection([], False, [], "no JSON selection or K-number found")
+
+
+def parse_judge(text: str) -> ParsedVerdict:
+    stripped = (text or "").strip()
+    match = re.search(r"\{[^{}]*\"consensus\"[^{}]*\}", stripped)
+    if match:
+        verdict = parse_verdict_json(match.group(0))
+        if verdict.parse_error is None:
+            return verdict
+    lowered = stripped.lower()
+    if re.search(r"\btrue\b", lowered) and not re.search(r"\bfalse\b", lowered):
+        return ParsedVerdict(True, "no JSON verdict; used 'true'")
+    if re.search(r"\bfalse\b", lowered) and not re.search(r"\btrue\b", lowered):
+        return ParsedVerdict(False, "no JSON verdict; used 'false'")
+    return parse_verdict(stripped)

@@ -1,0 +1,289 @@
+"""In-process evaluation: every run (protocol × prompt style) over the same items and the same pools.
+
+Pools are built once per item and cached in the output folder, so every protocol debates on equal
+terms and a resumed or extended evaluation does not query the retriever again. Each item's result is
+scored and appended as soon as it finishes; a failed item (LLM down, bad question) is recorded with
+its reason and retried on the next invocation. When many items fail in a row the run stops early:
+the endpoint is most likely down, and burning through the dataset would only record failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from debate_worker.engine.config import DebateConfig
+from debate_worker.engine.context import RoleModels
+from debate_worker.engine.registry import KNOWLEDGE_FREE
+from debate_worker.engine.result import DebateResult
+from debate_worker.engine.runner import run_debate
+from debate_worker.evaluation.datasets import Item
+from debate_worker.evaluation.judge import AnswerJudge, JudgeVerdict
+from debate_worker.evaluation.metrics import is_consistent
+from debate_worker.evaluation.scoring import PrimaryMetric, score_answer
+from debate_worker.evaluation.store import ResultRecord, RunSpec, Workspace
+from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
+
+ProgressFactory = Callable[[str, int, int], Any]
+
+
+class EvalAborted(RuntimeError):
+    """A run stopped early because too many items failed in a row; what finished is kept."""
+
+
+@dataclass
+class EvalOptions:
+    concurrency: int = 1
+    primary: PrimaryMetric = "em"
+    max_consecutive_failures: int = 10
+    progress: bool = True
+
+
+@dataclass
+class RunTally:
+    label: str
+    done_before: int = 0
+    ok: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def make_progress(desc: str, total: int, initial: int, enabled: bool = True) -> Any:
+    """One tqdm bar per run; ``initial`` shows the items a resumed run already has."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="q", disable=not enabled, dynamic_ncols=True)
+
+
+def needs_pool(spec: RunSpec) -> bool:
+    cfg = DebateConfig.model_validate(spec.config)
+    return cfg.protocol not in KNOWLEDGE_FREE and cfg.uses_knowledge
+
+
+def result_record(
+    item: Item,
+    index: int,
+    spec: RunSpec,
+    *,
+    result: DebateResult | None = None,
+    error: str | None = None,
+    primary: PrimaryMetric = "em",
+    judge: JudgeVerdict | None = None,
+    attempt: int = 1,
+) -> ResultRecord:
+    """The results line for an item: scored when there is a result, failed with a reason otherwise."""
+    base: dict[str, Any] = {
+        "id": item.id,
+        "index": index,
+        "run": spec.label,
+        "protocol": spec.protocol,
+        "prompt_style": spec.prompt_style,
+        "question": item.question,
+        "gold": item.answers,
+        "kind": item.kind,
+        "attempt": attempt,
+    }
+    if result is None:
+        return ResultRecord(status="failed", error=error or "unknown error", **base)
+    verdict = judge.verdict if judge is not None else None
+    scores = score_answer(item, result.answer, primary=primary, judge=verdict)
+    seconds = result.wall_ms / 1000 if result.wall_ms else result.usage.seconds
+    return ResultRecord(
+        status="ok",
+        answer=result.answer,
+        answer_source=result.answer_source,
+        final_answers=result.final_answers,
+        consistent=is_consistent(result.final_answers),
+        rounds=result.rounds,
+        consensus=result.consensus,
+        scores=scores,
+        judge=judge,
+        calls=result.usage.calls,
+        prompt_tokens=result.usage.prompt_tokens,
+        completion_tokens=result.usage.completion_tokens,
+        seconds=round(seconds, 3),
+        **base,
+    )
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def grade(judge: AnswerJudge | None, item: Item, answer: str | None) -> JudgeVerdict | None:
+    """Judge only generative QA: labels, options and role maps have exact scorers."""
+    if judge is None or item.kind != "qa":
+        return None
+    return await judge.grade(item.question, item.answers, answer)
+
+
+async def ensure_pools(
+    ws: Workspace,
+    items: Sequence[Item],
+    builder: PoolBuilder,
+    *,
+    k_wiki: int,
+    k_web: int,
+    concurrency: int = 1,
+    progress: bool = True,
+) -> tuple[dict[str, KnowledgePool], dict[str, str]]:
+    """Build the pools that are not cached yet; returns (pools, errors by item id)."""
+    pools = ws.load_pools()
+    errors: dict[str, str] = {}
+    todo = [it for it in items if it.id not in pools]
+    bar = make_progress("knowledge pools", len(items), len(items) - len(todo), progress)
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def build(item: Item) -> None:
+        async with sem:
+            try:
+                pool = await builder.build_pool(item.question, k_wiki=k_wiki, k_web=k_web)
+            except Exception as exc:  # any failure is recorded per item and retried on resume
+                errors[item.id] = describe_error(exc)
+            else:
+                ws.save_pool(item.id, pool)
+                pools[item.id] = pool
+            bar.update(1)
+
+    try:
+        await asyncio.gather(*(build(it) for it in todo))
+    finally:
+        bar.close()
+    return pools, errors
+
+
+async def run_in_process(
+    ws: Workspace,
+    items: Sequence[Item],
+    runs: Sequence[RunSpec],
+    models: RoleModels,
+    *,
+    pool_builder: PoolBuilder | None = None,
+    judge: AnswerJudge | None = None,
+    options: EvalOptions | None = None,
+) -> list[RunTally]:
+    """Run every spec over ``items`` in turn, skipping items that already have an ok result."""
+    opts = options or EvalOptions()
+    pools: dict[str, KnowledgePool] = {}
+    pool_errors: dict[str, str] = {}
+    knowledge_runs = [s for s in runs if needs_pool(s)]
+    if knowledge_runs:
+        if pool_builder is None:
+            raise ValueError("these protocols use knowledge, but no pool builder was given")
+        cfgs = [DebateConfig.model_validate(s.config) for s in knowledge_runs]
+        pools, pool_errors = await ensure_pools(
+            ws,
+            items,
+            pool_builder,
+            k_wiki=max(c.k_wiki for c in cfgs),
+            k_web=max(c.k_web for c in cfgs),
+            concurrency=opts.concurrency,
+            progress=opts.progress,
+        )
+    tallies = []
+    for spec in runs:
+        tallies.append(
+            await _run_one(ws, items, spec, models, pools, pool_errors, needs_pool(spec), judge, opts)
+        )
+    return tallies
+
+
+async def _run_one(
+    ws: Workspace,
+    items: Sequence[Item],
+    spec: RunSpec,
+    models: RoleModels,
+    pools: dict[str, KnowledgePool],
+    pool_errors: dict[str, str],
+    uses_pool: bool,
+    judge: AnswerJudge | None,
+    opts: EvalOptions,
+) -> RunTally:
+    config = DebateConfig.model_validate(spec.config)
+    existing = ws.load_results(spec.label)
+    todo = [(i, it) for i, it in enumerate(items) if getattr(existing.get(it.id), "status", None) != "ok"]
+    tally = RunTally(spec.label, done_before=len(items) - len(todo))
+    bar = make_progress(spec.label, len(items), tally.done_before, opts.progress)
+    sem = asyncio.Semaphore(max(1, opts.concurrency))
+    streak = 0
+    abort = asyncio.Event()
+
+    async def one(index: int, item: Item) -> None:
+        nonlocal streak
+        async with sem:
+            if abort.is_set():
+                return
+            prev = existing.get(item.id)
+            attempt = (prev.attempt + 1) if prev is not None else 1
+            result: DebateResult | None = None
+            error: str | None = None
+            if uses_pool and item.id not in pools:
+                error = f"knowledge pool: {pool_errors.get(item.id, 'not built')}"
+            else:
+                pool = pools[item.id] if uses_pool else empty_pool(item.question)
+                try:
+                    result = await run_debate(item.question, pool, config, models, gold=item.answers)
+                except Exception as exc:  # recorded with its reason and retried on resume
+                    error = describe_error(exc)
+            verdict = await grade(judge, item, result.answer) if result is not None else None
+            record = result_record(
+                item,
+                index,
+                spec,
+                result=result,
+                error=error,
+                primary=opts.primary,
+                judge=verdict,
+                attempt=attempt,
+            )
+            ws.write_result(record, result)
+            if record.status == "ok":
+                tally.ok += 1
+                streak = 0
+            else:
+                tally.failed += 1
+                tally.errors.append(f"{item.id}: {record.error}")
+                streak += 1
+                if streak >= opts.max_consecutive_failures:
+                    abort.set()
+            bar.update(1)
+            bar.set_postfix(failed=tally.failed, refresh=False)
+
+    try:
+        await asyncio.gather(*(one(i, it) for i, it in todo))
+    finally:
+        bar.close()
+        ws.compact(spec.label, [it.id for it in items])
+    if abort.is_set():
+        raise EvalAborted(
+            f"{spec.label}: {streak} items failed in a row (last: {tally.errors[-1]}); stopped. "
+            "Finished items are kept; fix the cause and rerun the same command to resume."
+        )
+    return tally
+
+
+async def judge_pass(
+    ws: Workspace, items: Sequence[Item], labels: Sequence[str], judge: AnswerJudge, primary: PrimaryMetric
+) -> int:
+    """Grade ok results that have no verdict yet (judge added later, or its call failed); returns how many."""
+    by_id = {it.id: it for it in items}
+    graded = 0
+    for label in labels:
+        changed = False
+        for rec in ws.load_results(label).values():
+            item = by_id.get(rec.id)
+            if item is None or rec.status != "ok" or item.kind != "qa":
+                continue
+            if rec.judge is not None and not rec.judge.call_failed:
+                continue
+            verdict = await judge.grade(item.question, item.answers, rec.answer)
+            scores = score_answer(item, rec.answer, primary=primary, judge=verdict.verdict)
+            ws.write_result(rec.model_copy(update={"judge": verdict, "scores": scores}))
+            graded += 1
+            changed = True
+        if changed:
+            ws.compact(label, [it.id for it in items])
+    return graded

