@@ -13,6 +13,7 @@ A malformed line is never dropped silently: it becomes a ``DatasetProblem`` with
 
 from __future__ import annotations
 
+import importlib
 import json
 import string
 from collections.abc import Callable
@@ -165,7 +166,7 @@ def load_kks(record: dict[str, Any], default_id: str) -> Item:
     solution = {k.strip(): v.strip().lower() for k, v in solution.items()}
     question: str | None = None
     try:
-        from debate_worker import kks  # the protocols engineer's package, when it has landed
+        kks = importlib.import_module("debate_worker.kks")  # the protocols engineer's package
 
         phrase = getattr(kks, "puzzle_question", None)
         if callable(phrase) and not isinstance(record.get("question"), str):

@@ -54,7 +54,7 @@ def judge_messages(question: str, references: Sequence[str], answer: str) -> lis
 
 
 class JudgeVerdict(BaseModel):
-    """``verdict`` None means no verdict: ``error`` says whether the reply was unparseable or the call failed."""
+    """A grade; ``verdict`` None = none: ``error`` says if the reply was unparseable or the call failed."""
 
     verdict: bool | None
     error: str | None = None

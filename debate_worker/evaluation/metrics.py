@@ -164,7 +164,10 @@ def is_consistent(final_answers: Sequence[str | None]) -> bool:
 
 
 def co2_cons(outcomes: Sequence[tuple[bool, bool]]) -> tuple[float, float]:
-    """MADKE Eq. 7–8 over (consistent, correct) pairs: Co2 = #consistent&correct / N, Cons = #consistent / N."""
+    """MADKE Eq. 7–8 over (consistent, correct) pairs.
+
+    Co2 = #(consistent and correct) / N, Cons = #consistent / N.
+    """
     n = len(outcomes)
     if n == 0:
         return 0.0, 0.0

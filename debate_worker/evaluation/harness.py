@@ -1,0 +1,198 @@
+"""One evaluation from start to report: plan the runs, execute them (in-process or via the API), report.
+
+The CLI only parses options and builds the real dependencies; tests call ``evaluate`` with the scripted
+LLM, a fixed pool builder and a real FastAPI batch app, so the path they check is the one users run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from debate_worker.engine.config import DebateConfig
+from debate_worker.engine.context import RoleModels
+from debate_worker.evaluation.api_client import BatchClient, run_via_api
+from debate_worker.evaluation.datasets import Dataset, OnError, load_dataset
+from debate_worker.evaluation.judge import AnswerJudge
+from debate_worker.evaluation.report import build_report
+from debate_worker.evaluation.runner import EvalOptions, RunTally, judge_pass, run_in_process
+from debate_worker.evaluation.scoring import PrimaryMetric
+from debate_worker.evaluation.store import Manifest, RunSpec, Workspace, check_label
+from services.knowledge import PoolBuilder
+
+
+class PlanError(ValueError):
+    """The command line asks for something impossible (unknown protocol, bad --compare, …)."""
+
+
+@dataclass
+class EvalRequest:
+    dataset: Path
+    out: Path
+    protocols: list[str]
+    prompt_styles: list[str] | None = None
+    limit: int | None = None
+    fmt: str = "auto"
+    on_error: OnError = "skip"
+    base_config: dict[str, Any] = field(default_factory=dict)
+    primary: PrimaryMetric = "em"
+    compare: list[tuple[str, str]] = field(default_factory=list)
+    fresh: bool = False
+    concurrency: int = 1
+    bootstrap_samples: int = 10_000
+    bootstrap_seed: int = 0
+    plots: bool = True
+    progress: bool = True
+    max_consecutive_failures: int = 10
+    judge_model: str | None = None
+
+
+@dataclass
+class EvalOutcome:
+    dataset: Dataset
+    manifest: Manifest
+    labels: list[str]
+    tallies: list[RunTally]
+    report: dict[str, Any]
+
+
+def plan_runs(protocols: Sequence[str], styles: Sequence[str] | None, base: dict[str, Any]) -> list[RunSpec]:
+    """One ``RunSpec`` per protocol × style, each validated as a full ``DebateConfig``.
+
+    Labels are ``protocol`` when no styles are asked for (the config's own style), ``protocol-style``
+    otherwise. Validation happens before anything runs, so a typo fails in a second, not an hour in.
+    """
+    if not protocols:
+        raise PlanError("no protocols given")
+    dupes = {p for p in protocols if list(protocols).count(p) > 1}
+    if dupes:
+        raise PlanError(f"protocols listed twice: {', '.join(sorted(dupes))}")
+    specs: list[RunSpec] = []
+    errors: list[str] = []
+    for protocol in protocols:
+        style_list: list[str | None] = list(styles) if styles else [None]
+        for style in style_list:
+            values = {**base, "protocol": protocol}
+            if style is not None:
+                values["prompt_style"] = style
+            try:
+                cfg = DebateConfig.model_validate(values)
+            except ValidationError as exc:
+                msgs = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()
+                )
+                errors.append(f"{protocol}{'-' + style if style else ''}: {msgs}")
+                continue
+            label = check_label(f"{protocol}-{style}" if style is not None else protocol)
+            specs.append(
+                RunSpec(
+                    label=label,
+                    protocol=protocol,
+                    prompt_style=cfg.prompt_style,
+                    config=cfg.model_dump(mode="json"),
+                )
+            )
+    if errors:
+        raise PlanError("invalid run configuration:\n  " + "\n  ".join(errors))
+    return specs
+
+
+def check_compare(pairs: Sequence[tuple[str, str]], labels: Sequence[str]) -> None:
+    unknown = sorted({x for pair in pairs for x in pair if x not in labels})
+    if unknown:
+        raise PlanError(f"--compare names unknown runs {', '.join(unknown)}; runs are: {', '.join(labels)}")
+
+
+async def evaluate(
+    request: EvalRequest,
+    *,
+    models: RoleModels | None = None,
+    pool_builder: PoolBuilder | None = None,
+    judge: AnswerJudge | None = None,
+    batch_client: BatchClient | None = None,
+    poll_interval_s: float = 2.0,
+) -> EvalOutcome:
+    """Run (or resume) every requested run and write the report. In-process needs ``models`` (and a
+    ``pool_builder`` for knowledge protocols); ``batch_client`` sends the work to the gateway instead."""
+    if request.primary == "judge" and judge is None:
+        raise PlanError("--primary judge needs the LLM judge (set PARLEY_EVAL_JUDGE_BASE_URL or --judge-url)")
+    specs = plan_runs(request.protocols, request.prompt_styles, request.base_config)
+    labels = [s.label for s in specs]
+    check_compare(request.compare, labels)
+    dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
+    if request.fresh and request.out.exists():
+        shutil.rmtree(request.out)
+    ws = Workspace(request.out)
+    manifest = ws.merge_manifest(
+        Manifest(
+            dataset=str(request.dataset),
+            format=dataset.format,
+            limit=request.limit,
+            primary=request.primary,
+            runs=specs,
+            judge_model=request.judge_model,
+            problems=[str(p) for p in dataset.problems],
+        )
+    )
+    ws.save_items(dataset.items)
+    options = EvalOptions(
+        concurrency=request.concurrency,
+        primary=request.primary,
+        max_consecutive_failures=request.max_consecutive_failures,
+        progress=request.progress,
+    )
+    if batch_client is not None:
+        tallies = await run_via_api(
+            ws,
+            dataset.items,
+            specs,
+            batch_client,
+            judge=judge,
+            options=options,
+            poll_interval_s=poll_interval_s,
+        )
+    else:
+        if models is None:
+            raise PlanError("in-process evaluation needs the LLM role models")
+        tallies = await run_in_process(
+            ws, dataset.items, specs, models, pool_builder=pool_builder, judge=judge, options=options
+        )
+    if judge is not None:
+        await judge_pass(ws, dataset.items, labels, judge, request.primary)
+    report = build_report(
+        ws,
+        manifest,
+        dataset.items,
+        labels,
+        compare=request.compare,
+        samples=request.bootstrap_samples,
+        seed=request.bootstrap_seed,
+        plots=request.plots,
+    )
+    return EvalOutcome(dataset, manifest, labels, tallies, report)
+
+
+def rebuild_report(
+    out: Path,
+    labels: Sequence[str] | None = None,
+    *,
+    compare: Sequence[tuple[str, str]] = (),
+    samples: int = 10_000,
+    seed: int = 0,
+    plots: bool = True,
+) -> dict[str, Any]:
+    """Recompute metrics, report and plots from an output folder alone (no LLM, no dataset)."""
+    ws = Workspace(out)
+    manifest = ws.load_manifest()
+    if manifest is None:
+        raise PlanError(f"{out} holds no evaluation (no eval.json)")
+    chosen = list(labels) if labels else [r.label for r in manifest.runs]
+    check_compare(compare, [r.label for r in manifest.runs])
+    return build_report(
+        ws, manifest, ws.load_items(), chosen, compare=compare, samples=samples, seed=seed, plots=plots
+    )

@@ -1,0 +1,129 @@
+"""PNG plots of an evaluation report (matplotlib, Agg backend: no display needed on servers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_plots(report: dict[str, Any], folder: Path) -> list[Path]:
+    """Accuracy vs output tokens, accuracy by round, and selection behaviour; returns the files written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return [
+        accuracy_vs_tokens(report, folder / "accuracy_vs_tokens.png"),
+        accuracy_by_round(report, folder / "accuracy_by_round.png"),
+        selection_behaviour(report, folder / "selection.png"),
+    ]
+
+
+def accuracy_vs_tokens(report: dict[str, Any], path: Path) -> Path:
+    """Cost against quality: one point per run, output (completion) tokens per question on x."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for run in report["runs"]:
+        x, y = run["completion_tokens_per_q"], run["accuracy"]
+        if x is None or y is None:
+            continue
+        ax.scatter([x], [100 * y], s=40)
+        ax.annotate(run["label"], (x, 100 * y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("output tokens per question")
+    ax.set_ylabel(f"accuracy ({report['primary']}) %")
+    ax.set_title("Accuracy against output tokens")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def accuracy_by_round(report: dict[str, Any], path: Path) -> Path:
+    """Share of agents with a correct answer after each round (early stops carry their answer on)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    depth = 1
+    for run in report["runs"]:
+        curve = run["accuracy_by_round"]
+        if not curve:
+            continue
+        depth = max(depth, len(curve))
+        xs = list(range(1, len(curve) + 1))
+        ax.plot(xs, [100 * v for v in curve], marker="o", label=run["label"])
+    ax.set_xticks(list(range(1, depth + 1)))
+    ax.set_xlabel("debate round")
+    ax.set_ylabel("agent answers correct %")
+    ax.set_title("Accuracy by debate round")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def selection_behaviour(report: dict[str, Any], path: Path) -> Path:
+    """Three panels: [No Found] share, mean items selected per agent and round, sources chosen."""
+    plt = _pyplot()
+    runs = [r for r in report["runs"] if r["selection"]["steps"]]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    if not runs:
+        for ax in axes:
+            ax.axis("off")
+        axes[1].text(0.5, 0.5, "no knowledge-selection steps in these runs", ha="center", va="center")
+    else:
+        labels = [r["label"] for r in runs]
+        ax = axes[0]
+        ax.bar(labels, [100 * (r["selection"]["no_found_share"] or 0) for r in runs], color="tab:orange")
+        ax.set_ylabel("% of selection steps")
+        ax.set_title("[No Found] share")
+        ax.tick_params(axis="x", rotation=30, labelsize=8)
+
+        ax = axes[1]
+        slots = sorted({k for r in runs for k in r["selection"]["mean_selected"]}, key=_slot_key)
+        width = 0.8 / len(runs)
+        for i, r in enumerate(runs):
+            ys = [r["selection"]["mean_selected"].get(s, 0.0) for s in slots]
+            ax.bar([j + i * width for j in range(len(slots))], ys, width=width, label=r["label"])
+        ax.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(len(slots))])
+        ax.set_xticklabels([_slot_label(s) for s in slots], fontsize=8, rotation=30)
+        ax.set_ylabel("items selected (mean)")
+        ax.set_title("Items selected per agent and round")
+        ax.legend(fontsize=7)
+
+        ax = axes[2]
+        sources = sorted({s for r in runs for s in r["selection"]["sources"]})
+        bottom = [0.0] * len(runs)
+        for src in sources:
+            counts = [float(r["selection"]["sources"].get(src, 0)) for r in runs]
+            totals = [sum(r["selection"]["sources"].values()) or 1 for r in runs]
+            shares = [100 * c / t for c, t in zip(counts, totals, strict=True)]
+            ax.bar(labels, shares, bottom=bottom, label=src)
+            bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
+        ax.set_ylabel("% of selected items")
+        ax.set_title("Sources chosen")
+        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        if sources:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _slot_key(slot: str) -> tuple[int, int]:
+    r, a = slot[1:].split("a")
+    return int(r), int(a)
+
+
+def _slot_label(slot: str) -> str:
+    r, a = _slot_key(slot)
+    return f"R{r} A{a + 1}"
