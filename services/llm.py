@@ -19,6 +19,8 @@ from typing import Any, Literal, Protocol, TypedDict
 
 import httpx
 
+from services.errors import ParleyError
+
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 # "json_schema": OpenAI form; "json_object": llama-cpp-python's form; "off": never send a schema.
 StructuredMode = Literal["json_schema", "json_object", "off"]
@@ -46,7 +48,7 @@ class ChatCompletion:
     output_mode: Literal["schema", "text"] | None = None
 
 
-class LLMError(Exception):
+class LLMError(ParleyError):
     """Base of all LLM client errors; carries the endpoint URL so messages say where it failed."""
 
     def __init__(self, message: str, *, url: str) -> None:
@@ -85,6 +87,10 @@ class LLMBadRequest(LLMError):
         super().__init__(message, url=url)
         self.status = status
         self.body = body
+
+
+class LLMSchemaRejected(LLMBadRequest):
+    """The server refused ``response_format`` (any status whose body names it)."""
 
 
 class LLMProtocolError(LLMError):
@@ -257,12 +263,14 @@ class OpenAIChatClient:
         try:
             return await self._post_with_retries(body, output_mode)
         except LLMBadRequest as err:
-            if output_mode == "schema" and "response_format" in body:
-                # The endpoint refuses structured output: remember it and fall back to text once.
+            if output_mode == "schema" and "response_format" in body and (
+                isinstance(err, LLMSchemaRejected) or err.status in (400, 422)
+            ):
+                # The endpoint refuses structured output: remember it and use text from now on.
                 self._schema_supported = False
                 body.pop("response_format")
                 return await self._post_with_retries(body, "text")
-            raise err
+            raise
 
     async def _post_with_retries(
         self, body: dict[str, Any], output_mode: Literal["schema", "text"] | None
@@ -296,6 +304,10 @@ class OpenAIChatClient:
                     retry_after = parse_retry_after(resp.headers.get("retry-after"))
                     status = resp.status_code
                     text = resp.text[:500]
+                    if "response_format" in body and "response_format" in resp.text:
+                        # Some servers (llama-cpp-python) answer an unsupported response_format with a
+                        # 500 naming it; retrying cannot help, falling back to text can.
+                        raise LLMSchemaRejected(f"HTTP {status}: {text}", url=url, status=status, body=text)
                     if status == 429:
                         failure = LLMRateLimited(
                             f"rate limited (429): {text}", url=url, retry_after=retry_after

@@ -81,6 +81,15 @@ class RoleModelsFromSettings:
     def for_role(self, role: str, agent: int | None = None) -> ChatModel:
         return self._by_role.get(role, self._by_role["debater"])
 
+    def agent_client(self, role: str, *, base_url: str | None, model: str | None) -> ChatModel:
+        """A client for one agent of a heterogeneous team: the role's endpoint with the agent's
+        base URL and/or model swapped in; the role's API key is reused (configs never carry keys)."""
+        role_client = self._by_role.get(role, self._by_role["debater"])
+        role_endpoint = next(e for e, c in self._clients.items() if c is role_client)
+        return self.client_for(
+            Endpoint(base_url or role_endpoint.base_url, model or role_endpoint.model, role_endpoint.api_key)
+        )
+
     async def aclose(self) -> None:
         await self._http.aclose()
 

@@ -61,10 +61,7 @@ def parse_bracket_answer(text: str, *, reject_numbers: bool = False) -> ParsedAn
         candidates = [s for s in candidates if not _NUMBER_LIST.match(s)]
     if candidates:
         return ParsedAnswer(candidates[-1])
-    if spans:
-        reason = "only placeholder or knowledge-number brackets"
-    else:
-        reason = "no bracketed answer"
+    reason = "only placeholder or knowledge-number brackets" if spans else "no bracketed answer"
     matches = _ANSWER_IS.findall(text)
     if matches:
         candidate = _clean(matches[-1])

@@ -1,0 +1,222 @@
+"""What the protocols of the literature share: view ordering, speaking order, heterogeneous teams,
+confidence statements and bounded re-asks for unreadable votes and verdicts.
+
+Everything here is either a pure function (tested on its own) or a thin layer over
+``DebateContext.call``, so every protocol keeps the engine's uniform accounting.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from debate_worker.engine.answers import normalize_answer
+from debate_worker.engine.config import DebateConfig
+from debate_worker.engine.context import DebateContext, RoleModels
+from debate_worker.engine.result import TranscriptRecord
+from services.llm import ChatCompletion, ChatMessage, ChatModel
+
+UNPARSED_KEY = "\x00unparsed"
+
+
+class GoldRequired(ValueError):
+    """``ordering=truth_last`` without a reference answer: an evaluation-only setting was misused."""
+
+
+# --------------------------------------------------------------------------------------- ordering
+def answer_key(answer: str | None, agent: int) -> str:
+    """The key answers are compared by. An unparseable answer gets a key of its own (never dropped,
+    never counted as agreeing with another unparseable answer)."""
+    norm = normalize_answer(answer) if answer else ""
+    return norm if norm else f"{UNPARSED_KEY}:{agent}"
+
+
+def path_consistency(answers: Sequence[str | None]) -> list[int]:
+    """Zhang et al. Eq. 2 with a deterministic count: for each agent, how many *other* agents reached
+    the same (normalised) answer in this round."""
+    keys = [answer_key(a, i) for i, a in enumerate(answers)]
+    counts = Counter(keys)
+    return [counts[k] - 1 for k in keys]
+
+
+def matches_gold(answer: str | None, gold: Sequence[str]) -> bool:
+    """Exact match after normalisation, or a gold alias contained in the answer (short QA answers)."""
+    if not answer:
+        return False
+    norm = normalize_answer(answer)
+    if not norm:
+        return False
+    for g in gold:
+        ng = normalize_answer(g)
+        if ng and (ng == norm or f" {ng} " in f" {norm} "):
+            return True
+    return False
+
+
+def order_views(
+    others: Sequence[int],
+    answers: Sequence[str | None],
+    ordering: str,
+    *,
+    seed: int = 0,
+    gold: Sequence[str] | None = None,
+) -> list[int]:
+    """The order in which an agent sees the other agents' answers (agent indices).
+
+    ``fixed``: agent index order. ``random``: a seeded shuffle (``seed`` should differ per round and
+    viewer so the order is not the same permutation everywhere). ``madc``: ascending path consistency,
+    the most consistent view last (ties keep index order). ``truth_last``: agents whose answer matches
+    the gold answer last (needs ``gold``).
+    """
+    base = list(others)
+    if ordering == "fixed":
+        return base
+    if ordering == "random":
+        rng = random.Random(seed)
+        rng.shuffle(base)
+        return base
+    if ordering == "madc":
+        consistency = path_consistency(answers)
+        return sorted(base, key=lambda i: (consistency[i], i))
+    if ordering == "truth_last":
+        if not gold:
+            raise GoldRequired("ordering: 'truth_last' needs the gold answer (evaluation only)")
+        return sorted(base, key=lambda i: (matches_gold(answers[i], gold), i))
+    raise ValueError(f"ordering: unknown value {ordering!r}")
+
+
+def speaking_order(n: int, mode: str, *, seed: int = 0) -> list[int]:
+    """Who speaks first in a sequential turn (Wu et al.'s debate order factor)."""
+    order = list(range(n))
+    if mode == "reverse":
+        return order[::-1]
+    if mode == "random":
+        random.Random(seed).shuffle(order)
+    return order
+
+
+def view_seed(config: DebateConfig, round: int, agent: int) -> int:
+    return (config.seed or 0) * 1_000_003 + round * 101 + agent
+
+
+# ------------------------------------------------------------------------------------------ teams
+class AgentClientFactory(Protocol):
+    """What ``services.llm_factory.RoleModelsFromSettings`` offers for per-agent endpoints."""
+
+    def agent_client(self, role: str, *, base_url: str | None, model: str | None) -> ChatModel: ...
+
+
+class TeamModels:
+    """``RoleModels`` that routes an agent's calls to its own model/endpoint (heterogeneous teams).
+
+    Calls without an agent (judge, moderator, summarizer) and agents without an override go to the
+    wrapped role models. A per-agent endpoint needs the wrapped object to offer ``agent_client``;
+    otherwise the team is refused rather than silently played by one model.
+    """
+
+    def __init__(self, base: RoleModels, team: Sequence[Any]) -> None:
+        self._base = base
+        self._team = list(team)
+        self._cache: dict[tuple[str, int], ChatModel] = {}
+        needs_factory = any(s.model or s.base_url for s in self._team)
+        if needs_factory and not hasattr(base, "agent_client"):
+            raise ValueError(
+                "team: per-agent models or endpoints need role models that can open per-agent clients"
+            )
+
+    def for_role(self, role: str, agent: int | None = None) -> ChatModel:
+        if agent is None or not 0 <= agent < len(self._team):
+            return self._base.for_role(role, agent)
+        spec = self._team[agent]
+        if not (spec.model or spec.base_url):
+            return self._base.for_role(role, agent)
+        key = (role, agent)
+        if key not in self._cache:
+            factory: AgentClientFactory = self._base  # type: ignore[assignment]
+            self._cache[key] = factory.agent_client(role, base_url=spec.base_url, model=spec.model)
+        return self._cache[key]
+
+
+def apply_team(ctx: DebateContext) -> None:
+    """Wrap the context's models once when the config names a team."""
+    if ctx.config.team and not isinstance(ctx.models, TeamModels):
+        ctx.models = TeamModels(ctx.models, ctx.config.team)
+
+
+def persona(config: DebateConfig, agent: int) -> str | None:
+    if config.team is not None and 0 <= agent < len(config.team):
+        return config.team[agent].persona
+    return None
+
+
+# ------------------------------------------------------------------------------------- confidence
+_CONFIDENCE = re.compile(r"confidence\s*(?:score|level)?\s*[:=]?\s*\(?\s*(\d{1,2})\s*(?:/\s*10)?", re.I)
+
+
+def parse_confidence(text: str | None) -> int | None:
+    """The last ``Confidence: N`` (1-10) in a reply; out-of-range or missing gives None."""
+    if not text:
+        return None
+    found = _CONFIDENCE.findall(text)
+    for raw in reversed(found):
+        value = int(raw)
+        if 1 <= value <= 10:
+            return value
+    return None
+
+
+CONFIDENCE_INSTRUCTION = (
+    "Also state how confident you are in your answer on a scale from 1 to 10 on its own line, "
+    "as: Confidence: N"
+)
+
+
+# ---------------------------------------------------------------------------------------- re-asks
+REASK_NOTE = (
+    "Your previous reply could not be read. Reply again, following the requested format exactly "
+    "and adding nothing else."
+)
+
+
+async def call_with_reasks(
+    ctx: DebateContext,
+    *,
+    round: int,
+    role: str,
+    agent: int | None,
+    messages: list[ChatMessage],
+    parse: Callable[[ChatCompletion], dict[str, Any]],
+    readable: Callable[[TranscriptRecord], bool],
+    temperature: float | None = None,
+    json_schema: dict[str, Any] | None = None,
+    knowledge: Sequence[int] = (),
+) -> tuple[TranscriptRecord, bool]:
+    """One call plus at most ``config.reasks`` re-asks while the reply is unreadable.
+
+    Returns the last record and whether it was readable. An unreadable last reply is marked
+    ``extra.abstained`` in the transcript, so the abstention is visible, never silent.
+    """
+    convo = list(messages)
+    attempts = 1 + ctx.config.reasks
+    record: TranscriptRecord | None = None
+    for attempt in range(attempts):
+        record = await ctx.call(
+            round=round,
+            role=role,
+            agent=agent,
+            messages=convo,
+            parse=parse,
+            temperature=temperature,
+            json_schema=json_schema,
+            knowledge=knowledge,
+        )
+        record.extra["attempt"] = attempt + 1
+        if readable(record):
+            return record, True
+        convo = [*convo, {"role": "assistant", "content": record.text}, {"role": "user", "content": REASK_NOTE}]
+    assert record is not None
+    record.extra["abstained"] = True
+    return record, False

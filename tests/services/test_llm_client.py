@@ -1,0 +1,145 @@
+"""The OpenAI-compatible client against a scripted server on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.llm import (
+    LLMBadRequest,
+    LLMRateLimited,
+    LLMServerError,
+    LLMUnavailable,
+    OpenAIChatClient,
+    RetryPolicy,
+    parse_retry_after,
+)
+from tests.support.scripted_llm import ScriptedLLM, free_port
+
+pytestmark = pytest.mark.unit
+
+MSG = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+class SleepRecorder:
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+def client_for(server: ScriptedLLM, **kwargs) -> OpenAIChatClient:  # type: ignore[no-untyped-def]
+    return OpenAIChatClient(server.base_url, "scripted", **kwargs)
+
+
+async def test_usage_and_latency_are_reported(scripted: ScriptedLLM) -> None:
+    scripted.on("capital", "The answer is [Paris].")
+    async with client_for(scripted) as client:
+        out = await client.complete(MSG, temperature=0.2)
+    assert out.text == "The answer is [Paris]."
+    assert out.prompt_tokens == 6 and out.completion_tokens == 4
+    assert out.latency_ms > 0 and out.attempts == 1
+    body = scripted.requests[0]
+    assert body["temperature"] == 0.2 and body["model"] == "scripted" and body["stream"] is False
+
+
+async def test_429_is_retried_honouring_retry_after(scripted: ScriptedLLM) -> None:
+    scripted.fail_next(429, count=2, headers={"Retry-After": "3"})
+    sleep = SleepRecorder()
+    async with client_for(scripted, sleep=sleep) as client:
+        out = await client.complete(MSG)
+    assert out.attempts == 3
+    assert sleep.delays == [3.0, 3.0]
+    assert len(scripted.requests) == 3
+
+
+async def test_500_is_retried_with_bounded_jittered_backoff(scripted: ScriptedLLM) -> None:
+    scripted.fail_next(500, count=10)
+    sleep = SleepRecorder()
+    policy = RetryPolicy(max_attempts=4, backoff_base_s=0.5, backoff_max_s=20)
+    async with client_for(scripted, sleep=sleep, retry=policy) as client:
+        with pytest.raises(LLMServerError) as info:
+            await client.complete(MSG)
+    assert info.value.status == 500
+    assert len(scripted.requests) == 4
+    assert len(sleep.delays) == 3
+    for attempt, delay in enumerate(sleep.delays, start=1):
+        assert 0 <= delay <= 0.5 * 2 ** (attempt - 1)
+
+
+async def test_408_409_and_503_recover(scripted: ScriptedLLM) -> None:
+    for status in (408, 409, 503):
+        scripted.fail_next(status)
+    scripted.on("capital", "[Paris]")
+    async with client_for(scripted, sleep=SleepRecorder()) as client:
+        out = await client.complete(MSG)
+    assert out.text == "[Paris]" and out.attempts == 4
+
+
+async def test_400_is_not_retried(scripted: ScriptedLLM) -> None:
+    scripted.fail_next(400)
+    sleep = SleepRecorder()
+    async with client_for(scripted, sleep=sleep) as client:
+        with pytest.raises(LLMBadRequest) as info:
+            await client.complete(MSG)
+    assert info.value.status == 400
+    assert len(scripted.requests) == 1 and sleep.delays == []
+
+
+async def test_rate_limit_error_after_all_attempts_carries_retry_after(scripted: ScriptedLLM) -> None:
+    scripted.fail_next(429, count=5, headers={"Retry-After": "1"})
+    async with client_for(scripted, sleep=SleepRecorder(), retry=RetryPolicy(max_attempts=2)) as client:
+        with pytest.raises(LLMRateLimited) as info:
+            await client.complete(MSG)
+    assert info.value.retry_after == 1.0
+
+
+async def test_unreachable_server_names_the_url_after_bounded_retries() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    sleep = SleepRecorder()
+    async with OpenAIChatClient(url, "m", sleep=sleep, retry=RetryPolicy(max_attempts=3)) as client:
+        with pytest.raises(LLMUnavailable) as info:
+            await client.complete(MSG)
+    assert url in str(info.value)
+    assert len(sleep.delays) == 2
+
+
+async def test_concurrency_is_limited_per_endpoint() -> None:
+    with ScriptedLLM(latency_s=0.05) as server:
+        clients = [client_for(server, max_concurrency=2) for _ in range(2)]
+        await asyncio.gather(*(clients[i % 2].complete(MSG) for i in range(8)))
+        for c in clients:
+            await c.aclose()
+        assert server.max_in_flight == 2
+        assert len(server.requests) == 8
+
+
+async def test_schema_rejected_falls_back_to_text_once_per_endpoint() -> None:
+    schema = {"type": "object", "properties": {"selected": {"type": "array"}}}
+    with ScriptedLLM(schema_mode="reject") as server:
+        server.on("capital", "[1]")
+        async with client_for(server) as client:
+            first = await client.complete(MSG, json_schema=schema)
+            second = await client.complete(MSG, json_schema=schema)
+        assert first.output_mode == "text" and second.output_mode == "text"
+        sent = ["response_format" in r for r in server.requests]
+        # Once with the schema (rejected), then text only: the endpoint's answer is remembered.
+        assert sent == [True, False, False]
+        assert client.schema_supported is False
+
+
+async def test_schema_honoured_returns_json(scripted: ScriptedLLM) -> None:
+    scripted.on("capital", "[Paris]", json_reply='{"selected": [2]}')
+    async with client_for(scripted) as client:
+        out = await client.complete(MSG, json_schema={"type": "object"})
+    assert out.output_mode == "schema" and out.text == '{"selected": [2]}'
+    assert scripted.requests[0]["response_format"]["type"] == "json_schema"
+
+
+def test_retry_after_parsing() -> None:
+    assert parse_retry_after("2") == 2.0
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("garbage") is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
