@@ -20,6 +20,7 @@ from debate_worker.ask_cli import ask  # noqa: E402
 app.command("ask")(ask)
 
 # sub-command registrations (one line each; keep imports light)
+app.command("eval")(__import__("debate_worker.evaluation.cli", fromlist=["x"]).eval_command)
 # end of sub-command registrations
 
 
