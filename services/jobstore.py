@@ -209,7 +209,7 @@ class RedisJobStore:
         return cls(client, prefix=prefix, ttl_s=ttl_s)
 
     async def aclose(self) -> None:
-        await self.redis.aclose()
+        await self.redis.aclose()  # type: ignore[attr-defined]  # stubs predate redis 5
 
     # -- keys ------------------------------------------------------------------------------------
     def k_job(self, job_id: str) -> str:
@@ -261,7 +261,9 @@ class RedisJobStore:
                 pipe.expire(self.k_batch_jobs(batch.batch_id), ttl)
             for job in jobs:
                 record = job.model_copy(update={"created_at": job.created_at or now, "updated_at": now})
-                mapping = {k: _dump(v) for k, v in record.model_dump().items() if v is not None}
+                mapping: dict[str | bytes, bytes | float | int | str] = {
+                    k: _dump(v) for k, v in record.model_dump().items() if v is not None
+                }
                 pipe.hset(self.k_job(job.job_id), mapping=mapping)
                 pipe.expire(self.k_job(job.job_id), ttl)
                 pipe.xadd(
@@ -435,7 +437,7 @@ class RedisJobStore:
             start += chunk
 
     async def batch_counts(self, batch_id: str) -> dict[str, int]:
-        counts = dict.fromkeys(STATUSES, 0)
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         start = 0
         while True:
             ids = await self.batch_job_ids(batch_id, start, start + 999)
@@ -486,7 +488,7 @@ def _parse_job(raw: dict[str, str]) -> JobRecord:
     return JobRecord(
         job_id=raw["job_id"],
         owner=raw["owner"],
-        status=raw["status"],  # type: ignore[arg-type]
+        status=raw["status"],
         question=raw.get("question", ""),
         answers=json.loads(raw["answers"]) if raw.get("answers") else None,
         config=json.loads(raw["config"]) if raw.get("config") else {},

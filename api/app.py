@@ -1,0 +1,108 @@
+"""The gateway's FastAPI app: ``create_app(settings)``; long-lived clients are built in ``lifespan``."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from api.deps import ApiState, State
+from api.enqueue import CeleryEnqueuer, Enqueuer
+from api.guards import BodyLimitMiddleware, Idempotency, KeyRing, RateLimiter
+from api.problems import install_problem_handlers, problem_response, unavailable
+from api.routes_batches import router as batches_router
+from api.routes_debates import router as debates_router
+from api.settings import ApiSettings
+from debate_worker.celery_app import create_publisher
+from services.jobstore import RedisJobStore
+
+log = logging.getLogger("parley.api")
+
+DESCRIPTION = """Parley queues retrieval-augmented multi-agent debates for Celery workers.
+
+Submit one question (`POST /v1/debates`) or a batch (`POST /v1/batches`), poll the job or batch,
+stream progress as Server-Sent Events, and fetch results. Errors are RFC 9457 `application/problem+json`.
+Authenticate with `Authorization: Bearer <key>`; `Idempotency-Key` makes POSTs safe to repeat.
+"""
+
+
+def create_app(settings: ApiSettings, *, enqueuer: Enqueuer | None = None) -> FastAPI:
+    """Build the API; pass ``enqueuer`` to replace Celery publishing (the store is always Redis)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = RedisJobStore.from_url(
+            settings.redis_url,
+            prefix=settings.key_prefix,
+            ttl_s=settings.job_ttl_s,
+            timeout_s=settings.redis_timeout_s,
+        )
+        publisher = None
+        if enqueuer is None:
+            publisher = create_publisher(settings.broker, connection_timeout_s=settings.redis_timeout_s)
+        keys = KeyRing(settings.keys)
+        if keys.open:
+            log.warning("PARLEY_API_KEYS is empty: no authentication, every caller is 'public'")
+        app.state.parley = ApiState(
+            settings=settings,
+            store=store,
+            enqueuer=enqueuer or CeleryEnqueuer(publisher),  # type: ignore[arg-type]
+            keys=keys,
+            limiter=RateLimiter(store.redis, settings.key_prefix, settings.rate_limit_per_minute),
+            idempotency=Idempotency(store.redis, settings.key_prefix, settings.idempotency_ttl_s),
+        )
+        try:
+            yield
+        finally:
+            app.state.parley.enqueuer.close()
+            await store.aclose()
+
+    app = FastAPI(
+        title="Parley API",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+    )
+    install_problem_handlers(app, settings.retry_after_s)
+
+    # Malformed JSON is the client's syntax error (400), not a semantic one (422).
+    previous = app.exception_handlers[RequestValidationError]
+
+    async def validation(request: Request, exc: Exception) -> Any:
+        assert isinstance(exc, RequestValidationError)
+        errors = exc.errors()
+        if errors and errors[0].get("type") == "json_invalid":
+            return problem_response(
+                request,
+                400,
+                f"body is not valid JSON: {errors[0].get('ctx', {}).get('error', 'parse error')}",
+                type_="/problems/malformed-json",
+            )
+        out = previous(request, exc)
+        return await out if inspect.isawaitable(out) else out
+
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_middleware(
+        BodyLimitMiddleware, limit=settings.max_body_bytes, batch_limit=settings.max_batch_bytes
+    )
+    app.include_router(debates_router)
+    app.include_router(batches_router)
+
+    @app.get("/healthz", tags=["operations"])
+    async def healthz(state: State, request: Request) -> JSONResponse:
+        """Liveness and readiness in one: 200 when Redis answers, else 503 with ``Retry-After``."""
+        try:
+            await state.store.ping()
+        except Exception:
+            return unavailable(request, settings.retry_after_s, "the job store (Redis)")
+        return JSONResponse({"status": "ok"})
+
+    return app

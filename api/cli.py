@@ -1,0 +1,182 @@
+"""``parley api``, ``parley worker``, ``parley submit`` and ``parley hash-key``.
+
+Registered into the root CLI with ``app.add_typer(gateway_app)``. Heavy modules (FastAPI, Celery,
+the engine) are imported inside the commands so ``parley --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+
+
+@app.command("api")
+def serve_api(
+    host: Annotated[str | None, typer.Option(help="bind address (default PARLEY_API_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default PARLEY_API_PORT)")] = None,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
+) -> None:
+    """Serve the API gateway (FastAPI under uvicorn); settings from ``PARLEY_API_*``."""
+    import uvicorn
+
+    from api.settings import ApiSettings
+
+    settings = ApiSettings()
+    bind_host = host or settings.host
+    bind_port = port or settings.port
+    if workers > 1:
+        # Each uvicorn worker process builds its own app (and Redis pool) from the environment.
+        uvicorn.run(
+            "api.cli:app_from_env",
+            factory=True,
+            host=bind_host,
+            port=bind_port,
+            workers=workers,
+            proxy_headers=True,
+        )
+        return
+    from api.app import create_app
+
+    uvicorn.run(create_app(settings), host=bind_host, port=bind_port, proxy_headers=True)
+
+
+def app_from_env() -> Any:
+    """The uvicorn factory for multi-process serving."""
+    from api.app import create_app
+    from api.settings import ApiSettings
+
+    return create_app(ApiSettings())
+
+
+@app.command("worker")
+def run_worker(
+    concurrency: Annotated[
+        int | None, typer.Option(help="processes/threads (PARLEY_WORKER_WORKER_CONCURRENCY)")
+    ] = None,
+    pool: Annotated[
+        str | None, typer.Option(help="prefork, threads or solo (PARLEY_WORKER_WORKER_POOL)")
+    ] = None,
+    queues: Annotated[str | None, typer.Option(help="comma-separated queues (default both)")] = None,
+    llm_url: Annotated[str | None, typer.Option(help="LLM base URL (overrides PARLEY_LLM_BASE_URL)")] = None,
+    loglevel: Annotated[str, typer.Option(help="Celery log level")] = "INFO",
+    hostname: Annotated[str | None, typer.Option(help="Celery node name")] = None,
+) -> None:
+    """Start a Celery worker that runs debate jobs; settings from ``PARLEY_WORKER_*``.
+
+    Without an LLM URL (``PARLEY_LLM_BASE_URL`` or ``--llm-url``) the worker starts the embedded
+    llama.cpp server once and every worker process shares it.
+    """
+    from debate_worker.celery_app import create_worker_app
+    from debate_worker.tasks import WorkerRuntime
+    from debate_worker.worker_settings import WorkerSettings
+
+    settings = WorkerSettings()
+    runtime = WorkerRuntime.from_env(settings)
+    runtime.llm_base_url = llm_url or runtime.llm.base_url
+    embedded = None
+    if runtime.llm_base_url is None:
+        from services.embedded_llm import embedded_server
+
+        llm = runtime.llm
+        embedded = embedded_server(
+            llm.embedded_model, llm.cache_dir, n_ctx=llm.embedded_ctx, n_threads=llm.embedded_threads
+        )
+        server = embedded.__enter__()
+        runtime.llm_base_url = server.base_url
+        typer.echo(f"embedded LLM at {runtime.llm_base_url}")
+    celery = create_worker_app(settings, runtime)
+    argv = ["worker", f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]
+    argv.append(f"--queues={queues or ','.join(settings.queues)}")
+    if concurrency is not None:
+        argv.append(f"--concurrency={concurrency}")
+    if pool is not None:
+        argv.append(f"--pool={pool}")
+    if hostname is not None:
+        argv.append(f"--hostname={hostname}")
+    try:
+        celery.worker_main(argv)
+    finally:
+        if embedded is not None:
+            embedded.__exit__(None, None, None)
+
+
+@app.command("submit")
+def submit(
+    file: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="JSONL of {id?, question, answers?}")
+    ],
+    config: Annotated[str | None, typer.Option(help="DebateConfig as JSON, or @file.json")] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait and write the results file")] = False,
+    out: Annotated[Path | None, typer.Option(help="results file (default FILE.results.jsonl)")] = None,
+    api_url: Annotated[str | None, typer.Option("--api", help="API base URL (PARLEY_API_URL)")] = None,
+    poll: Annotated[float, typer.Option(help="seconds between progress polls")] = 1.0,
+    idempotency_key: Annotated[str | None, typer.Option(help="makes a repeated submit safe")] = None,
+) -> None:
+    """Submit a JSONL file as one batch; with ``--wait`` show progress and write the results."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from api.client import ApiClientSettings, ApiError, ParleyClient
+
+    settings = ApiClientSettings()
+    cfg: dict[str, Any] = {}
+    if config:
+        text = Path(config[1:]).read_text() if config.startswith("@") else config
+        cfg = json.loads(text)
+    client = ParleyClient.from_settings(settings)
+    if api_url:
+        key = settings.key.get_secret_value() if settings.key else None
+        client = ParleyClient(api_url, api_key=key, timeout_s=settings.client_timeout_s)
+    with client:
+        try:
+            accepted = client.submit_batch_file(file, cfg, idempotency_key=idempotency_key)
+        except ApiError as exc:
+            typer.echo(f"rejected: {exc}", err=True)
+            for err in exc.problem.get("errors", [])[:20]:
+                typer.echo(f"  {err}", err=True)
+            raise typer.Exit(2) from exc
+        batch_id = accepted["batch_id"]
+        typer.echo(json.dumps(accepted))
+        if not wait:
+            return
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns) as progress:
+            task = progress.add_task(batch_id, total=accepted["total"], detail="")
+
+            def show(status: dict[str, Any]) -> None:
+                c = status["counts"]
+                done = c["completed"] + c["failed"] + c["cancelled"]
+                detail = f"running {c['retrieving'] + c['debating']}, failed {c['failed']}"
+                progress.update(task, completed=done, detail=detail)
+
+            client.wait_batch(batch_id, poll_s=poll, on_progress=show)
+        target = out or file.with_suffix(".results.jsonl")
+        n = failed = 0
+        with target.open("w") as fh:
+            for row in client.iter_results(batch_id):
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                n += 1
+                failed += row["status"] != "completed"
+        typer.echo(f"wrote {n} results to {target} ({failed} not completed)")
+
+
+@app.command("hash-key")
+def hash_key_cmd(key: Annotated[str, typer.Argument(help="the API key to hash")]) -> None:
+    """Print the sha256 of an API key, the form ``PARLEY_API_KEYS`` takes (``{"name": "<hash>"}``)."""
+    from api.guards import hash_key
+
+    typer.echo(hash_key(key))
+
+
+if __name__ == "__main__":
+    app()

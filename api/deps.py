@@ -1,0 +1,42 @@
+"""FastAPI dependencies as ``Annotated`` aliases; the objects behind them are built in ``lifespan``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from api.enqueue import Enqueuer
+from api.guards import Idempotency, KeyRing, RateLimiter
+from api.settings import ApiSettings
+from services.jobstore import RedisJobStore
+
+
+@dataclass
+class ApiState:
+    """Long-lived objects shared by all requests of one API process."""
+
+    settings: ApiSettings
+    store: RedisJobStore
+    enqueuer: Enqueuer
+    keys: KeyRing
+    limiter: RateLimiter
+    idempotency: Idempotency
+
+
+def get_state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.parley
+    return state
+
+
+async def get_owner(request: Request) -> str:
+    """Authenticate the caller and charge the request to its rate limit; returns the owner name."""
+    state = get_state(request)
+    owner = state.keys.owner(request.headers.get("authorization"))
+    await state.limiter.check(owner)
+    return owner
+
+
+State = Annotated[ApiState, Depends(get_state)]
+Owner = Annotated[str, Depends(get_owner)]

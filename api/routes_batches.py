@@ -1,0 +1,325 @@
+"""``/v1/batches``: many questions with one config, accepted whole or not at all, results in order.
+
+Intake is all-or-nothing: every line is parsed and validated before anything is stored; the jobs and
+the batch are stored in one Redis transaction; if queueing then fails, everything is removed again
+and the client gets a 503. Results stream as JSONL in input order straight from the job store, a
+chunk of jobs at a time, so a 10,000-item batch never sits in memory as one document.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from api.deps import ApiState, Owner, State
+from api.guards import StoredResponse
+from api.problems import Problem
+from api.routes_debates import check_capacity, fingerprint, idempotent
+from api.schemas import BatchAccepted, BatchItem, BatchView
+from debate_worker.engine.config import DebateConfig
+from debate_worker.worker_settings import QUEUE_BATCH
+from services.jobstore import ACTIVE, TERMINAL, BatchRecord, JobRecord, new_id
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+
+MAX_REPORTED_ERRORS = 20
+
+_BODY_DOC: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["items"],
+                    "properties": {
+                        "items": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["question"],
+                                "properties": {
+                                    "id": {"type": "string"},
+                                    "question": {"type": "string"},
+                                    "answers": {"type": "array", "items": {"type": "string"}},
+                                },
+                            },
+                        },
+                        "config": {"type": "object", "description": "DebateConfig"},
+                    },
+                }
+            },
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary", "description": "JSONL items"},
+                        "config": {"type": "string", "description": "DebateConfig as a JSON string"},
+                    },
+                }
+            },
+        },
+    }
+}
+
+
+def _invalid(detail: str, errors: list[dict[str, Any]] | None = None) -> Problem:
+    return Problem(
+        422, detail, type_="/problems/invalid-batch", extra={"errors": errors} if errors is not None else None
+    )
+
+
+def _parse_config(raw: Any) -> DebateConfig:
+    try:
+        return DebateConfig.model_validate(raw or {})
+    except ValidationError as exc:
+        errs = [{"loc": ["config", *e["loc"]], "msg": e["msg"]} for e in exc.errors()]
+        raise _invalid(f"config: {errs[0]['msg']}", errs) from exc
+
+
+def _validate_items(raw_items: list[tuple[int, Any]], max_items: int) -> list[BatchItem]:
+    """Validate every item (line numbers in errors); raises with up to 20 errors, stores nothing."""
+    if not raw_items:
+        raise _invalid("the batch has no items")
+    if len(raw_items) > max_items:
+        raise _invalid(f"the batch has {len(raw_items)} items; the limit is {max_items}")
+    items: list[BatchItem] = []
+    errors: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for line, raw in raw_items:
+        try:
+            item = BatchItem.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            errors.append({"line": line, "msg": f"{loc + ': ' if loc else ''}{first['msg']}"})
+        else:
+            if item.id is not None:
+                if item.id in seen:
+                    errors.append(
+                        {"line": line, "msg": f"duplicate id {item.id!r} (first on {seen[item.id]})"}
+                    )
+                seen[item.id] = line
+            items.append(item)
+        if len(errors) >= MAX_REPORTED_ERRORS:
+            break
+    if errors:
+        raise _invalid(f"{len(errors)}+ invalid items; nothing was queued", errors)
+    return items
+
+
+def _parse_jsonl(data: bytes, max_line: int, max_items: int) -> list[tuple[int, Any]]:
+    out: list[tuple[int, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for n, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if len(line) > max_line:
+            errors.append({"line": n, "msg": f"line is {len(line)} bytes; the limit is {max_line}"})
+        else:
+            try:
+                out.append((n, json.loads(line)))
+            except ValueError as exc:
+                errors.append({"line": n, "msg": f"not JSON: {exc}"})
+        if len(errors) >= MAX_REPORTED_ERRORS:
+            break
+        if len(out) > max_items:
+            break
+    if errors:
+        raise _invalid(f"{len(errors)}+ unreadable lines; nothing was queued", errors)
+    return out
+
+
+async def read_batch(request: Request, state: ApiState) -> tuple[list[BatchItem], DebateConfig]:
+    """Items and config from a JSON body or a multipart JSONL upload."""
+    s = state.settings
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype == "multipart/form-data":
+        form = await request.form(max_files=1, max_fields=4, max_part_size=s.max_batch_bytes)
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise _invalid("multipart upload needs a 'file' part with JSONL items")
+        data = await upload.read()
+        raw_items = _parse_jsonl(data, s.max_line_bytes, s.max_batch_items)
+        raw_cfg = form.get("config")
+        cfg: Any = {}
+        if isinstance(raw_cfg, str) and raw_cfg.strip():
+            try:
+                cfg = json.loads(raw_cfg)
+            except ValueError as exc:
+                raise Problem(400, f"config is not JSON: {exc}", type_="/problems/malformed-json") from exc
+        return _validate_items(raw_items, s.max_batch_items), _parse_config(cfg)
+    if ctype in ("application/json", ""):
+        try:
+            body = json.loads(await request.body())
+        except ValueError as exc:
+            raise Problem(400, f"body is not JSON: {exc}", type_="/problems/malformed-json") from exc
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise _invalid("body must be an object with an 'items' list")
+        unknown = set(body) - {"items", "config"}
+        if unknown:
+            raise _invalid(f"unknown fields: {sorted(unknown)}")
+        config = _parse_config(body.get("config"))
+        return _validate_items(list(enumerate(body["items"], start=1)), s.max_batch_items), config
+    if ctype in ("application/x-ndjson", "application/jsonl"):
+        raw_items = _parse_jsonl(await request.body(), s.max_line_bytes, s.max_batch_items)
+        return _validate_items(raw_items, s.max_batch_items), DebateConfig()
+    raise Problem(415, f"unsupported content type {ctype!r}; use application/json or multipart/form-data")
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=BatchAccepted,
+    openapi_extra=_BODY_DOC,
+    responses={422: {"description": "invalid items (nothing queued)"}, 429: {}, 503: {}},
+)
+async def create_batch(
+    request: Request,
+    state: State,
+    owner: Owner,
+    idempotency_key: Annotated[str | None, Header()] = None,
+) -> JSONResponse:
+    """Queue a batch: a JSON ``items`` list or a JSONL upload (``file``) plus one ``config``.
+
+    Limits: ``PARLEY_API_MAX_BATCH_ITEMS`` items (10,000), ``PARLEY_API_MAX_LINE_BYTES`` per JSONL line
+    (16 KiB), ``PARLEY_API_MAX_BATCH_BYTES`` per body (32 MiB). Invalid input queues nothing.
+    """
+    raw = await request.body()  # read first: Starlette then parses the form from this buffer
+    items, config = await read_batch(request, state)
+
+    async def handler() -> StoredResponse:
+        await check_capacity(state, owner, len(items))
+        batch_id = new_id("bat")
+        cfg = config.model_dump(mode="json")
+        jobs = [
+            JobRecord(
+                job_id=new_id("job"),
+                owner=owner,
+                question=item.question,
+                answers=item.answers,
+                config=cfg,
+                queue=QUEUE_BATCH,
+                batch_id=batch_id,
+                index=i,
+                item_id=item.id if item.id is not None else str(i),
+                rounds=config.rounds,
+            )
+            for i, item in enumerate(items)
+        ]
+        batch = BatchRecord(batch_id=batch_id, owner=owner, total=len(jobs), config=cfg)
+        await state.store.create_jobs(jobs, batch)
+        try:
+            await state.enqueuer.enqueue([j.job_id for j in jobs], QUEUE_BATCH)
+        except BaseException:
+            await state.store.delete_jobs([j.job_id for j in jobs], batch_id)
+            raise
+        location = f"/v1/batches/{batch_id}"
+        accepted = BatchAccepted(batch_id=batch_id, status="queued", total=len(jobs), location=location)
+        return StoredResponse(202, accepted.model_dump(), {"Location": location})
+
+    return await idempotent(
+        state,
+        owner,
+        idempotency_key,
+        fingerprint(raw, request.url.path, request.headers.get("content-type", "")),
+        handler,
+    )
+
+
+async def owned_batch(state: ApiState, owner: str, batch_id: str) -> BatchRecord:
+    batch = await state.store.get_batch(batch_id)
+    if batch is None or batch.owner != owner:
+        raise Problem(404, f"no batch {batch_id!r}", type_="/problems/not-found")
+    return batch
+
+
+def batch_status(counts: dict[str, int], total: int) -> str:
+    finished = sum(counts[s] for s in TERMINAL)
+    if finished >= total:
+        return "completed"
+    if counts["queued"] == total:
+        return "queued"
+    return "running"
+
+
+@router.get("/{batch_id}", response_model=BatchView, responses={404: {}})
+async def get_batch(batch_id: str, state: State, owner: Owner) -> BatchView:
+    """Counts per status and the share of items finished."""
+    batch = await owned_batch(state, owner, batch_id)
+    counts = await state.store.batch_counts(batch_id)
+    finished = sum(counts[s] for s in TERMINAL)
+    return BatchView(
+        batch_id=batch_id,
+        status=batch_status(counts, batch.total),
+        total=batch.total,
+        counts=counts,
+        progress=round(finished / batch.total, 4) if batch.total else 1.0,
+        created_at=batch.created_at,
+        config=batch.config,
+    )
+
+
+@router.get(
+    "/{batch_id}/results",
+    responses={200: {"content": {"application/x-ndjson": {}}}, 404: {}},
+    response_class=StreamingResponse,
+)
+async def batch_results(batch_id: str, state: State, owner: Owner) -> StreamingResponse:
+    """One JSON line per item, input order: ``{id, index, job_id, status, question, answers, result, error}``.
+
+    Unfinished items appear with their current status and ``result: null``; fetch again when the
+    batch status is ``completed``.
+    """
+    await owned_batch(state, owner, batch_id)
+    store = state.store
+
+    async def lines() -> AsyncIterator[bytes]:
+        index = 0
+        async for job_id, found in store.iter_batch_jobs(batch_id, with_result=True):
+            if found is None:
+                row: dict[str, Any] = {
+                    "id": None,
+                    "index": index,
+                    "job_id": job_id,
+                    "status": "failed",
+                    "question": None,
+                    "answers": None,
+                    "result": None,
+                    "error": "job record expired",
+                }
+            else:
+                job = found.job
+                row = {
+                    "id": job.item_id,
+                    "index": job.index if job.index is not None else index,
+                    "job_id": job_id,
+                    "status": job.status,
+                    "question": job.question,
+                    "answers": job.answers,
+                    "result": found.result,
+                    "error": job.error,
+                }
+            index += 1
+            yield (json.dumps(row, ensure_ascii=False) + "\n").encode()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+@router.delete("/{batch_id}", response_model=BatchView, responses={404: {}})
+async def cancel_batch(batch_id: str, state: State, owner: Owner) -> BatchView:
+    """Cancel every unfinished item of the batch; finished items keep their results."""
+    await owned_batch(state, owner, batch_id)
+    async for job_id, found in state.store.iter_batch_jobs(batch_id):
+        if found is not None and found.job.status in ACTIVE:
+            await state.store.transition(
+                job_id, "cancelled", ACTIVE, event="job.cancelled", data={"reason": "batch cancelled"}
+            )
+    return await get_batch(batch_id, state, owner)

@@ -1,0 +1,98 @@
+"""Request and response bodies of the public API (the contracts other components code against)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from debate_worker.engine.config import MAX_QUESTION_CHARS, DebateConfig, validate_question
+from services.jobstore import JobStatus
+
+
+class DebateRequest(BaseModel):
+    """``POST /v1/debates``: one question and how to debate it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
+    config: DebateConfig = Field(default_factory=DebateConfig)
+    answers: list[str] | None = Field(
+        default=None, max_length=50, description="gold answers, only for evaluation-only settings"
+    )
+
+    @field_validator("question")
+    @classmethod
+    def _question(cls, v: str) -> str:
+        return validate_question(v)
+
+
+class BatchItem(BaseModel):
+    """One line of a batch: ``{id?, question, answers?}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(default=None, max_length=200)
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
+    answers: list[str] | None = Field(default=None, max_length=50)
+
+    @field_validator("question")
+    @classmethod
+    def _question(cls, v: str) -> str:
+        return validate_question(v)
+
+
+class BatchRequest(BaseModel):
+    """``POST /v1/batches`` as JSON: the items and one config for all of them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[BatchItem]
+    config: DebateConfig = Field(default_factory=DebateConfig)
+
+
+class Accepted(BaseModel):
+    job_id: str
+    status: JobStatus
+    location: str
+
+
+class BatchAccepted(BaseModel):
+    batch_id: str
+    status: str
+    total: int
+    location: str
+
+
+class Progress(BaseModel):
+    round: int = Field(description="last completed round")
+    rounds: int = Field(description="maximum rounds of this configuration")
+
+
+class JobView(BaseModel):
+    """``GET /v1/debates/{id}``; ``result`` is the engine's DebateResult (with its transcript)."""
+
+    job_id: str
+    status: JobStatus
+    question: str
+    config: dict[str, Any]
+    progress: Progress
+    attempts: int
+    created_at: float
+    updated_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    batch_id: str | None = None
+    item_id: str | None = None
+    error: str | None = None
+    result: dict[str, Any] | None = None
+
+
+class BatchView(BaseModel):
+    batch_id: str
+    status: str = Field(description="queued, running, completed (every item finished)")
+    total: int
+    counts: dict[str, int]
+    progress: float = Field(ge=0, le=1, description="share of items finished")
+    created_at: float
+    config: dict[str, Any]

@@ -1,0 +1,85 @@
+"""The Celery application: one task per debate, on two queues.
+
+Delivery guarantees (all from ``WorkerSettings``): ``task_acks_late`` so a message is removed only
+after the debate finished; ``task_reject_on_worker_lost`` so a killed worker process puts it back;
+``worker_prefetch_multiplier=1`` so an idle process never sits on messages another could run; soft and
+hard time limits below Redis's visibility timeout so a healthy run is never handed out twice. Parley's
+own attempt counter (in the job store) caps redeliveries of a job that keeps killing its worker.
+
+Fairness: single debates go to ``parley.interactive``, batch items to ``parley.batch``. A worker
+consumes both, and kombu's Redis transport rotates the queue order after every message it takes, so
+a 10,000-item batch delays a single request by at most one debate per worker process.
+
+The API uses ``create_publisher`` (the same message format, no task code); workers use
+``create_worker_app``. Celery settings never come from ``os.environ`` here, only from the settings
+objects passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from debate_worker.worker_settings import QUEUE_BATCH, QUEUE_INTERACTIVE, WorkerSettings
+
+if TYPE_CHECKING:
+    from debate_worker.tasks import WorkerRuntime
+
+
+def queue(name: str) -> Queue:
+    """A queue with its own direct exchange and routing key, so a message lands in exactly one queue."""
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)
+
+
+COMMON_CONF: dict[str, Any] = {
+    "task_serializer": "json",
+    "accept_content": ["json"],
+    # Results live in Parley's job store; Celery's backend would answer PENDING for unknown ids.
+    "task_ignore_result": True,
+    "task_default_queue": QUEUE_INTERACTIVE,
+    "task_queues": (queue(QUEUE_INTERACTIVE), queue(QUEUE_BATCH)),
+    "broker_connection_retry_on_startup": True,
+    "worker_hijack_root_logger": False,
+    "worker_send_task_events": False,
+    "enable_utc": True,
+}
+
+
+def create_publisher(broker_url: str, *, connection_timeout_s: float = 3.0) -> Celery:
+    """A Celery app that only sends ``parley.run_debate`` messages (the API's side of the queue)."""
+    app = Celery("parley-api", set_as_current=False)
+    app.conf.update(
+        COMMON_CONF,
+        broker_url=broker_url,
+        broker_connection_timeout=connection_timeout_s,
+        # Fail fast when Redis is down: the API answers 503 with Retry-After instead of hanging.
+        task_publish_retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.2},
+        broker_transport_options={"socket_connect_timeout": connection_timeout_s},
+    )
+    return app
+
+
+def create_worker_app(settings: WorkerSettings, runtime: WorkerRuntime | None = None) -> Celery:
+    """The worker's Celery app with the debate task registered against ``runtime``."""
+    from debate_worker.tasks import WorkerRuntime, register_tasks
+
+    app = Celery("parley-worker", set_as_current=True)
+    conf = dict(COMMON_CONF)
+    conf.update(settings.celery_conf())
+    conf["task_queues"] = tuple(queue(q) for q in settings.queues)
+    app.conf.update(conf)
+    # httpx logs every LLM call at INFO; a debate makes dozens.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    register_tasks(app, runtime or WorkerRuntime.from_env(settings))
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    # ``celery -A debate_worker.celery_app worker`` looks up ``app``; build it only when asked so that
+    # importing this module (the API does) never reads the worker's settings.
+    if name == "app":
+        return create_worker_app(WorkerSettings())
+    raise AttributeError(name)

@@ -1,0 +1,349 @@
+"""The Celery task that runs one debate job, and the ``JobRunner`` that does the work.
+
+A job's life: ``queued`` → ``retrieving`` (pool built by the retriever service) → ``debating`` (the
+engine runs, checkpointing every completed round) → ``completed`` | ``failed`` | ``cancelled``.
+
+Exactly one result per job, even with redelivery:
+
+* every status change is a conditional transition in the job store (``completed`` only from
+  ``debating``; terminal states are never left), so a second run can never write a second result;
+* a lease (renewed while the debate runs) keeps two deliveries of one job from running side by side;
+* a redelivered job resumes from the last checkpoint with the same pool instead of starting over;
+* Parley counts attempts itself and fails a job that has killed its worker ``max_attempts`` times.
+
+The runner is plain asyncio (one event loop per task, so async clients are created per job); the
+Celery task is a thin wrapper, which keeps the runner testable without a broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import ValidationError
+
+from debate_worker.engine.config import DebateConfig
+from debate_worker.engine.context import RoleModels
+from debate_worker.engine.registry import KNOWLEDGE_FREE
+from debate_worker.engine.result import Checkpoint
+from debate_worker.engine.runner import run_debate
+from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
+from services.jobstore import ACTIVE, JobRecord, RedisJobStore
+from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
+from services.llm import LLMError
+from services.settings import LLMSettings, RetrieverClientSettings
+
+log = logging.getLogger("parley.worker")
+
+
+class ClosableRoleModels(RoleModels, Protocol):
+    async def aclose(self) -> None: ...
+
+
+class ClosablePoolBuilder(PoolBuilder, Protocol):
+    async def aclose(self) -> None: ...
+
+
+class JobCancelled(Exception):
+    """The job was cancelled (or finished elsewhere) while this worker ran it."""
+
+
+class PoolUnavailable(Exception):
+    """No knowledge pool could be built: the retriever is down or not configured."""
+
+
+def _default_models(llm: LLMSettings, base_url: str | None) -> ClosableRoleModels:
+    from services.llm_factory import build_role_models
+
+    return build_role_models(llm, base_url=base_url)
+
+
+def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBuilder:
+    if not retriever.url:
+        raise PoolUnavailable("PARLEY_RETRIEVER_URL is not set; workers reach knowledge only through it")
+    from services.retriever_client import RetrieverClient  # the retriever engineer's client
+
+    return RetrieverClient(retriever.url)
+
+
+@dataclass
+class WorkerRuntime:
+    """What a worker process needs to run jobs; factories so that every job gets fresh async clients."""
+
+    settings: WorkerSettings
+    llm: LLMSettings
+    retriever: RetrieverClientSettings
+    llm_base_url: str | None = None
+    models_factory: Callable[[], ClosableRoleModels] | None = None
+    pool_factory: Callable[[], ClosablePoolBuilder] | None = None
+    hostname: str = field(default_factory=socket.gethostname)
+
+    @classmethod
+    def from_env(cls, settings: WorkerSettings | None = None) -> WorkerRuntime:
+        return cls(settings or WorkerSettings(), LLMSettings(), RetrieverClientSettings())
+
+    def store(self) -> RedisJobStore:
+        return RedisJobStore.from_url(
+            self.settings.redis_url, prefix=self.settings.key_prefix, ttl_s=self.settings.job_ttl_s
+        )
+
+    def models(self) -> ClosableRoleModels:
+        if self.models_factory is not None:
+            return self.models_factory()
+        return _default_models(self.llm, self.llm_base_url)
+
+    def pool_builder(self) -> ClosablePoolBuilder:
+        if self.pool_factory is not None:
+            return self.pool_factory()
+        return _default_pool_builder(self.retriever)
+
+
+class JobRunner:
+    """Runs one job from the store to a terminal state (or leaves it for redelivery)."""
+
+    def __init__(self, runtime: WorkerRuntime, store: RedisJobStore) -> None:
+        self.rt = runtime
+        self.store = store
+        self.token = f"{runtime.hostname}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+
+    async def execute(self, job_id: str) -> str:
+        """Run ``job_id``; returns the status it ended in (or why it was skipped)."""
+        job = await self.store.get_job(job_id)
+        if job is None:
+            log.warning("job %s not in the store (expired or never stored); dropping", job_id)
+            return "missing"
+        if job.status not in ACTIVE:
+            # A redelivery of a finished job: the result exists, never produce a second one.
+            return f"skipped:{job.status}"
+        attempts = await self.store.incr_attempts(job_id)
+        if attempts > self.rt.settings.max_attempts:
+            await self.fail(job_id, f"gave up after {attempts - 1} attempts: the worker was lost each time")
+            return "failed"
+        if not await self._wait_for_lease(job_id):
+            return "skipped:leased"
+        try:
+            return await self._run(job, attempts)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.store.release_lease(job_id, self.token)
+
+    async def _wait_for_lease(self, job_id: str) -> bool:
+        # A previous delivery killed mid-debate leaves its lease behind until it expires; wait that
+        # long at most. A live holder keeps renewing it, and then this delivery is the duplicate.
+        ttl_ms = int(self.rt.settings.lease_ttl_s * 1000)
+        deadline = asyncio.get_running_loop().time() + self.rt.settings.lease_ttl_s + 1.0
+        while True:
+            if await self.store.acquire_lease(job_id, self.token, ttl_ms):
+                return True
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("job %s is leased by %s; not running it twice", job_id, "another worker")
+                return False
+            await asyncio.sleep(min(0.25, self.rt.settings.lease_ttl_s / 4))
+
+    async def _run(self, job: JobRecord, attempts: int) -> str:
+        job_id = job.job_id
+        try:
+            config = DebateConfig.model_validate(job.config)
+        except ValidationError as exc:
+            await self.fail(job_id, f"invalid config: {exc.errors()[0].get('msg', exc)}")
+            return "failed"
+        ok = await self.store.transition(
+            job_id,
+            "retrieving",
+            ACTIVE,
+            fields={"worker": self.token, "started_at": _now(), "rounds": config.rounds},
+        )
+        if not ok:
+            return "skipped:cancelled"
+        runner = asyncio.current_task()
+        assert runner is not None
+        watcher = asyncio.create_task(self._watch(job_id, runner))
+        try:
+            return await self._debate(job, config, attempts)
+        except (JobCancelled, asyncio.CancelledError):
+            # Cancelled by the user (DELETE) or finished elsewhere; the store already says so.
+            current = await self.store.get_job(job_id)
+            return f"skipped:{current.status if current else 'missing'}"
+        except PoolUnavailable as exc:
+            await self.fail(job_id, str(exc))
+            return "failed"
+        except LLMError as exc:
+            await self.fail(job_id, f"LLM error: {exc}")
+            return "failed"
+        except ValueError as exc:
+            await self.fail(job_id, f"invalid job: {exc}")
+            return "failed"
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+    async def _watch(self, job_id: str, runner: asyncio.Task[Any]) -> None:
+        """Renew the lease and stop the debate promptly when the job is cancelled."""
+        ttl = self.rt.settings.lease_ttl_s
+        interval = min(0.5, ttl / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                job = await self.store.get_job(job_id)
+                renewed = await self.store.acquire_lease(job_id, self.token, int(ttl * 1000))
+            except Exception:  # Redis blip: keep going, the next tick retries
+                log.exception("lease renewal for %s failed", job_id)
+                continue
+            if job is None or job.status not in ACTIVE or not renewed:
+                runner.cancel()
+                return
+
+    async def _debate(self, job: JobRecord, config: DebateConfig, attempts: int) -> str:
+        job_id = job.job_id
+        raw_ckpt = await self.store.load_checkpoint(job_id)
+        resume = Checkpoint.model_validate(raw_ckpt["checkpoint"]) if raw_ckpt else None
+        pool = KnowledgePool.model_validate(raw_ckpt["pool"]) if raw_ckpt else None
+        if pool is None:
+            pool = await self._build_pool(job, config)
+            await self._emit(
+                job_id,
+                "pool.ready",
+                {
+                    "pool_id": pool.pool_id,
+                    "items": len(pool.items),
+                    "cached": pool.cached,
+                    "warnings": pool.warnings,
+                    "timings_ms": pool.timings_ms,
+                },
+            )
+        ok = await self.store.transition(job_id, "debating", ("retrieving",), fields={"attempts": attempts})
+        if not ok:
+            raise JobCancelled(job_id)
+        if resume is not None:
+            log.info("job %s resumes after round %d (attempt %d)", job_id, resume.round, attempts)
+
+        async def on_event(event: str, data: dict[str, Any]) -> None:
+            await self._emit(job_id, event, data)
+            if event == "round.completed":
+                await self.store.set_fields(job_id, {"round": int(data.get("round", 0))})
+
+        async def on_checkpoint(ckpt: Checkpoint) -> None:
+            await self.store.save_checkpoint(
+                job_id, {"checkpoint": ckpt.model_dump(mode="json"), "pool": pool.model_dump(mode="json")}
+            )
+
+        models = self.rt.models()
+        try:
+            result = await run_debate(
+                job.question,
+                pool,
+                config,
+                models,
+                on_event,
+                on_checkpoint=on_checkpoint,
+                resume=resume,
+                gold=job.answers,
+            )
+        finally:
+            await models.aclose()
+        payload = result.model_dump(mode="json")
+        done = await self.store.transition(
+            job_id,
+            "completed",
+            ("debating",),
+            event="job.completed",
+            data={
+                "answer": result.answer,
+                "rounds": result.rounds,
+                "consensus": result.consensus,
+                "usage": result.usage.model_dump(),
+            },
+            fields={"result": payload, "round": result.rounds},
+        )
+        return "completed" if done else "skipped:finished-elsewhere"
+
+    async def _build_pool(self, job: JobRecord, config: DebateConfig) -> KnowledgePool:
+        if config.protocol in KNOWLEDGE_FREE or not config.uses_knowledge:
+            return empty_pool(job.question)
+        try:
+            builder = self.rt.pool_builder()
+        except ImportError as exc:
+            raise PoolUnavailable(f"retriever client not available: {exc}") from exc
+        try:
+            async with asyncio.timeout(self.rt.settings.pool_timeout_s):
+                return await builder.build_pool(job.question, k_wiki=config.k_wiki, k_web=config.k_web)
+        except TimeoutError as exc:
+            raise PoolUnavailable(
+                f"retriever did not build a pool within {self.rt.settings.pool_timeout_s:.0f}s"
+            ) from exc
+        except (LLMError, JobCancelled, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # RetrieverUnavailable (after the client's bounded retries) and any retriever HTTP error.
+            raise PoolUnavailable(f"retriever unavailable: {type(exc).__name__}: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await builder.aclose()
+
+    async def _emit(self, job_id: str, event: str, data: dict[str, Any]) -> None:
+        if await self.store.emit(job_id, event, data) is None:
+            raise JobCancelled(job_id)
+
+    async def fail(self, job_id: str, reason: str) -> bool:
+        log.warning("job %s failed: %s", job_id, reason)
+        return await self.store.transition(
+            job_id, "failed", ACTIVE, event="job.failed", data={"error": reason}, fields={"error": reason}
+        )
+
+
+def _now() -> float:
+    return time.time()
+
+
+async def _with_store(runtime: WorkerRuntime, fn: Callable[[RedisJobStore], Awaitable[str]]) -> str:
+    store = runtime.store()
+    try:
+        return await fn(store)
+    finally:
+        await store.aclose()
+
+
+def run_job(runtime: WorkerRuntime, job_id: str) -> str:
+    """Run one job to completion in a fresh event loop (what the Celery task does)."""
+    return asyncio.run(_with_store(runtime, lambda store: JobRunner(runtime, store).execute(job_id)))
+
+
+def fail_job(runtime: WorkerRuntime, job_id: str, reason: str) -> None:
+    async def _fail(store: RedisJobStore) -> str:
+        await JobRunner(runtime, store).fail(job_id, reason)
+        return "failed"
+
+    asyncio.run(_with_store(runtime, _fail))
+
+
+def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
+    """Register ``parley.run_debate`` on ``app``; the task only hands the job id to the runner."""
+    settings = runtime.settings
+
+    @app.task(
+        name=TASK_RUN_DEBATE,
+        acks_late=settings.task_acks_late,
+        reject_on_worker_lost=settings.task_reject_on_worker_lost,
+        ignore_result=True,
+    )
+    def run_debate_task(job_id: str) -> str:
+        try:
+            return run_job(runtime, job_id)
+        except SoftTimeLimitExceeded:
+            fail_job(
+                runtime,
+                job_id,
+                f"time limit exceeded: the debate ran longer than {settings.task_soft_time_limit:.0f}s",
+            )
+            return "failed"

@@ -1,0 +1,88 @@
+"""Settings of the worker process (``PARLEY_WORKER_*``), read once at start-up.
+
+The Celery settings carry exactly Celery's names (``task_acks_late``, ``worker_prefetch_multiplier``,
+…) so ``celery_conf()`` can hand them to ``app.conf.update`` unchanged and the Celery documentation
+applies to them word for word.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from services.settings import ParleySettings
+
+QUEUE_INTERACTIVE = "parley.interactive"
+QUEUE_BATCH = "parley.batch"
+TASK_RUN_DEBATE = "parley.run_debate"
+
+
+class WorkerSettings(ParleySettings):
+    """Job store, broker, Celery delivery guarantees and Parley's retry caps for the worker."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PARLEY_WORKER_", frozen=True, extra="ignore", env_nested_delimiter="__"
+    )
+
+    redis_url: str = Field(default="redis://localhost:6379/0", description="job store (Parley's own)")
+    broker_url: str | None = Field(default=None, description="Celery broker; unset = redis_url")
+    key_prefix: str = "parley"
+    job_ttl_s: int = Field(default=7 * 24 * 3600, ge=60, description="how long finished jobs are kept")
+    queues: list[str] = Field(default_factory=lambda: [QUEUE_INTERACTIVE, QUEUE_BATCH])
+
+    # Parley's own redelivery cap: a job whose worker dies this many times fails instead of looping.
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    # Only the lease holder runs a job; the lease is renewed every lease_ttl_s/3 while it runs.
+    lease_ttl_s: float = Field(default=15.0, gt=0.5)
+    # Retriever calls: the client retries ``PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS`` times itself;
+    # this adds no second retry layer, only the time budget for building one pool.
+    pool_timeout_s: float = Field(default=120.0, gt=0)
+
+    # --- Celery, by Celery's names -------------------------------------------------------------
+    task_acks_late: bool = True
+    task_reject_on_worker_lost: bool = True
+    worker_prefetch_multiplier: int = Field(default=1, ge=1)
+    task_soft_time_limit: float = Field(default=1500.0, gt=0)
+    task_time_limit: float = Field(default=1800.0, gt=0)
+    visibility_timeout: float = Field(
+        default=3600.0, gt=0, description="broker_transport_options.visibility_timeout (Redis)"
+    )
+    worker_concurrency: int | None = Field(default=None, ge=1, description="None = number of CPUs")
+    worker_pool: Literal["prefork", "threads", "solo"] = "prefork"
+    worker_max_tasks_per_child: int | None = Field(default=200, ge=1)
+    broker_connection_timeout: float = Field(default=4.0, gt=0)
+
+    @model_validator(mode="after")
+    def _limits_below_visibility(self) -> WorkerSettings:
+        # A task still running when the visibility timeout expires is handed to a second worker;
+        # keeping both limits below it means a healthy run is never duplicated.
+        if not self.task_soft_time_limit < self.task_time_limit < self.visibility_timeout:
+            raise ValueError(
+                "need task_soft_time_limit < task_time_limit < visibility_timeout, got "
+                f"{self.task_soft_time_limit} / {self.task_time_limit} / {self.visibility_timeout}"
+            )
+        return self
+
+    @property
+    def broker(self) -> str:
+        return self.broker_url or self.redis_url
+
+    def celery_conf(self) -> dict[str, Any]:
+        """The ``app.conf.update`` mapping, keys exactly as Celery names them."""
+        conf: dict[str, Any] = {
+            "broker_url": self.broker,
+            "task_acks_late": self.task_acks_late,
+            "task_reject_on_worker_lost": self.task_reject_on_worker_lost,
+            "worker_prefetch_multiplier": self.worker_prefetch_multiplier,
+            "task_soft_time_limit": self.task_soft_time_limit,
+            "task_time_limit": self.task_time_limit,
+            "broker_transport_options": {"visibility_timeout": self.visibility_timeout},
+            "worker_pool": self.worker_pool,
+            "worker_max_tasks_per_child": self.worker_max_tasks_per_child,
+            "broker_connection_timeout": self.broker_connection_timeout,
+        }
+        if self.worker_concurrency is not None:
+            conf["worker_concurrency"] = self.worker_concurrency
+        return conf
