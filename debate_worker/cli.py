@@ -21,6 +21,7 @@ app.command("ask")(ask)
 
 # sub-command registrations (one line each; keep imports light)
 app.command("eval")(__import__("debate_worker.evaluation.cli", fromlist=["x"]).eval_command)
+app.add_typer(__import__("api.cli", fromlist=["x"]).app)  # api, worker, submit, hash-key
 # end of sub-command registrations
 
 
