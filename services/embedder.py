@@ -72,7 +72,9 @@ class SentenceTransformerEmbedder:
     @property
     def dim(self) -> int:
         model = self.load()
-        dim = model.get_sentence_embedding_dimension()
+        # sentence-transformers 6 renamed the getter; accept both spellings.
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        dim = getter()
         if dim is None:  # pragma: no cover - every sentence-transformers text model reports it
             dim = int(model.encode(["x"]).shape[1])
         return int(dim)

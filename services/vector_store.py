@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import threading
 import uuid
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -118,8 +119,10 @@ class VectorStore:
                     name, vectors_config=qm.VectorParams(size=dim, distance=qm.Distance.COSINE)
                 )
             for field in keyword_indexes:
-                # A no-op in embedded mode (brute force), a real index on a server.
-                c.create_payload_index(name, field, field_schema=qm.PayloadSchemaType.KEYWORD)
+                # A real index on a server; embedded mode searches by brute force and only warns.
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Payload indexes have no effect")
+                    c.create_payload_index(name, field, field_schema=qm.PayloadSchemaType.KEYWORD)
 
     @staticmethod
     def _dim_locked(c: QdrantClient, name: str) -> int | None:

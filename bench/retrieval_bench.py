@@ -1,0 +1,247 @@
+"""Retrieval benchmark: index build speed, pool latency, and answer recall of dense / BM25 / hybrid.
+
+Run (from the repository root; ~15 min on 2 cores for the full bundled corpus):
+
+    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python bench/retrieval_bench.py \
+        --data-dir .parley/bench-index --out reports/retrieval
+
+1. builds the dense + BM25 index of the full Vital Articles corpus in a fresh data dir (timed; the
+   model load is timed separately so passages/s measures encoding + upserts);
+2. pool latency p50/p95 over the first 200 questions of nq_open_vital_dev.jsonl, Wikipedia only
+   (k_wiki=5, k_web=0), each question once (cold, no cache hits), then the same questions again
+   (cache hits) — on the embedded store, in-process, as the service's handler runs it;
+3. answer recall@k (k = 1..20) over all questions for each mode: a hit when a gold alias, SQuAD-
+   normalised, occurs as a whole-word sequence in the normalised text of one of the top-k passages
+   (DPR's "has answer" convention: passage text, not title).
+
+Writes ``bench.json``, ``bench.md`` and ``recall_at_k.png`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from debate_worker.engine.answers import normalize_answer  # noqa: E402
+from retriever.corpus import read_vital  # noqa: E402
+from retriever.indexer import build_bm25, build_dense, index_stats, make_embedder, open_store  # noqa: E402
+from retriever.runtime import RetrieverRuntime  # noqa: E402
+from retriever.settings import RetrieverSettings  # noqa: E402
+
+MODES = ("dense", "bm25", "hybrid")
+DEFAULT_DATA = Path("/work/shared/data/nq_open_vital_dev.jsonl")
+
+
+def has_answer(texts: list[str], aliases: list[str]) -> bool:
+    """Whether any normalised alias occurs as whole words in any normalised text."""
+    norm_texts = [f" {normalize_answer(t)} " for t in texts]
+    for a in aliases:
+        na = normalize_answer(a)
+        if na and any(f" {na} " in t for t in norm_texts):
+            return True
+    return False
+
+
+def percentile(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    i = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
+    return s[i]
+
+
+def build(settings: RetrieverSettings, limit: int | None) -> dict[str, Any]:
+    shutil.rmtree(settings.data_dir, ignore_errors=True)
+    passages = list(read_vital(settings.passage_words, limit=limit))
+    store = open_store(settings)
+    try:
+        emb = make_embedder(settings)
+        t = time.perf_counter()
+        emb.load()
+        load_s = time.perf_counter() - t
+        t = time.perf_counter()
+        n = build_dense(settings, store, emb, passages, corpus="vital", total=len(passages))
+        dense_s = time.perf_counter() - t
+        t = time.perf_counter()
+        bm = build_bm25(settings, store)
+        bm25_s = time.perf_counter() - t
+        # The manifest is what `parley index build` writes; keep the bench index usable by the CLI.
+        from retriever import indexer
+
+        indexer._write_manifest(
+            settings,
+            {"collection": settings.collection, "embedding_model": emb.name, "dim": emb.dim,
+             "passages": n, "corpora": {"vital": {"passages": n, "built_at": time.time()}},
+             "bm25": {"docs": bm, "built_at": time.time()}, "store": store.location},
+        )
+        stats = index_stats(settings, store)
+    finally:
+        store.close()
+    return {
+        "articles": limit or "all",
+        "passages": n,
+        "model_load_s": round(load_s, 2),
+        "dense_build_s": round(dense_s, 1),
+        "dense_passages_per_s": round(n / dense_s, 1),
+        "bm25_build_s": round(bm25_s, 1),
+        "bm25_docs": bm,
+        "total_build_s": round(load_s + dense_s + bm25_s, 1),
+        "store_disk_mb": round((stats["store_disk_bytes"] or 0) / 2**20, 1),
+        "bm25_disk_mb": round(stats["bm25_disk_bytes"] / 2**20, 1),
+    }
+
+
+async def evaluate(settings: RetrieverSettings, questions: list[dict[str, Any]], n_latency: int, kmax: int) -> dict[str, Any]:
+    rt = RetrieverRuntime.open(settings)
+    try:
+        rt.warm()
+        # Pool latency, Wikipedia only, default mode (hybrid when BM25 exists).
+        lat_cold: list[float] = []
+        lat_cached: list[float] = []
+        stages: dict[str, list[float]] = {}
+        for q in questions[:n_latency]:
+            t = time.perf_counter()
+            pool = await rt.pools.build_pool(q["question"], k_wiki=5, k_web=0)
+            lat_cold.append((time.perf_counter() - t) * 1000)
+            for key, v in pool.timings_ms.items():
+                stages.setdefault(key, []).append(v)
+        for q in questions[:n_latency]:
+            t = time.perf_counter()
+            pool = await rt.pools.build_pool(q["question"], k_wiki=5, k_web=0)
+            lat_cached.append((time.perf_counter() - t) * 1000)
+            assert pool.cached
+        # Recall@k per mode over all questions.
+        recall: dict[str, list[float]] = {}
+        search_ms: dict[str, list[float]] = {}
+        for mode in MODES:
+            hits_at = [0] * (kmax + 1)
+            times = []
+            for q in questions:
+                t = time.perf_counter()
+                hits = await rt.wiki.search(q["question"], kmax, mode)  # type: ignore[arg-type]
+                times.append((time.perf_counter() - t) * 1000)
+                texts = [h.text for h in hits]
+                first = next((i for i in range(1, kmax + 1) if has_answer(texts[:i], q["answers"])), None)
+                if first is not None:
+                    for k in range(first, kmax + 1):
+                        hits_at[k] += 1
+            recall[mode] = [hits_at[k] / len(questions) for k in range(1, kmax + 1)]
+            search_ms[mode] = times
+        return {
+            "pool_latency_ms": {
+                "questions": len(lat_cold),
+                "mode": rt.wiki.default_mode(),
+                "cold_p50": round(percentile(lat_cold, 50), 1),
+                "cold_p95": round(percentile(lat_cold, 95), 1),
+                "cold_mean": round(statistics.mean(lat_cold), 1),
+                "cached_p50": round(percentile(lat_cached, 50), 1),
+                "cached_p95": round(percentile(lat_cached, 95), 1),
+                "stage_p50": {k: round(percentile(v, 50), 1) for k, v in stages.items()},
+            },
+            "search_latency_ms_p50": {m: round(percentile(v, 50), 1) for m, v in search_ms.items()},
+            "search_latency_ms_p95": {m: round(percentile(v, 95), 1) for m, v in search_ms.items()},
+            "recall_questions": len(questions),
+            "recall_at_k": {m: [round(x, 4) for x in r] for m, r in recall.items()},
+        }
+    finally:
+        await rt.aclose()
+
+
+def write_reports(out: Path, result: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    ev, b = result["eval"], result["build"]
+    r = ev["recall_at_k"]
+    lines = [
+        "# Retrieval benchmark",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Machine: {result['machine']}; date {result['date']}",
+        "",
+        "## Index build (full bundled Vital Articles corpus)",
+        "",
+        "| passages | model load | dense build | passages/s | BM25 build | store on disk | BM25 on disk |",
+        "|---|---|---|---|---|---|---|",
+        f"| {b['passages']} | {b['model_load_s']} s | {b['dense_build_s']} s | {b['dense_passages_per_s']} "
+        f"| {b['bm25_build_s']} s | {b['store_disk_mb']} MB | {b['bm25_disk_mb']} MB |",
+        "",
+        f"## Pool latency (Wikipedia only, k_wiki=5, mode {ev['pool_latency_ms']['mode']}, "
+        f"{ev['pool_latency_ms']['questions']} questions, embedded store, in-process)",
+        "",
+        "| | p50 | p95 |",
+        "|---|---|---|",
+        f"| cold (built) | {ev['pool_latency_ms']['cold_p50']} ms | {ev['pool_latency_ms']['cold_p95']} ms |",
+        f"| cached | {ev['pool_latency_ms']['cached_p50']} ms | {ev['pool_latency_ms']['cached_p95']} ms |",
+        "",
+        f"Stage medians (cold): {ev['pool_latency_ms']['stage_p50']}",
+        "",
+        f"## Answer recall ({ev['recall_questions']} questions of nq_open_vital_dev)",
+        "",
+        "| mode | R@1 | R@5 | R@10 | R@20 | search p50 | search p95 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in MODES:
+        lines.append(
+            f"| {m} | {r[m][0]:.3f} | {r[m][4]:.3f} | {r[m][9]:.3f} | {r[m][-1]:.3f} "
+            f"| {ev['search_latency_ms_p50'][m]} ms | {ev['search_latency_ms_p95'][m]} ms |"
+        )
+    lines += ["", "![recall@k](recall_at_k.png)", ""]
+    (out / "bench.md").write_text("\n".join(lines), encoding="utf-8")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m in MODES:
+        ax.plot(range(1, len(r[m]) + 1), r[m], marker="o", markersize=3, label=m)
+    ax.set_xlabel("k (passages)")
+    ax.set_ylabel("answer recall@k")
+    ax.set_title(f"Answer recall on nq_open_vital_dev (n={ev['recall_questions']})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "recall_at_k.png", dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", type=Path, default=ROOT / ".parley" / "bench-index")
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "retrieval")
+    ap.add_argument("--questions", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--limit", type=int, default=None, help="articles to index (default: all)")
+    ap.add_argument("--latency-questions", type=int, default=200)
+    ap.add_argument("--kmax", type=int, default=20)
+    ap.add_argument("--skip-build", action="store_true", help="reuse the index in --data-dir")
+    args = ap.parse_args()
+
+    settings = RetrieverSettings(data_dir=args.data_dir.resolve(), warmup=False)
+    build_res = json.loads((args.out / "bench.json").read_text())["build"] if args.skip_build else build(settings, args.limit)
+    print(json.dumps(build_res, indent=2), flush=True)
+    questions = [json.loads(line) for line in args.questions.read_text(encoding="utf-8").splitlines() if line.strip()]
+    ev = asyncio.run(evaluate(settings, questions, args.latency_questions, args.kmax))
+    result = {
+        "command": " ".join(["HF_HUB_OFFLINE=1", "python", *sys.argv]),
+        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs (shared), Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "build": build_res,
+        "eval": ev,
+    }
+    write_reports(args.out, result)
+    print(json.dumps(ev, indent=2))
+
+
+if __name__ == "__main__":
+    main()

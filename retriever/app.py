@@ -1,0 +1,177 @@
+"""The retrieval service's HTTP API (``parley retriever``).
+
+``POST /v1/pools`` builds SKPool(q), ``GET /v1/pools/{id}`` returns a stored pool, ``GET /v1/search``
+exposes dense/BM25/hybrid search for inspection, ``GET /healthz`` reports readiness. Errors are RFC 9457
+``application/problem+json``: 422 for bad input, 404 for unknown pools, 503 when the index is missing
+(the detail says how to build it). The store, model, JVM and web client are opened once in the lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from retriever.indexer import IndexMissing
+from retriever.pools import MAX_K, InvalidRequest
+from retriever.runtime import RetrieverRuntime
+from retriever.settings import RetrieverSettings, SearchMode
+from services.knowledge import KnowledgePool
+
+log = logging.getLogger("parley.retriever")
+PROBLEM = "application/problem+json"
+
+
+class PoolRequest(BaseModel):
+    question: str = Field(min_length=1, description="the question to build the knowledge pool for")
+    k_wiki: int = Field(default=5, ge=0, le=MAX_K)
+    k_web: int = Field(default=5, ge=0, le=MAX_K)
+
+
+class SearchHit(BaseModel):
+    rank: int
+    pid: str
+    title: str
+    text: str
+    url: str | None
+    score: float
+
+
+class SearchResponse(BaseModel):
+    query: str
+    mode: SearchMode
+    hits: list[SearchHit]
+    timings_ms: dict[str, float]
+
+
+def problem(status: int, title: str, detail: str, instance: str | None = None, **extra: Any) -> JSONResponse:
+    """An RFC 9457 problem details response."""
+    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    if instance:
+        body["instance"] = instance
+    body.update(extra)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+
+
+def _runtime(request: Request) -> RetrieverRuntime:
+    rt: RetrieverRuntime = request.app.state.runtime
+    return rt
+
+
+async def _sweeper(rt: RetrieverRuntime, every_s: float) -> None:
+    """Delete expired pools periodically; a failed sweep is logged and retried next time."""
+    while True:
+        try:
+            n = await asyncio.to_thread(rt.sweep)
+            if n:
+                log.info("swept %d expired pool points", n)
+        except Exception:  # the sweeper must never die: pools would then grow unbounded
+            log.exception("pool sweep failed")
+        await asyncio.sleep(every_s)
+
+
+def create_app(settings: RetrieverSettings | None = None) -> FastAPI:
+    """The retriever app; long-lived resources open in its lifespan (run it under uvicorn)."""
+    settings = settings or RetrieverSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        rt = await asyncio.to_thread(RetrieverRuntime.open, settings)
+        try:
+            if settings.warmup:
+                await asyncio.to_thread(rt.warm)
+            app.state.runtime = rt
+            sweeper = asyncio.create_task(_sweeper(rt, settings.sweep_interval_s))
+            try:
+                yield
+            finally:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
+        finally:
+            await rt.aclose()
+
+    app = FastAPI(title="Parley retriever", version="0.1.0", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        return problem(422, "Invalid request", "the request failed validation", request.url.path, errors=errors)
+
+    @app.exception_handler(InvalidRequest)
+    async def _invalid(request: Request, exc: InvalidRequest) -> JSONResponse:
+        return problem(422, "Invalid request", str(exc), request.url.path)
+
+    @app.exception_handler(IndexMissing)
+    async def _missing(request: Request, exc: IndexMissing) -> JSONResponse:
+        return problem(503, "Index not built", str(exc), request.url.path)
+
+    @app.post("/v1/pools", response_model=KnowledgePool)
+    async def create_pool(body: PoolRequest, request: Request) -> KnowledgePool:
+        """Build (or fetch from cache) SKPool(question)."""
+        return await _runtime(request).pools.build_pool(body.question, body.k_wiki, body.k_web)
+
+    @app.get("/v1/pools/{pool_id}", response_model=KnowledgePool)
+    async def get_pool(pool_id: str, request: Request) -> Any:
+        pool = await _runtime(request).pools.get_pool(pool_id)
+        if pool is None:
+            return problem(404, "Pool not found", f"no pool {pool_id!r} (unknown or expired)", request.url.path)
+        return pool
+
+    @app.get("/v1/search", response_model=SearchResponse)
+    async def search(
+        request: Request,
+        q: Annotated[str, Query(min_length=1, max_length=settings.max_question_chars)],
+        k: Annotated[int, Query(ge=0, le=MAX_K)] = 10,
+        mode: SearchMode | None = None,
+    ) -> SearchResponse:
+        """Inspect Wikipedia retrieval alone: dense, BM25 or hybrid (default: the service's mode)."""
+        if not q.strip():
+            raise InvalidRequest("q must not be blank")
+        rt = _runtime(request)
+        rt.wiki.check_ready()
+        used: SearchMode = mode or rt.wiki.default_mode()
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        hits = await rt.wiki.search(q, k, used, timings=timings)
+        timings["total_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+        return SearchResponse(
+            query=q,
+            mode=used,
+            hits=[
+                SearchHit(rank=i, pid=h.pid, title=h.title, text=h.text, url=h.url, score=h.score)
+                for i, h in enumerate(hits, start=1)
+            ],
+            timings_ms=timings,
+        )
+
+    @app.get("/healthz")
+    async def healthz(request: Request) -> dict[str, Any]:
+        """Liveness plus readiness facts: 200 while the process serves; ``index_ready`` says if pools work."""
+        rt = _runtime(request)
+        passages = await asyncio.to_thread(rt.store.count, settings.collection)
+        return {
+            "status": "ok" if passages else "no_index",
+            "index_ready": passages > 0,
+            "passages": passages,
+            "collection": settings.collection,
+            "embedding_model": settings.model_name,
+            "bm25": rt.wiki.has_bm25,
+            "mode": rt.wiki.default_mode(),
+            "web_provider": settings.web_provider,
+            "store": rt.store.location,
+        }
+
+    return app

@@ -1,0 +1,347 @@
+"""SKPool(q) = WR(q) ∪ GSE(q) (MADKE Eq. 1): assembly, near-duplicate removal, numbering and caching.
+
+Pools live in the Qdrant collection ``knowledge_pools`` next to the passages. Three kinds of points,
+all with deterministic ids so every lookup is a by-id retrieve (O(1) in embedded mode, where filtered
+scans are brute force):
+
+- ``item``  id(pool_id, n): one knowledge item (payload: pool_id, question_hash, source, rank, title,
+  url, text, score, created_at; vector: the item's embedding);
+- ``pool``  id(pool_id, 0): the pool header (item count, question, warnings; vector: the question);
+- ``cache`` id(question_hash): the cache entry pointing at the current pool for a normalised question
+  and parameters.
+
+Writes go items+header first, cache entry last, so a reader that finds the cache entry always finds a
+complete pool; concurrent requests for the same key in this process share one build (single flight).
+Pools whose web search failed are stored (``GET`` works) but not cached, so the next request retries
+the provider instead of serving a degraded pool for the whole TTL. Expired points are swept by
+``created_at``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+import unicodedata
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from retriever.search import PassageHit, WikiRetriever
+from retriever.settings import RetrieverSettings
+from services.knowledge import KnowledgeItem, KnowledgePool
+from services.vector_store import VectorStore, point_id
+from services.websearch import WebResult, WebSearch, WebSearchError
+
+MAX_K = 50
+
+
+class InvalidRequest(ValueError):
+    """Bad input (empty or huge question, k outside 0..50): a 422 for the HTTP layer."""
+
+
+def normalize_question(question: str) -> str:
+    """The cache key form: NFKC, lower-case, single spaces, no trailing punctuation."""
+    q = unicodedata.normalize("NFKC", question).lower()
+    q = " ".join(q.split())
+    return re.sub(r"[\s?.!]+$", "", q)
+
+
+def _norm_url(url: str | None) -> str | None:
+    """Compare URLs loosely: scheme, ``www.``/mobile Wikipedia hosts, fragments and trailing slashes."""
+    if not url:
+        return None
+    u = url.strip().lower().split("#", 1)[0]
+    u = re.sub(r"^https?://", "", u)
+    u = re.sub(r"^(www\.|m\.)", "", u)
+    u = u.replace(".m.wikipedia.org", ".wikipedia.org")
+    return u.rstrip("/")
+
+
+@dataclass
+class _Candidate:
+    source: str
+    title: str
+    text: str
+    url: str | None
+    score: float
+    vector: np.ndarray | None
+
+
+def dedupe(candidates: list[_Candidate], threshold: float) -> list[_Candidate]:
+    """Keep candidates in order, dropping near-duplicates of an already kept one.
+
+    A near-duplicate is a web result whose URL equals a kept item's URL, or any candidate whose
+    embedding cosine with a kept item is ≥ ``threshold``. Wikipedia passages of one article share the
+    article URL but are distinct passages, so the URL rule applies to web results only.
+    """
+    kept: list[_Candidate] = []
+    urls: set[str] = set()
+    vecs: list[np.ndarray] = []
+    for c in candidates:
+        nu = _norm_url(c.url)
+        if c.source == "web" and nu is not None and nu in urls:
+            continue
+        if c.vector is not None and vecs and float(np.max(np.stack(vecs) @ c.vector)) >= threshold:
+            continue
+        kept.append(c)
+        if nu is not None:
+            urls.add(nu)
+        if c.vector is not None:
+            vecs.append(c.vector)
+    return kept
+
+
+class PoolStore:
+    """The ``knowledge_pools`` collection: save, fetch by id, fetch by cache key, sweep expired."""
+
+    def __init__(self, store: VectorStore, collection: str, dim: int, ttl_s: float) -> None:
+        self.store = store
+        self.collection = collection
+        self.dim = dim
+        self.ttl_s = ttl_s
+        store.ensure_collection(collection, dim, keyword_indexes=("pool_id", "question_hash"))
+
+    @staticmethod
+    def _item_id(pool_id: str, rank: int) -> str:
+        return point_id(f"pool:{pool_id}:{rank}")
+
+    @staticmethod
+    def _cache_id(question_hash: str) -> str:
+        return point_id(f"cache:{question_hash}")
+
+    def save(
+        self,
+        pool: KnowledgePool,
+        question_hash: str,
+        qvec: np.ndarray,
+        item_vectors: list[np.ndarray],
+        *,
+        cache: bool,
+        now: float | None = None,
+    ) -> None:
+        """Write the pool's items and header, then (if ``cache``) the cache entry that publishes it."""
+        now = time.time() if now is None else now
+        ids, vecs, payloads = [], [], []
+        for it, vec in zip(pool.items, item_vectors, strict=True):
+            ids.append(self._item_id(pool.pool_id, it.n))
+            vecs.append(vec)
+            payloads.append(
+                {
+                    "kind": "item",
+                    "pool_id": pool.pool_id,
+                    "question_hash": question_hash,
+                    "source": it.source,
+                    "rank": it.n,
+                    "title": it.title,
+                    "url": it.url,
+                    "text": it.text,
+                    "score": it.score,
+                    "created_at": now,
+                }
+            )
+        ids.append(self._item_id(pool.pool_id, 0))
+        vecs.append(qvec)
+        payloads.append(
+            {
+                "kind": "pool",
+                "pool_id": pool.pool_id,
+                "question_hash": question_hash,
+                "source": "pool",
+                "rank": 0,
+                "title": "",
+                "url": None,
+                "text": pool.question,
+                "n_items": len(pool.items),
+                "warnings": pool.warnings,
+                "created_at": now,
+            }
+        )
+        self.store.upsert(self.collection, ids, np.stack(vecs), payloads)
+        if cache:
+            entry = {"kind": "cache", "question_hash": question_hash, "pool_id": pool.pool_id, "created_at": now}
+            self.store.upsert(self.collection, [self._cache_id(question_hash)], qvec[None, :], [entry])
+
+    def get(self, pool_id: str, *, now: float | None = None) -> KnowledgePool | None:
+        """The stored pool, or None when unknown or expired."""
+        now = time.time() if now is None else now
+        head = self.store.retrieve(self.collection, [self._item_id(pool_id, 0)])
+        if not head or now - float(head[0].payload.get("created_at", 0)) > self.ttl_s:
+            return None
+        hp = head[0].payload
+        n_items = int(hp.get("n_items", 0))
+        ids = [self._item_id(pool_id, n) for n in range(1, n_items + 1)]
+        recs = self.store.retrieve(self.collection, ids)
+        if len(recs) != n_items:  # partially swept: treat as gone
+            return None
+        items = [
+            KnowledgeItem(
+                n=int(r.payload["rank"]),
+                source=r.payload["source"],
+                title=r.payload.get("title") or "",
+                text=r.payload.get("text") or "",
+                url=r.payload.get("url"),
+                score=float(r.payload.get("score") or 0.0),
+            )
+            for r in recs
+        ]
+        return KnowledgePool(
+            pool_id=pool_id, question=str(hp.get("text", "")), items=items, warnings=list(hp.get("warnings") or [])
+        )
+
+    def lookup(self, question_hash: str, *, now: float | None = None) -> KnowledgePool | None:
+        """The cached pool for a key, or None when there is none or it expired."""
+        now = time.time() if now is None else now
+        entry = self.store.retrieve(self.collection, [self._cache_id(question_hash)])
+        if not entry or now - float(entry[0].payload.get("created_at", 0)) > self.ttl_s:
+            return None
+        return self.get(str(entry[0].payload["pool_id"]), now=now)
+
+    def sweep(self, *, now: float | None = None) -> int:
+        """Delete every point (items, headers, cache entries) older than the TTL; returns the count."""
+        now = time.time() if now is None else now
+        return self.store.delete_where_less(self.collection, "created_at", now - self.ttl_s)
+
+
+class PoolService:
+    """Builds SKPool(q): top-k Wikipedia ∪ top-k web, deduplicated, Wikipedia first, numbered from 1."""
+
+    def __init__(
+        self,
+        settings: RetrieverSettings,
+        wiki: WikiRetriever,
+        pools: PoolStore,
+        web: WebSearch | None,
+    ) -> None:
+        self.settings = settings
+        self.wiki = wiki
+        self.pools = pools
+        self.web = web
+        self._inflight: dict[str, asyncio.Future[KnowledgePool]] = {}
+        self.builds = 0  # pools actually assembled (not served from cache): for tests and metrics
+
+    def validate(self, question: str, k_wiki: int, k_web: int) -> str:
+        q = question.strip()
+        if not q:
+            raise InvalidRequest("question must not be empty")
+        if len(q) > self.settings.max_question_chars:
+            raise InvalidRequest(f"question is longer than {self.settings.max_question_chars} characters")
+        for name, k in (("k_wiki", k_wiki), ("k_web", k_web)):
+            if not 0 <= k <= MAX_K:
+                raise InvalidRequest(f"{name} must be between 0 and {MAX_K}, got {k}")
+        return q
+
+    def cache_key(self, question: str, k_wiki: int, k_web: int) -> str:
+        """sha256 of the normalised question and everything that changes the pool's content."""
+        key = {
+            "q": normalize_question(question),
+            "k_wiki": k_wiki,
+            "k_web": k_web if self.web is not None else 0,
+            "web": self.web.name if self.web is not None else "none",
+            "mode": self.wiki.default_mode(),
+            "collection": self.settings.collection,
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+    async def build_pool(self, question: str, k_wiki: int = 5, k_web: int = 5) -> KnowledgePool:
+        """The pool for ``question``: from the cache when fresh, else built once even under concurrency."""
+        t0 = time.perf_counter()
+        q = self.validate(question, k_wiki, k_web)
+        self.wiki.check_ready()
+        qhash = self.cache_key(q, k_wiki, k_web)
+        # Single flight: register before the first await, so a concurrent request for the same key
+        # always finds either the in-flight build or (after it) the published cache entry.
+        fut = self._inflight.get(qhash)
+        if fut is not None:
+            pool = await asyncio.shield(fut)
+            return pool.model_copy(update={"question": q, "cached": True})
+        fut = asyncio.get_running_loop().create_future()
+        self._inflight[qhash] = fut
+        try:
+            cached = await asyncio.to_thread(self.pools.lookup, qhash)
+            if cached is not None:
+                ms = _ms(t0)
+                pool = cached.model_copy(
+                    update={"question": q, "cached": True, "timings_ms": {"cache_ms": ms, "total_ms": ms}}
+                )
+            else:
+                pool = await self._assemble(q, qhash, k_wiki, k_web, t0)
+            fut.set_result(pool)
+            return pool
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: followers re-raise it, nobody else must
+            raise
+        finally:
+            self._inflight.pop(qhash, None)
+
+    async def _assemble(self, q: str, qhash: str, k_wiki: int, k_web: int, t0: float) -> KnowledgePool:
+        timings: dict[str, float] = {}
+        warnings: list[str] = []
+        t = time.perf_counter()
+        qvec = await self.wiki.embed_query(q)
+        timings["embed_ms"] = _ms(t)
+        web_task = asyncio.create_task(self._web(q, k_web, warnings, timings))
+        wiki_hits = await self.wiki.search(q, k_wiki, qvec=qvec, with_vectors=True, timings=timings)
+        web_hits, web_failed = await web_task
+        t = time.perf_counter()
+        web_vecs: np.ndarray | None = None
+        if web_hits:
+            web_vecs = await asyncio.to_thread(
+                self.wiki.embedder.embed, [f"{w.title}. {w.snippet}" for w in web_hits]
+            )
+        cands = [_wiki_candidate(h) for h in wiki_hits]
+        for i, w in enumerate(web_hits):
+            vec = web_vecs[i] if web_vecs is not None else None
+            cands.append(_Candidate("web", w.title, w.snippet, w.url, 1.0 / w.rank, vec))
+        kept = dedupe(cands, self.settings.dedupe_cosine)
+        timings["dedupe_ms"] = _ms(t)
+        items = [
+            KnowledgeItem(n=i, source=c.source, title=c.title, text=c.text, url=c.url, score=round(c.score, 6))  # type: ignore[arg-type]
+            for i, c in enumerate(kept, start=1)
+        ]
+        pool = KnowledgePool(pool_id=uuid.uuid4().hex, question=q, items=items, warnings=warnings)
+        vecs = [c.vector if c.vector is not None else qvec for c in kept]
+        t = time.perf_counter()
+        await asyncio.to_thread(self.pools.save, pool, qhash, qvec, vecs, cache=not web_failed)
+        timings["store_ms"] = _ms(t)
+        timings["total_ms"] = _ms(t0)
+        self.builds += 1
+        return pool.model_copy(update={"timings_ms": timings})
+
+    async def _web(
+        self, q: str, k: int, warnings: list[str], timings: dict[str, float]
+    ) -> tuple[list[WebResult], bool]:
+        if k <= 0:
+            return [], False
+        if self.web is None:
+            warnings.append("no web search provider is configured (PARLEY_RETRIEVER_WEB_PROVIDER): the pool is Wikipedia-only")
+            return [], False
+        t = time.perf_counter()
+        try:
+            return await self.web.search(q, k), False
+        except WebSearchError as exc:
+            warnings.append(f"web search failed ({exc}): the pool is Wikipedia-only")
+            return [], True
+        finally:
+            timings["web_ms"] = _ms(t)
+
+    async def get_pool(self, pool_id: str) -> KnowledgePool | None:
+        return await asyncio.to_thread(self.pools.get, pool_id)
+
+
+def _wiki_candidate(h: PassageHit) -> _Candidate:
+    return _Candidate("wikipedia", h.title, h.text, h.url, h.score, h.vector)
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000.0, 2)
+
+
+def pool_summary(pool: KnowledgePool) -> dict[str, Any]:
+    """A compact view of a pool for logs and the CLI."""
+    return {"pool_id": pool.pool_id, "items": len(pool.items), "cached": pool.cached, "warnings": pool.warnings}

@@ -1,0 +1,103 @@
+"""The retriever's long-lived resources in one place, shared by the HTTP app and the in-process builder.
+
+Opening is cheap (store handle, settings); the embedding model and the JVM load lazily on first use or
+eagerly with ``warm()`` (the app does that in its lifespan so the first request is not the slow one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import httpx
+
+from retriever.bm25 import Bm25Index
+from retriever.indexer import make_embedder, open_store
+from retriever.pools import PoolService, PoolStore
+from retriever.search import WikiRetriever
+from retriever.settings import RetrieverSettings
+from services.embedder import Embedder
+from services.vector_store import VectorStore
+from services.websearch import BraveSearch, SearxngSearch, SerperSearch, WebSearch
+
+# all-MiniLM-L6-v2's size; used to create the pools collection without loading the model first.
+_KNOWN_DIMS = {"all-MiniLM-L6-v2": 384}
+
+
+class ConfigError(ValueError):
+    """The settings ask for something that cannot work (e.g. Serper without a key)."""
+
+
+def make_web_search(settings: RetrieverSettings, client: httpx.AsyncClient | None = None) -> WebSearch | None:
+    """The configured web provider, or None for ``web_provider=none`` (pools are then Wikipedia-only)."""
+    kw = {"timeout_s": settings.web_timeout_s, "client": client}
+    if settings.web_provider == "none":
+        return None
+    if settings.web_provider == "serper":
+        if settings.serper_api_key is None:
+            raise ConfigError("web_provider=serper needs PARLEY_RETRIEVER_SERPER_API_KEY")
+        return SerperSearch(settings.serper_api_key.get_secret_value(), url=settings.serper_url, **kw)  # type: ignore[arg-type]
+    if settings.web_provider == "brave":
+        if settings.brave_api_key is None:
+            raise ConfigError("web_provider=brave needs PARLEY_RETRIEVER_BRAVE_API_KEY")
+        return BraveSearch(settings.brave_api_key.get_secret_value(), url=settings.brave_url, **kw)  # type: ignore[arg-type]
+    if settings.searxng_url is None:
+        raise ConfigError("web_provider=searxng needs PARLEY_RETRIEVER_SEARXNG_URL")
+    return SearxngSearch(settings.searxng_url, **kw)  # type: ignore[arg-type]
+
+
+@dataclass
+class RetrieverRuntime:
+    settings: RetrieverSettings
+    store: VectorStore
+    embedder: Embedder
+    wiki: WikiRetriever
+    pools: PoolService
+    web: WebSearch | None
+    http: httpx.AsyncClient | None
+
+    @classmethod
+    def open(
+        cls,
+        settings: RetrieverSettings,
+        *,
+        store: VectorStore | None = None,
+        embedder: Embedder | None = None,
+        web: WebSearch | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> RetrieverRuntime:
+        """Open the store and wire the components; ``web``/``transport`` let tests swap the network."""
+        store = store or open_store(settings)
+        try:
+            emb = embedder or make_embedder(settings)
+            bm25 = Bm25Index(settings.bm25_dir) if settings.bm25_enabled and Bm25Index.available(settings.bm25_dir) else None
+            wiki = WikiRetriever(settings, store, emb, bm25)
+            http = None
+            if web is None and settings.web_provider != "none":
+                http = httpx.AsyncClient(timeout=settings.web_timeout_s, transport=transport)
+                web = make_web_search(settings, http)
+            dim = store.dim(settings.collection) or _KNOWN_DIMS.get(settings.model_name) or emb.dim
+            pool_store = PoolStore(store, settings.pools_collection, dim, settings.pool_ttl_s)
+            service = PoolService(settings, wiki, pool_store, web)
+        except BaseException:
+            store.close()
+            raise
+        return cls(settings, store, emb, wiki, service, web, http)
+
+    def warm(self) -> None:
+        """Load the embedding model and start the JVM now rather than on the first request."""
+        self.embedder.embed(["warm-up"])
+        if self.wiki.bm25 is not None:
+            self.wiki.bm25.warm()
+
+    def sweep(self) -> int:
+        return self.pools.pools.sweep()
+
+    async def aclose(self) -> None:
+        if self.web is not None:
+            await self.web.aclose()
+        if self.http is not None:
+            await self.http.aclose()
+        if self.wiki.bm25 is not None:
+            await asyncio.to_thread(self.wiki.bm25.close)
+        self.store.close()
