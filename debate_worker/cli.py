@@ -22,6 +22,8 @@ app.command("ask")(ask)
 # sub-command registrations (one line each; keep imports light)
 app.command("eval")(__import__("debate_worker.evaluation.cli", fromlist=["x"]).eval_command)
 app.add_typer(__import__("api.cli", fromlist=["x"]).app)  # api, worker, submit, hash-key
+app.add_typer(__import__("retriever.cli", fromlist=["x"]).index_app, name="index")  # index build|stats
+app.command("retriever")(__import__("retriever.cli", fromlist=["x"]).serve)
 # end of sub-command registrations
 
 
