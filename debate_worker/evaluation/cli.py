@@ -54,8 +54,10 @@ def parse_config(config: str | None, sets: list[str] | None) -> dict[str, Any]:
 
 
 def eval_command(
-    dataset: Annotated[Path, typer.Option(help="JSONL dataset (NQ, FEVER, multiple choice or KKS)")],
     out: Annotated[Path, typer.Option(help="output folder; rerun with the same folder to resume")],
+    dataset: Annotated[
+        Path | None, typer.Option(help="JSONL dataset (NQ, FEVER, multiple choice or KKS)")
+    ] = None,
     protocols: Annotated[str, typer.Option(help="comma-separated protocols, first = baseline")] = "madke",
     prompt_styles: Annotated[
         str | None,
@@ -119,6 +121,8 @@ def eval_command(
             report = rebuild_report(out, compare=pairs, samples=samples, seed=boot_seed, plots=not no_plots)
             _print_summary(console, report, out)
             return
+        if dataset is None:
+            raise typer.BadParameter("is required (except with --report-only)", param_hint="--dataset")
         request = EvalRequest(
             dataset=dataset,
             out=out,

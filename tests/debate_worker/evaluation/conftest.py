@@ -16,7 +16,7 @@ from services.llm import OpenAIChatClient, RetryPolicy
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 # Question → what the scripted debaters answer. q1, q2 right; q3 wrong; q4 a bare number.
-QUESTIONS = [
+QUESTIONS: list[dict[str, Any]] = [
     {"id": "q1", "question": "what is the capital of france", "answers": ["Paris"]},
     {"id": "q2", "question": "who wrote hamlet", "answers": ["William Shakespeare", "Shakespeare"]},
     {"id": "q3", "question": "what is the largest planet", "answers": ["Jupiter"]},

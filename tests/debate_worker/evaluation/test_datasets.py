@@ -36,22 +36,34 @@ def test_shared_nq_dev_slice_loads() -> None:
 
 def test_fever_mc_and_kks(tmp_path: Path) -> None:
     fever = load_dataset(
-        write_jsonl(tmp_path / "f.jsonl", [{"id": 1, "claim": "Paris is in France.", "label": "SUPPORTS"},
-                                            {"id": 2, "claim": "x", "label": "not_enough_info"}])
+        write_jsonl(
+            tmp_path / "f.jsonl",
+            [
+                {"id": 1, "claim": "Paris is in France.", "label": "SUPPORTS"},
+                {"id": 2, "claim": "x", "label": "not_enough_info"},
+            ],
+        )
     )
     assert fever.format == "fever"
     assert fever.items[0].answers == ["SUPPORTS"] and "Paris is in France." in fever.items[0].question
     assert fever.items[1].answers == ["NOT ENOUGH INFO"]
     mc = load_dataset(
-        write_jsonl(tmp_path / "m.jsonl", [{"question": "Capital of Italy?", "choices": ["Paris", "Rome"], "answer": "B"},
-                                            {"question": "2+2?", "options": ["3", "4", "5"], "answer": 1}])
+        write_jsonl(
+            tmp_path / "m.jsonl",
+            [
+                {"question": "Capital of Italy?", "choices": ["Paris", "Rome"], "answer": "B"},
+                {"question": "2+2?", "options": ["3", "4", "5"], "answer": 1},
+            ],
+        )
     )
     assert mc.format == "mc"
     assert mc.items[0].answers == ["B", "Rome"] and "(B) Rome" in mc.items[0].question
     assert mc.items[1].answers == ["B", "4"]
     kks = load_dataset(
-        write_jsonl(tmp_path / "k.jsonl", [{"id": "p1", "question": "A says B is a knave...",
-                                             "solution": {"A": "Knight", "B": "knave"}}])
+        write_jsonl(
+            tmp_path / "k.jsonl",
+            [{"id": "p1", "question": "A says B is a knave...", "solution": {"A": "Knight", "B": "knave"}}],
+        )
     )
     assert kks.format == "kks"
     assert kks.items[0].meta["solution"] == {"A": "knight", "B": "knave"}

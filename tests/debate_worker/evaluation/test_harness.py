@@ -30,7 +30,7 @@ def lines(path: Path) -> list[dict]:
 async def test_three_protocols_end_to_end(scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     pools = FixedPools()
-    outcome = await evaluate(
+    await evaluate(
         request(nq_dataset, out, protocols=["madke", "single", "rag"], plots=True),
         models=models_for(scripted.base_url),
         pool_builder=pools,
@@ -80,7 +80,9 @@ async def test_three_protocols_end_to_end(scripted: ScriptedLLM, nq_dataset: Pat
     assert len(pools.calls) == len(QUESTIONS)
 
 
-async def test_prompt_styles_and_compare_pairs(scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path) -> None:
+async def test_prompt_styles_and_compare_pairs(
+    scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "styles"
     outcome = await evaluate(
         request(
@@ -108,16 +110,24 @@ async def test_prompt_styles_and_compare_pairs(scripted: ScriptedLLM, nq_dataset
     assert runs["madke-robust"]["selection"]["valid_selection_share"] == 1.0
 
 
-async def test_plan_errors_fail_before_any_work(scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path) -> None:
+async def test_plan_errors_fail_before_any_work(
+    scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path
+) -> None:
     with pytest.raises(PlanError, match="nonsense"):
-        await evaluate(request(nq_dataset, tmp_path / "x", protocols=["madke", "nonsense"]),
-                       models=models_for(scripted.base_url))
+        await evaluate(
+            request(nq_dataset, tmp_path / "x", protocols=["madke", "nonsense"]),
+            models=models_for(scripted.base_url),
+        )
     with pytest.raises(PlanError, match="unknown runs"):
-        await evaluate(request(nq_dataset, tmp_path / "x", protocols=["single"], compare=[("single", "cot")]),
-                       models=models_for(scripted.base_url))
+        await evaluate(
+            request(nq_dataset, tmp_path / "x", protocols=["single"], compare=[("single", "cot")]),
+            models=models_for(scripted.base_url),
+        )
     with pytest.raises(PlanError, match="judge"):
-        await evaluate(request(nq_dataset, tmp_path / "x", protocols=["single"], primary="judge"),
-                       models=models_for(scripted.base_url))
+        await evaluate(
+            request(nq_dataset, tmp_path / "x", protocols=["single"], primary="judge"),
+            models=models_for(scripted.base_url),
+        )
     assert scripted.requests == []
 
 
@@ -126,7 +136,9 @@ async def test_failed_item_recorded_and_retried_on_resume(
 ) -> None:
     out = tmp_path / "fail"
     scripted.fail_next(500)  # the first question's only call fails (one attempt per call here)
-    outcome = await evaluate(request(nq_dataset, out, protocols=["single"]), models=models_for(scripted.base_url))
+    outcome = await evaluate(
+        request(nq_dataset, out, protocols=["single"]), models=models_for(scripted.base_url)
+    )
     rows = {r["id"]: r for r in lines(out / "results" / "single.jsonl")}
     assert rows["q1"]["status"] == "failed" and "HTTP 500" in rows["q1"]["error"]
     assert rows["q1"]["scores"] is None
@@ -147,7 +159,8 @@ async def test_llm_down_stops_early_and_keeps_going_later(nq_dataset: Path, tmp_
     dead = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(EvalAborted, match="2 items failed in a row"):
         await evaluate(
-            request(nq_dataset, out, protocols=["single"], max_consecutive_failures=2), models=models_for(dead)
+            request(nq_dataset, out, protocols=["single"], max_consecutive_failures=2),
+            models=models_for(dead),
         )
     rows = lines(out / "results" / "single.jsonl")
     assert [r["status"] for r in rows] == ["failed", "failed"]
@@ -156,7 +169,9 @@ async def test_llm_down_stops_early_and_keeps_going_later(nq_dataset: Path, tmp_
         from tests.debate_worker.evaluation.conftest import scripted_reply
 
         llm.on(lambda body: True, scripted_reply)
-        outcome = await evaluate(request(nq_dataset, out, protocols=["single"]), models=models_for(llm.base_url))
+        outcome = await evaluate(
+            request(nq_dataset, out, protocols=["single"]), models=models_for(llm.base_url)
+        )
     assert outcome.report["runs"][0]["ok"] == 4
 
 
@@ -170,7 +185,7 @@ async def test_interrupted_run_resumes_without_redoing(nq_dataset: Path, tmp_pat
             evaluate(request(nq_dataset, out, protocols=["single"]), models=models_for(llm.base_url))
         )
         results = out / "results" / "single.jsonl"
-        while not (results.exists() and len(lines(results)) >= 2):
+        while not (results.exists() and len(lines(results)) >= 2):  # noqa: ASYNC110 - polling a file
             await asyncio.sleep(0.02)
         task.cancel()  # what Ctrl-C does to the running evaluation
         with pytest.raises(asyncio.CancelledError):
@@ -185,9 +200,13 @@ async def test_interrupted_run_resumes_without_redoing(nq_dataset: Path, tmp_pat
     assert [r["id"] for r in rows] == ["q1", "q2", "q3", "q4"] and all(r["status"] == "ok" for r in rows)
 
 
-async def test_changed_config_for_a_label_is_refused(scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path) -> None:
+async def test_changed_config_for_a_label_is_refused(
+    scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "cfg"
-    await evaluate(request(nq_dataset, out, protocols=["single"], limit=1), models=models_for(scripted.base_url))
+    await evaluate(
+        request(nq_dataset, out, protocols=["single"], limit=1), models=models_for(scripted.base_url)
+    )
     with pytest.raises(WorkspaceError, match="temperature"):
         await evaluate(
             request(nq_dataset, out, protocols=["single"], limit=1, base_config={"temperature": 0.0}),

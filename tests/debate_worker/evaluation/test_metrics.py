@@ -130,10 +130,17 @@ def test_score_answer_by_kind() -> None:
     assert score_answer(qa, "wrong", primary="judge", judge=True).correct == 1.0
     fever = Item(id="2", question="q", answers=["REFUTES"], kind="fever")
     assert score_answer(fever, "refuted").correct == 1.0
-    mc = Item(id="3", question="q", answers=["C", "Rome"], kind="mc", meta={"choices": ["Paris", "London", "Rome"]})
+    mc = Item(
+        id="3", question="q", answers=["C", "Rome"], kind="mc", meta={"choices": ["Paris", "London", "Rome"]}
+    )
     assert score_answer(mc, "(C)").choice == "C"
     assert score_answer(mc, "London").correct == 0.0
-    kks = Item(id="4", question="q", answers=["A: knight, B: knave"], kind="kks",
-               meta={"solution": {"A": "knight", "B": "knave"}})
+    kks = Item(
+        id="4",
+        question="q",
+        answers=["A: knight, B: knave"],
+        kind="kks",
+        meta={"solution": {"A": "knight", "B": "knave"}},
+    )
     s = score_answer(kks, "A is a knight and B is a spy")
     assert (s.strict, s.smooth, s.correct) == (0.0, 0.5, 0.0)

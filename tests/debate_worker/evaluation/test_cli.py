@@ -1,0 +1,160 @@
+"""``parley eval`` through the real CLI entry (typer app), in-process and via the API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from debate_worker.cli import app
+from tests.debate_worker.evaluation.conftest import QUESTIONS, write_jsonl
+from tests.debate_worker.evaluation.test_api_mode import KEY, ContractGateway
+from tests.support.scripted_llm import ScriptedLLM
+
+pytestmark = pytest.mark.integration
+runner = CliRunner()
+
+
+def env_for(llm: ScriptedLLM) -> dict[str, str]:
+    return {
+        "PARLEY_LLM_BASE_URL": llm.base_url,
+        "PARLEY_LLM_MODEL": "scripted",
+        "PARLEY_LLM_MAX_ATTEMPTS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def test_cli_in_process_styles_and_compare(scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    args = [
+        "eval",
+        "--dataset",
+        str(nq_dataset),
+        "--out",
+        str(out),
+        "--protocols",
+        "single,cot",
+        "--prompt-styles",
+        "paper,robust",
+        "--compare",
+        "single-robust:cot-robust",
+        "--no-progress",
+        "--bootstrap-samples",
+        "200",
+        "--set",
+        "temperature=0.2",
+    ]
+    result = runner.invoke(app, args, env=env_for(scripted))
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [r["label"] for r in metrics["runs"]] == [
+        "single-paper",
+        "single-robust",
+        "cot-paper",
+        "cot-robust",
+    ]
+    assert metrics["configs"]["cot-robust"]["temperature"] == 0.2
+    assert ("single-robust", "cot-robust") in [(c["a"], c["b"]) for c in metrics["comparisons"]]
+    assert "single-robust" in result.output and "95% CI" in result.output
+    assert (out / "plots" / "accuracy_vs_tokens.png").exists()
+    # Rebuilding the report needs neither the LLM nor the dataset.
+    rebuilt = runner.invoke(app, ["eval", "--out", str(out), "--report-only", "--no-plots"])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert "cot-paper" in (out / "report.md").read_text()
+
+
+def test_cli_bad_line_fatal_or_reported(scripted: ScriptedLLM, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "bad.jsonl", [QUESTIONS[0], '{"question": "x"', QUESTIONS[1]])
+    fatal = runner.invoke(
+        app,
+        [
+            "eval",
+            "--dataset",
+            str(data),
+            "--out",
+            str(tmp_path / "o1"),
+            "--protocols",
+            "single",
+            "--on-error",
+            "fail",
+            "--no-progress",
+        ],
+        env=env_for(scripted),
+    )
+    assert fatal.exit_code == 2 and "line 2" in fatal.output and "invalid JSON" in fatal.output
+    assert scripted.requests == []
+    skipped = runner.invoke(
+        app,
+        [
+            "eval",
+            "--dataset",
+            str(data),
+            "--out",
+            str(tmp_path / "o2"),
+            "--protocols",
+            "single",
+            "--no-progress",
+            "--no-plots",
+        ],
+        env=env_for(scripted),
+    )
+    assert skipped.exit_code == 0, skipped.output
+    assert "line 2" in skipped.output and "skipped" in skipped.output
+    assert "dataset line 2: invalid JSON" in (tmp_path / "o2" / "report.md").read_text()
+
+
+def test_cli_rejects_unknown_protocol_and_bad_compare(nq_dataset: Path, tmp_path: Path) -> None:
+    bad = runner.invoke(
+        app,
+        [
+            "eval",
+            "--dataset",
+            str(nq_dataset),
+            "--out",
+            str(tmp_path / "x"),
+            "--protocols",
+            "single,bogus",
+            "--no-progress",
+        ],
+    )
+    assert bad.exit_code == 2 and "bogus" in bad.output
+    pair = runner.invoke(
+        app,
+        [
+            "eval",
+            "--dataset",
+            str(nq_dataset),
+            "--out",
+            str(tmp_path / "x"),
+            "--protocols",
+            "single",
+            "--compare",
+            "single",
+        ],
+    )
+    assert pair.exit_code == 2 and "A:B" in pair.output
+
+
+def test_cli_via_api(scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path) -> None:
+    with ContractGateway(scripted.base_url) as gateway:
+        result = runner.invoke(
+            app,
+            [
+                "eval",
+                "--dataset",
+                str(nq_dataset),
+                "--out",
+                str(tmp_path / "api"),
+                "--protocols",
+                "single",
+                "--api",
+                gateway.url,
+                "--no-progress",
+                "--no-plots",
+            ],
+            env={"PARLEY_EVAL_API_KEY": KEY, "PARLEY_EVAL_API_POLL_INTERVAL_S": "0.05"},
+        )
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "api" / "metrics.json").read_text())["runs"][0]["ok"] == 4
