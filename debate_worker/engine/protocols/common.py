@@ -216,7 +216,17 @@ async def call_with_reasks(
         record.extra["attempt"] = attempt + 1
         if readable(record):
             return record, True
-        convo = [*convo, {"role": "assistant", "content": record.text}, {"role": "user", "content": REASK_NOTE}]
+        convo = [
+            *convo,
+            {"role": "assistant", "content": record.text},
+            {"role": "user", "content": REASK_NOTE},
+        ]
     assert record is not None
     record.extra["abstained"] = True
     return record, False
+
+
+def require_gold(ctx: DebateContext, gold: Sequence[str] | None) -> None:
+    """Refuse ``truth_last`` up front when no reference answer was given (not mid-debate)."""
+    if ctx.config.ordering == "truth_last" and not gold:
+        raise GoldRequired("ordering: 'truth_last' needs the gold answer (evaluation only)")

@@ -1,0 +1,349 @@
+"""``mallm``: Kaesberg et al. (2025) decision protocols on one discussion engine.
+
+Paradigms: ``memory`` (agents speak in turn order and see the last ``memory_turns`` turns),
+``drafting`` (All-Agents Drafting: the first turn is drafted independently, then memory), and
+``collective_improvement`` (no turn order: each turn every agent sees only the previous turn's
+solutions of the others; voting decisions only).
+
+Consensus decisions (majority/supermajority/unanimity) count agreement after every message; when
+reached, the last speaker extracts the final solution (Prompt E.1). Voting decisions discuss for
+``vote_after`` turns, then every agent votes (Prompts E.2); a tie (or no valid vote) adds one turn and
+a revote. At the turn limit (``rounds``) without a decision the fallback answers (the first agent's
+solution, as in the paper, or the most common answer) and the outcome says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from debate_worker.engine.answers import majority_vote, normalize_answer
+from debate_worker.engine.config import CONSENSUS_DECISIONS
+from debate_worker.engine.context import DebateContext
+from debate_worker.engine.madke import select_knowledge
+from debate_worker.engine.outcome import Outcome, ProtocolRun
+from debate_worker.engine.prompts import PromptSet, get_prompts
+from debate_worker.engine.protocols import decisions as dr
+from debate_worker.engine.protocols import mallm_prompts as mpr
+from debate_worker.engine.protocols.common import (
+    apply_team,
+    call_with_reasks,
+    order_views,
+    persona,
+    require_gold,
+    speaking_order,
+    view_seed,
+)
+from debate_worker.engine.result import TranscriptRecord
+from services.llm import ChatCompletion
+
+_TAGS = re.compile(r"\[\s*(dis)?agree\s*\]", re.I)
+
+
+def discussion_parser(prompts: PromptSet) -> Any:
+    """Answer and agreement of one message; the [AGREE] tag is never mistaken for the answer."""
+
+    def parse(c: ChatCompletion) -> dict[str, Any]:
+        agreed, agree_error = dr.parse_agreement(c.text)
+        parsed = prompts.parse_answer(_TAGS.sub("", c.text))
+        return {
+            "answer": parsed.answer,
+            "parse_error": parsed.parse_error,
+            "extra": {"agreed": agreed, "agreement_error": agree_error},
+        }
+
+    return parse
+
+
+def candidates_from(answers: Sequence[str | None]) -> tuple[list[str], list[list[int]]]:
+    """Distinct solutions (first spelling of each normalised answer) and which agents gave each."""
+    solutions: list[str] = []
+    keys: list[str] = []
+    owners: list[list[int]] = []
+    for agent, a in enumerate(answers):
+        if not a or not normalize_answer(a):
+            continue
+        key = normalize_answer(a)
+        if key in keys:
+            owners[keys.index(key)].append(agent)
+        else:
+            keys.append(key)
+            solutions.append(a)
+            owners.append([agent])
+    return solutions, owners
+
+
+def tally(decision: str, ballots: Sequence[Any], n: int, points: int) -> dr.VoteResult:
+    """Apply the decision rule to parsed ballots (None = abstained)."""
+    if decision == "simple":
+        return dr.simple_vote(ballots, n)
+    if decision == "approval":
+        return dr.approval_vote(ballots, n)
+    if decision == "ranked":
+        return dr.ranked_vote(ballots, n)
+    return dr.cumulative_vote(ballots, n, points)
+
+
+def ballot_parser(decision: str, base: int) -> Any:
+    def parse(c: ChatCompletion) -> dict[str, Any]:
+        text = c.text
+        ballot: Any
+        if decision == "simple":
+            ballot = dr.parse_simple_vote(text, base)
+        elif decision == "approval":
+            ballot = dr.parse_approval(text, base)
+        elif decision == "ranked":
+            ballot = dr.parse_ranking(text, base)
+        else:
+            alloc = dr.parse_allocation(text, base)
+            ballot = {str(k): v for k, v in alloc.items()} if alloc is not None else None
+        return {"extra": {"ballot": ballot}, "parse_error": None if ballot is not None else "unreadable vote"}
+
+    return parse
+
+
+def _ballot(record: TranscriptRecord, decision: str) -> Any:
+    b = record.extra.get("ballot")
+    if b is None or decision != "cumulative":
+        return b
+    return {int(k): float(v) for k, v in b.items()}
+
+
+async def run_mallm(ctx: DebateContext, run: ProtocolRun) -> Outcome:
+    cfg = ctx.config
+    ms = cfg.mallm
+    apply_team(ctx)
+    require_gold(ctx, run.gold)
+    style = cfg.prompt_style
+    prompts = get_prompts(style)
+    parse_msg = discussion_parser(prompts)
+    n = cfg.agents
+    consensus_mode = ms.decision in CONSENSUS_DECISIONS
+    # turns[t] = list of {"agent", "text", "answer", "agreed"} in speaking order
+    turns: list[list[dict[str, Any]]] = []
+    agreement = dr.AgreementState()
+    decided: dict[str, Any] | None = None
+    next_vote = ms.vote_after
+    if run.resume is not None:
+        st = run.resume.state
+        turns = st["turns"]
+        ag = st["agreement"]
+        agreement = dr.AgreementState(ag["solution"], ag["proposer"], set(ag["supporters"]))
+        decided = st.get("decided")
+        next_vote = st.get("next_vote", ms.vote_after)
+
+    def latest(agent: int) -> dict[str, Any] | None:
+        for turn in reversed(turns):
+            for m in turn:
+                if m["agent"] == agent:
+                    return m
+        return None
+
+    async def speak(t: int, i: int, history: list[tuple[str, str]], with_agreement: bool) -> TranscriptRecord:
+        own = latest(i)
+        knowledge = await select_knowledge(ctx, prompts, t, i, own["text"] if own else None)
+        return await ctx.call(
+            round=t,
+            role="debater",
+            agent=i,
+            messages=mpr.discussion(
+                style,
+                ctx.question,
+                knowledge,
+                history,
+                agreement.solution,
+                persona=persona(cfg, i),
+                agent=i,
+                agreement=with_agreement,
+            ),
+            parse=parse_msg,
+            temperature=cfg.agent_temperature(i),
+            knowledge=[k.n for k in knowledge],
+        )
+
+    def msg(rec: TranscriptRecord) -> dict[str, Any]:
+        return {"agent": rec.agent, "text": rec.text, "answer": rec.answer, "agreed": rec.extra.get("agreed")}
+
+    def remembered(current: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        past = [m for turn in turns[-(ms.memory_turns - 1) :] for m in turn] if ms.memory_turns > 1 else []
+        return [(f"Participant {m['agent'] + 1}", m["text"]) for m in [*past, *current]]
+
+    async def independent_turn(t: int) -> list[dict[str, Any]]:
+        """Drafts (turn 1 of drafting/CI) or a Collective Improvement turn: all agents at once."""
+        prev = turns[-1] if turns else []
+        prev_answers = [None] * n
+        prev_text = [""] * n
+        for m in prev:
+            prev_answers[m["agent"]], prev_text[m["agent"]] = m["answer"], m["text"]
+
+        def history(i: int) -> list[tuple[str, str]]:
+            if not prev:
+                return []
+            order = order_views(
+                [j for j in range(n) if j != i],
+                prev_answers,
+                cfg.ordering,
+                seed=view_seed(cfg, t, i),
+                gold=run.gold,
+            )
+            return [(f"Participant {j + 1}", prev_text[j]) for j in order]
+
+        order = speaking_order(n, cfg.speaking_order, seed=view_seed(cfg, t, -1))
+        records = await ctx.gather([functools.partial(speak, t, i, history(i), False) for i in order])
+        return [msg(r) for r in records]
+
+    async def memory_turn(t: int) -> tuple[list[dict[str, Any]], bool]:
+        """Agents one after another, each seeing the remembered turns and this turn so far."""
+        current: list[dict[str, Any]] = []
+        for i in speaking_order(n, cfg.speaking_order, seed=view_seed(cfg, t, -1)):
+            any_before = bool(current) or bool(turns)
+            rec = await speak(t, i, remembered(current), any_before)
+            m = msg(rec)
+            if not any_before:
+                m["agreed"] = None
+            current.append(m)
+            agreed = m["agreed"] if any_before else None
+            answer = m["answer"] or (agreement.solution if agreed else None)
+            agreement.update(i, agreed, answer)
+            if consensus_mode and agreement.reached(n, ms.threshold(), ms.threshold_rule):
+                return current, True
+        return current, False
+
+    async def extract_final(t: int, speaker: int, text: str) -> tuple[str | None, str]:
+        rec = await ctx.call(
+            round=t,
+            role="extract",
+            agent=speaker,
+            messages=mpr.extraction(style, ctx.question, text, persona(cfg, speaker), speaker),
+            parse=parse_msg,
+            temperature=0.0,
+        )
+        if rec.answer:
+            return rec.answer, "extracted by the last speaker (E.1)"
+        return agreement.solution, "agreed solution (extraction unparseable)"
+
+    async def vote_round(t: int) -> dict[str, Any]:
+        answers = [(latest(i) or {}).get("answer") for i in range(n)]
+        solutions, _owners = candidates_from(answers)
+        if len(solutions) <= 1:
+            return {
+                "winner": solutions[0] if solutions else None,
+                "how": "single candidate (vote skipped)" if solutions else "no candidates",
+                "decided": bool(solutions),
+            }
+        parse = ballot_parser(ms.decision, ms.ranking_base)
+        schema = mpr.VOTE_SCHEMAS[ms.decision] if style == "robust" else None
+
+        async def one(i: int) -> TranscriptRecord:
+            rec, _ = await call_with_reasks(
+                ctx,
+                round=t,
+                role="vote",
+                agent=i,
+                messages=mpr.vote(
+                    style,
+                    ms.decision,
+                    ctx.question,
+                    solutions,
+                    base=ms.ranking_base,
+                    points=ms.cumulative_points,
+                    persona=persona(cfg, i),
+                    agent=i,
+                ),
+                parse=parse,
+                readable=lambda r: r.extra.get("ballot") is not None,
+                temperature=0.0,
+                json_schema=schema,
+            )
+            return rec
+
+        records = await ctx.gather([functools.partial(one, i) for i in range(n)])
+        ballots = [_ballot(r, ms.decision) for r in sorted(records, key=lambda r: r.agent or 0)]
+        result = tally(ms.decision, ballots, len(solutions), ms.cumulative_points)
+        await ctx.emit(
+            "judge.verdict",
+            {
+                "round": t,
+                "consensus": result.decided,
+                "mode": f"mallm-{ms.decision}",
+                "scores": result.scores,
+                "tie": result.tie,
+                "abstentions": result.abstentions,
+            },
+        )
+        return {
+            "winner": solutions[result.winner] if result.winner is not None else None,
+            "how": f"{ms.decision} vote (scores {result.scores}, {result.abstentions} abstained"
+            + (f"; {'; '.join(result.notes)}" if result.notes else "")
+            + ")",
+            "decided": result.decided,
+        }
+
+    t = len(turns)
+    while decided is None and t < cfg.rounds:
+        t += 1
+        reached = False
+        if ms.paradigm == "collective_improvement" or (ms.paradigm == "drafting" and t == 1):
+            current = await independent_turn(t)
+            if ms.paradigm == "drafting":
+                for m in current:  # drafts propose; agreement counting starts with turn 2
+                    agreement.update(m["agent"], None, m["answer"])
+        else:
+            current, reached = await memory_turn(t)
+        turns.append(current)
+        if consensus_mode and reached:
+            last = current[-1]
+            answer, how = await extract_final(t, last["agent"], last["text"])
+            decided = {
+                "answer": answer,
+                "how": f"{ms.decision} consensus ({len(agreement.supporters)}/{n} agree); {how}",
+            }
+        elif not consensus_mode and t >= next_vote:
+            outcome = await vote_round(t)
+            if outcome["decided"]:
+                decided = {"answer": outcome["winner"], "how": outcome["how"]}
+            else:
+                next_vote = t + 1  # a tie adds one turn and a revote
+        answers_now = [m["answer"] for m in current]
+        await ctx.emit(
+            "round.completed", {"round": t, "answers": answers_now, "consensus": decided is not None}
+        )
+        await run.checkpoint(
+            ctx,
+            t,
+            {
+                "turns": turns,
+                "agreement": {
+                    "solution": agreement.solution,
+                    "proposer": agreement.proposer,
+                    "supporters": sorted(agreement.supporters),
+                },
+                "decided": decided,
+                "next_vote": next_vote,
+            },
+        )
+
+    final_answers = [(latest(i) or {}).get("answer") for i in range(n)]
+    if decided is not None and decided.get("answer"):
+        return Outcome(decided["answer"], decided["how"], t, True, final_answers)
+    # Turn limit without a decision: the stated fallback.
+    if ms.fallback == "first_agent" and final_answers and final_answers[0]:
+        return Outcome(
+            final_answers[0],
+            f"no decision in {t} turns; fallback: first agent's solution",
+            t,
+            False,
+            final_answers,
+        )
+    answer, votes = majority_vote(final_answers)
+    return Outcome(
+        answer,
+        f"no decision in {t} turns; fallback: most common answer ({votes} agents)"
+        if answer
+        else "no parseable answer",
+        t,
+        False,
+        final_answers,
+    )
