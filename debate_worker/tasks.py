@@ -73,7 +73,9 @@ def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBui
         raise PoolUnavailable("PARLEY_RETRIEVER_URL is not set; workers reach knowledge only through it")
     from services.retriever_client import RetrieverClient  # the retriever engineer's client
 
-    return RetrieverClient(retriever.url)
+    return RetrieverClient(
+        retriever.url, timeout_s=retriever.client_timeout_s, max_attempts=retriever.client_max_attempts
+    )
 
 
 @dataclass

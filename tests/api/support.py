@@ -56,7 +56,17 @@ class RedisServer:
         if binary is None:
             raise RuntimeError("redis-server not installed (apt-get install -y redis-server)")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(self.workdir)]
+        args = [
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            str(self.workdir),
+        ]
         args += ["--appendonly", "yes" if self.appendonly else "no", "--loglevel", "warning"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port)
@@ -121,7 +131,9 @@ class ApiServer:
         self.stop()
 
 
-def worker_env(redis_url: str, llm_url: str, retriever_url: str | None = None, **extra: str) -> dict[str, str]:
+def worker_env(
+    redis_url: str, llm_url: str, retriever_url: str | None = None, **extra: str
+) -> dict[str, str]:
     """The environment of a worker process (its only configuration channel, as in production)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
     env.update(
@@ -171,7 +183,12 @@ class WorkerProcess:
     def start(self, timeout_s: float = 60) -> WorkerProcess:
         self._fh = self.logfile.open("ab")
         self.proc = subprocess.Popen(
-            self.args, env=self.env, cwd=ROOT, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True
+            self.args,
+            env=self.env,
+            cwd=ROOT,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
         while b" ready." not in self.logfile.read_bytes():

@@ -140,7 +140,9 @@ def test_batch_json_and_jsonl_accepted_with_counts(alice: httpx.Client, redis_se
         data={"config": json.dumps({"agents": 3})},
     )
     assert up.status_code == 202, up.text
-    lines = [json.loads(x) for x in alice.get(f"/v1/batches/{up.json()['batch_id']}/results").text.splitlines()]
+    lines = [
+        json.loads(x) for x in alice.get(f"/v1/batches/{up.json()['batch_id']}/results").text.splitlines()
+    ]
     assert [x["id"] for x in lines] == [f"q{i}" for i in range(5)]
     assert [x["index"] for x in lines] == list(range(5))
     assert all(x["status"] == "queued" and x["result"] is None for x in lines)
@@ -175,8 +177,12 @@ def test_bad_batch_is_rejected_whole(
 
 
 def test_batch_with_bad_config_or_body(alice: httpx.Client) -> None:
-    assert_problem(alice.post("/v1/batches", json={"items": [{"question": "a?"}], "config": {"rounds": 0}}), 422)
-    assert_problem(alice.post("/v1/batches", content=b"[1,2", headers={"content-type": "application/json"}), 400)
+    assert_problem(
+        alice.post("/v1/batches", json={"items": [{"question": "a?"}], "config": {"rounds": 0}}), 422
+    )
+    assert_problem(
+        alice.post("/v1/batches", content=b"[1,2", headers={"content-type": "application/json"}), 400
+    )
     assert_problem(alice.post("/v1/batches", content=b"x", headers={"content-type": "text/csv"}), 415)
     assert_problem(alice.post("/v1/batches", json=[{"question": "a?"}]), 422)
 
@@ -189,9 +195,12 @@ def test_body_size_limit_is_413(alice: httpx.Client) -> None:
 def test_docs_and_openapi(api: ApiServer) -> None:
     assert httpx.get(f"{api.url}/docs").status_code == 200
     spec = httpx.get(f"{api.url}/openapi.json").json()
-    assert {"/v1/debates", "/v1/debates/{job_id}/events", "/v1/batches", "/v1/batches/{batch_id}/results"} <= set(
-        spec["paths"]
-    )
+    assert {
+        "/v1/debates",
+        "/v1/debates/{job_id}/events",
+        "/v1/batches",
+        "/v1/batches/{batch_id}/results",
+    } <= set(spec["paths"])
     assert httpx.get(f"{api.url}/healthz").json() == {"status": "ok"}
 
 
@@ -199,7 +208,9 @@ def test_rate_and_queue_limits_answer_429_with_retry_after(redis_server: RedisSe
     settings = api_settings(redis_server.url, rate_limit_per_minute=3, key_prefix="ratetest")
     with ApiServer(settings) as server:
         headers = {"Authorization": f"Bearer {KEY_A}"}
-        codes = [httpx.post(f"{server.url}/v1/debates", json=Q, headers=headers).status_code for _ in range(4)]
+        codes = [
+            httpx.post(f"{server.url}/v1/debates", json=Q, headers=headers).status_code for _ in range(4)
+        ]
         assert codes == [202, 202, 202, 429]
         resp = httpx.get(f"{server.url}/v1/debates/x", headers=headers)
         assert_problem(resp, 429)

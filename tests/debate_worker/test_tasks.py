@@ -1,0 +1,224 @@
+"""The job runner behind the Celery task, against a real redis-server and the scripted LLM server.
+
+Celery is left out here on purpose: these tests pin down what makes redelivery safe (one result per
+job, resume from the last checkpoint, the attempt cap, the lease) without a broker's timing in the
+way. ``tests/api/test_redelivery.py`` does the same through a real worker killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from debate_worker.tasks import JobRunner, WorkerRuntime
+from debate_worker.worker_settings import WorkerSettings
+from services.jobstore import JobRecord, RedisJobStore, new_id
+from services.llm import ChatCompletion, ChatMessage, OpenAIChatClient
+from services.settings import LLMSettings, RetrieverClientSettings
+from tests.api.support import JUDGE, RedisServer, redis_binary, script_agreeing
+from tests.support.scripted_llm import ScriptedLLM, free_port
+
+pytestmark = pytest.mark.integration
+
+
+class WorkerLost(BaseException):
+    """Stands in for SIGKILL: escapes every ``except Exception`` like a dead process would."""
+
+
+class Models:
+    """Role models over the scripted server that can 'die' on a given call number."""
+
+    def __init__(self, base_url: str, crash_on_call: int | None = None) -> None:
+        self.client = OpenAIChatClient(base_url, "scripted", structured_mode="off")
+        self.calls = 0
+        self.crash_on_call = crash_on_call
+
+    def for_role(self, role: str, agent: int | None = None) -> Any:
+        return self
+
+    @property
+    def model(self) -> str:
+        return "scripted"
+
+    @property
+    def endpoint(self) -> str:
+        return self.client.endpoint
+
+    async def complete(self, messages: Sequence[ChatMessage], **kw: Any) -> ChatCompletion:
+        self.calls += 1
+        if self.crash_on_call is not None and self.calls >= self.crash_on_call:
+            raise WorkerLost
+        return await self.client.complete(messages, **kw)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    if redis_binary() is None:
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM(latency_s=0.01) as server:
+        script_agreeing(server)
+        yield server
+
+
+@pytest.fixture
+async def store(redis_server: RedisServer) -> AsyncIterator[RedisJobStore]:
+    s = RedisJobStore.from_url(redis_server.url, prefix=f"t{new_id('p')[-8:]}")
+    yield s
+    await s.aclose()
+
+
+def runtime(redis_url: str, models: Any = None, **settings: Any) -> WorkerRuntime:
+    values: dict[str, Any] = {"redis_url": redis_url, "lease_ttl_s": 1.0, "max_attempts": 3}
+    values.update(settings)
+    rt = WorkerRuntime(WorkerSettings(**values), LLMSettings(), RetrieverClientSettings())
+    if models is not None:
+        rt.models_factory = lambda: models
+    return rt
+
+
+async def new_job(store: RedisJobStore, **config: Any) -> str:
+    job = JobRecord(
+        job_id=new_id("job"),
+        owner="t",
+        question="What is the capital of France?",
+        config={"knowledge": "none", **config},
+    )
+    await store.create_jobs([job])
+    return job.job_id
+
+
+async def event_types(store: RedisJobStore, job_id: str) -> list[str]:
+    return [e.type for e in await store.read_events(job_id, count=1000)]
+
+
+async def test_completes_once_and_redelivery_is_a_no_op(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    rt = runtime(redis_server.url, Models(llm.base_url))
+    job_id = await new_job(store)
+    assert await JobRunner(rt, store).execute(job_id) == "completed"
+    result = await store.get_result(job_id)
+    assert result is not None and result["answer"] == "Paris"
+    calls = len(llm.requests)
+    assert await JobRunner(rt, store).execute(job_id) == "skipped:completed"
+    assert len(llm.requests) == calls
+    types = await event_types(store, job_id)
+    assert types.count("job.completed") == 1
+    assert types[:2] == ["job.queued", "pool.ready"]
+    job = await store.get_job(job_id)
+    assert job is not None and job.attempts == 1 and await store.active_count("t") == 0
+
+
+async def test_crash_mid_debate_resumes_from_last_checkpoint(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    llm.reset()
+    script_agreeing(llm)
+    llm.on(JUDGE, "They disagree. [No]")
+    llm.rules.insert(0, llm.rules.pop())
+    job_id = await new_job(store, rounds=3)
+    # Round 1 is 3 calls (2 debaters + judge); die in round 2 after its checkpoint was written.
+    with pytest.raises(WorkerLost):
+        await JobRunner(runtime(redis_server.url, Models(llm.base_url, crash_on_call=5)), store).execute(
+            job_id
+        )
+    job = await store.get_job(job_id)
+    assert job is not None and job.status == "debating" and job.round == 1
+    ckpt = await store.load_checkpoint(job_id)
+    assert ckpt is not None and ckpt["checkpoint"]["round"] == 1
+
+    before = len(llm.requests)
+    second = Models(llm.base_url)
+    assert await JobRunner(runtime(redis_server.url, second), store).execute(job_id) == "completed"
+    assert second.calls == 2 * 3 + 1  # rounds 2 and 3, then the summary: round 1 was not repeated
+    assert len(llm.requests) - before == 7
+    result = await store.get_result(job_id)
+    assert result is not None and result["rounds"] == 3
+    per_round = [r["round"] for r in result["transcript"] if r["role"] == "debater"]
+    assert sorted(per_round) == [1, 1, 2, 2, 3, 3]
+    job = await store.get_job(job_id)
+    assert job is not None and job.attempts == 2
+    assert (await event_types(store, job_id)).count("job.completed") == 1
+
+
+async def test_attempt_cap_fails_the_job(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    job_id = await new_job(store)
+    await store.redis.hset(store.k_job(job_id), "attempts", 3)
+    assert await JobRunner(runtime(redis_server.url, Models(llm.base_url)), store).execute(job_id) == "failed"
+    job = await store.get_job(job_id)
+    assert job is not None and job.status == "failed" and "gave up after 3 attempts" in (job.error or "")
+    assert (await event_types(store, job_id))[-1] == "job.failed"
+
+
+async def test_lease_of_a_live_worker_blocks_a_duplicate_and_a_dead_one_expires(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    rt = runtime(redis_server.url, Models(llm.base_url), lease_ttl_s=0.6)
+    job_id = await new_job(store)
+    await store.acquire_lease(job_id, "other-worker", 10_000)  # alive: holds it for 10 s
+    assert await JobRunner(rt, store).execute(job_id) == "skipped:leased"
+    job = await store.get_job(job_id)
+    assert job is not None and job.status == "queued"
+
+    await store.redis.delete(store.k_lease(job_id))
+    await store.acquire_lease(job_id, "dead-worker", 400)  # a killed worker's lease runs out
+    assert await JobRunner(rt, store).execute(job_id) == "completed"
+
+
+async def test_cancel_stops_a_running_debate(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    llm.latency_s = 0.1
+    llm.on(JUDGE, "[No]")
+    llm.rules.insert(0, llm.rules.pop())
+    job_id = await new_job(store, rounds=10)
+    task = asyncio.create_task(
+        JobRunner(runtime(redis_server.url, Models(llm.base_url)), store).execute(job_id)
+    )
+    while (job := await store.get_job(job_id)) is not None and job.round < 1:
+        await asyncio.sleep(0.05)
+    assert await store.transition(
+        job_id, "cancelled", ("queued", "retrieving", "debating"), event="job.cancelled"
+    )
+    outcome = await asyncio.wait_for(task, timeout=5)
+    assert outcome == "skipped:cancelled"
+    assert await store.get_result(job_id) is None
+    types = await event_types(store, job_id)
+    assert types[-1] == "job.cancelled" and "job.completed" not in types
+
+
+async def test_retriever_down_fails_with_reason(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    rt = runtime(redis_server.url, Models(llm.base_url))
+    rt.retriever = RetrieverClientSettings(url=f"http://127.0.0.1:{free_port()}", client_max_attempts=2)
+    job_id = await new_job(store, knowledge="all")
+    assert await JobRunner(rt, store).execute(job_id) == "failed"
+    job = await store.get_job(job_id)
+    assert job is not None and job.error is not None and "retriever" in job.error.lower()
+    assert not llm.requests  # no debate without its knowledge
+
+
+async def test_invalid_stored_config_fails_cleanly(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    job_id = await new_job(store, protocol="nonsense")
+    assert await JobRunner(runtime(redis_server.url, Models(llm.base_url)), store).execute(job_id) == "failed"
+    job = await store.get_job(job_id)
+    assert job is not None and "invalid config" in (job.error or "")
