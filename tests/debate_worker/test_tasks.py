@@ -191,7 +191,10 @@ async def test_cancel_stops_a_running_debate(
     task = asyncio.create_task(
         JobRunner(runtime(redis_server.url, Models(llm.base_url)), store).execute(job_id)
     )
-    while (job := await store.get_job(job_id)) is not None and job.round < 1:
+    for _ in range(200):  # poll the store (another process's view) until round 1 is done
+        job = await store.get_job(job_id)
+        if job is not None and job.round >= 1:
+            break
         await asyncio.sleep(0.05)
     assert await store.transition(
         job_id, "cancelled", ("queued", "retrieving", "debating"), event="job.cancelled"
