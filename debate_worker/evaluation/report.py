@@ -23,7 +23,7 @@ from debate_worker.evaluation.store import Manifest, ResultRecord, RunSpec, Work
 # The paper style's one-shot example answer (Prompt 3.2 and standard prompting).
 PAPER_EXAMPLE_ANSWERS: tuple[str, ...] = ("Bridget Driscoll",)
 # Roles whose records carry an agent's own answer to the question (not a selection, verdict or vote).
-NON_ANSWER_ROLES = frozenset({"select", "judge", "summarizer", "moderator", "vote"})
+NON_ANSWER_ROLES = frozenset({"select", "judge", "summarizer", "moderator", "vote", "extract"})
 
 
 def example_answers(style: str) -> tuple[str, ...]:

@@ -47,7 +47,7 @@ def score_answer(
         return Scores(em=em, f1=f1, contains=contains, correct=float(letter == gold[0]), choice=letter)
     if item.kind == "kks":
         solution: dict[str, str] = dict(item.meta.get("solution", {}))
-        predicted = metrics.parse_role_assignment(answer, list(solution))
+        predicted = parse_roles(answer, list(solution))
         strict = metrics.kks_strict(predicted, solution)
         smooth = metrics.kks_smooth(predicted, solution)
         return Scores(em=em, f1=f1, contains=contains, correct=strict, strict=strict, smooth=smooth)
@@ -58,6 +58,15 @@ def score_answer(
     else:
         correct = em
     return Scores(em=em, f1=f1, contains=contains, correct=correct, judge=judge)
+
+
+def parse_roles(answer: str | None, players: list[str]) -> dict[str, str]:
+    """The KKS package's parser (JSON or text, as its protocol prompts ask) when present, else ours."""
+    try:
+        from debate_worker.kks import parse_assignment
+    except ImportError:
+        return metrics.parse_role_assignment(answer, players)
+    return parse_assignment(answer, players)
 
 
 def is_correct(item: Item, answer: str | None, primary: PrimaryMetric = "em") -> bool:
