@@ -109,7 +109,7 @@ async def test_rule_judge_needs_no_call_and_both_requires_agreement(pool: Knowle
         server.on("Debaters' final answers", "Final answer: [July 20, 1969]")
         server.on("Question:", ["Final answer: [July 20, 1969]", "Final answer: [July 21, 1969]"])
         result = await run(server, pool, judge="both", rounds=1)
-    judge = [r for r in result.transcript if r.role == "judge"][0]
+    judge = next(r for r in result.transcript if r.role == "judge")
     # The LLM said consensus, the answers differ: "both" keeps debating and records each verdict.
     assert judge.verdict is True and judge.extra["rule_verdict"] is False
     assert result.consensus is False
