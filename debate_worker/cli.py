@@ -15,15 +15,18 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+# Sub-commands; each module keeps heavy imports (torch, pyserini, Celery) inside its commands.
+from api.cli import app as gateway_app  # noqa: E402  (api, worker, submit, hash-key)
 from debate_worker.ask_cli import ask  # noqa: E402
+from debate_worker.evaluation.cli import eval_command  # noqa: E402
+from retriever.cli import index_app, serve  # noqa: E402
 
 app.command("ask")(ask)
-
+app.command("eval")(eval_command)
+app.command("retriever")(serve)
+app.add_typer(index_app, name="index")
+app.add_typer(gateway_app)
 # sub-command registrations (one line each; keep imports light)
-app.command("eval")(__import__("debate_worker.evaluation.cli", fromlist=["x"]).eval_command)
-app.add_typer(__import__("api.cli", fromlist=["x"]).app)  # api, worker, submit, hash-key
-app.add_typer(__import__("retriever.cli", fromlist=["x"]).index_app, name="index")  # index build|stats
-app.command("retriever")(__import__("retriever.cli", fromlist=["x"]).serve)
 # end of sub-command registrations
 
 
