@@ -28,7 +28,7 @@ def _holds(st: dict[str, Any], roles: tuple[str, ...], says_truth: list[bool]) -
     if kind == 1:
         return role_of(st["a"]) == st["role"]
     if kind == 2:
-        return not role_of(st["a"]) == st["role"]
+        return role_of(st["a"]) != st["role"]
     if kind == 3:
         return says_truth[st["a"]]
     if kind == 4:
@@ -139,10 +139,10 @@ async def test_kks_protocol_end_to_end(scripted: ScriptedLLM) -> None:
     )
     wrong_player = puzzle.players[0]
     wrong_role = "spy" if puzzle.solution[wrong_player] != "spy" else "knight"
-    wrong = json.dumps(
-        {"players": [{"name": p, "role": wrong_role if p == wrong_player else r} for p, r in puzzle.solution.items()],
-         "explanation": "e", "confidence": 4}
-    )  # fmt: skip
+    wrong_players = [
+        {"name": p, "role": wrong_role if p == wrong_player else r} for p, r in puzzle.solution.items()
+    ]
+    wrong = json.dumps({"players": wrong_players, "explanation": "e", "confidence": 4})
 
     def role_reply(body: dict[str, Any]) -> str:
         text = request_text(body)
@@ -162,9 +162,9 @@ async def test_kks_protocol_end_to_end(scripted: ScriptedLLM) -> None:
     assert "per-player majority vote of 3 agents" in result.answer_source
     assert not result.consensus  # one agent kept a wrong role
     assert [e for e, _ in events].count("round.completed") == players + 2
-    first_debate = [
+    first_debate = next(
         request_text(b) for b in scripted.requests if "CURRENT FOCUS: We are debating" in request_text(b)
-    ][0]
+    )
     assert "Confidence: 4" in first_debate  # confidences are visible
 
 

@@ -88,7 +88,7 @@ async def test_swap_sides_and_robust_style_sends_schema(scripted: ScriptedLLM) -
     assert result.answer == "Paris" and result.rounds == 1
     sides = {r.role: r.agent for r in result.transcript if r.agent is not None}
     assert sides == {"affirmative": 1, "negative": 0}
-    mod = [b for b in scripted.requests if "Is one side clearly correct?" in str(b["messages"])][0]
+    mod = next(b for b in scripted.requests if "Is one side clearly correct?" in str(b["messages"]))
     assert "response_format" in mod
     assert result.final_answers == ["Paris", "Lyon"]
 

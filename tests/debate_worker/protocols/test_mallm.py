@@ -21,7 +21,7 @@ async def test_majority_consensus_stops_at_the_threshold(scripted: ScriptedLLM) 
     scripted.on(EXTRACT, "Paris")
     scripted.on(DISCUSS, "[AGREE] The capital is [Paris].")
     scripted.on(PROPOSE, "I propose [Paris].")
-    result, events = await debate(scripted, protocol="mallm", agents=3, mallm={"decision": "majority"})
+    result, _events = await debate(scripted, protocol="mallm", agents=3, mallm={"decision": "majority"})
     # agent 0 proposes, agent 1 agrees: 2 of 3 >= 0.5, so agent 2 never speaks
     roles = [(r.round, r.role, r.agent) for r in result.transcript]
     assert roles == [(1, "debater", 0), (1, "debater", 1), (1, "extract", 1)]
