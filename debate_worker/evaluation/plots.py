@@ -29,12 +29,19 @@ def accuracy_vs_tokens(report: dict[str, Any], path: Path) -> Path:
     """Cost against quality: one point per run, output (completion) tokens per question on x."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    # Runs that land on the same point share one marker and one label instead of overprinting.
+    points: dict[tuple[float, float], list[str]] = {}
     for run in report["runs"]:
         x, y = run["completion_tokens_per_q"], run["accuracy"]
         if x is None or y is None:
             continue
-        ax.scatter([x], [100 * y], s=40)
-        ax.annotate(run["label"], (x, 100 * y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        points.setdefault((round(x, 1), round(100 * y, 1)), []).append(run["label"])
+    for i, ((x, y), labels) in enumerate(sorted(points.items())):
+        ax.scatter([x], [y], s=40)
+        # Alternate above/below so neighbouring points' labels do not overprint each other.
+        offset = (5, 4) if i % 2 == 0 else (5, -10 - 10 * len(labels))
+        ax.annotate("\n".join(labels), (x, y), textcoords="offset points", xytext=offset, fontsize=8)
+    ax.set_ylim(-3, 103)
     ax.set_xlabel("output tokens per question")
     ax.set_ylabel(f"accuracy ({report['primary']}) %")
     ax.set_title("Accuracy against output tokens")
@@ -57,6 +64,7 @@ def accuracy_by_round(report: dict[str, Any], path: Path) -> Path:
         depth = max(depth, len(curve))
         xs = list(range(1, len(curve) + 1))
         ax.plot(xs, [100 * v for v in curve], marker="o", label=run["label"])
+    ax.set_ylim(-3, 103)
     ax.set_xticks(list(range(1, depth + 1)))
     ax.set_xlabel("debate round")
     ax.set_ylabel("agent answers correct %")
@@ -82,7 +90,10 @@ def selection_behaviour(report: dict[str, Any], path: Path) -> Path:
     else:
         labels = [r["label"] for r in runs]
         ax = axes[0]
-        ax.bar(labels, [100 * (r["selection"]["no_found_share"] or 0) for r in runs], color="tab:orange")
+        no_found = [100.0 * (r["selection"]["no_found_share"] or 0.0) for r in runs]
+        bars = ax.bar(labels, no_found, color="tab:orange")
+        ax.bar_label(bars, labels=[f"{v:.0f}%" for v in no_found], fontsize=8)
+        ax.set_ylim(0, max(10.0, 1.15 * max(no_found)))
         ax.set_ylabel("% of selection steps")
         ax.set_title("[No Found] share")
         ax.tick_params(axis="x", rotation=30, labelsize=8)

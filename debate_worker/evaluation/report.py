@@ -49,6 +49,8 @@ def answer_shares(answers: Sequence[str | None], examples: Sequence[str]) -> dic
         "bare_number": _share(metrics.is_bare_number(a) for a in answers),
         "example_copy": _share(metrics.is_example_copy(a, examples) for a in answers),
         "placeholder": _share(metrics.is_placeholder(a) for a in answers),
+        # The part of "placeholder" where the parser found no answer at all (None).
+        "no_answer": _share(a is None for a in answers),
     }
 
 
@@ -353,20 +355,21 @@ def render_markdown(report: dict[str, Any]) -> str:
         "## Prompt diagnostics",
         "",
         "Final answers: bare numbers (a knowledge number taken for the answer), copies of the one-shot "
-        "example's answer, placeholders (empty, `answer`, `your answer`). Selection: steps whose reply "
+        "example's answer, placeholders (empty, `answer`, `your answer`; in brackets the part where no "
+        "answer could be parsed at all); turn columns count every agent turn. Selection: steps whose reply "
         "parsed (an empty selection counts as valid) and `[No Found]` share. Judge/rule: LLM judge "
         "verdicts equal to the rule check.",
         "",
-        "| run | bare number % | example copy % | placeholder % | turn bare % | turn copy % "
-        "| valid selection % | No Found % | judge = rule % |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | bare number % | example copy % | placeholder % | (no answer %) | turn bare % "
+        "| turn copy % | valid selection % | No Found % | judge = rule % |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         a, t, s = r["answers"], r["turn_answers"], r["selection"]
         lines.append(
             f"| {r['label']} | {_fmt(a['bare_number'], True)} | {_fmt(a['example_copy'], True)} "
-            f"| {_fmt(a['placeholder'], True)} | {_fmt(t['bare_number'], True)} "
-            f"| {_fmt(t['example_copy'], True)} "
+            f"| {_fmt(a['placeholder'], True)} | {_fmt(a['no_answer'], True)} "
+            f"| {_fmt(t['bare_number'], True)} | {_fmt(t['example_copy'], True)} "
             f"| {_fmt(s['valid_selection_share'], True)} | {_fmt(s['no_found_share'], True)} "
             f"| {_fmt(r['judge_rule']['agreement'], True)} |"
         )
