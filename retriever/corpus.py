@@ -20,7 +20,7 @@ import json
 import re
 import sys
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,9 +95,20 @@ def vital_corpus_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "summaries_en-us.json"
 
 
-def read_vital(max_words: int = 100, limit: int | None = None, path: Path | None = None) -> Iterator[Passage]:
-    """Passages of the bundled Wikipedia Vital Articles (one lead section per article), in title order."""
+def read_vital(
+    max_words: int = 100,
+    limit: int | None = None,
+    path: Path | None = None,
+    titles: Collection[str] | None = None,
+) -> Iterator[Passage]:
+    """Passages of the bundled Wikipedia Vital Articles (one lead section per article), in title order.
+
+    ``titles`` restricts ingestion to those articles (tests index a known slice of the real corpus).
+    """
     data = json.loads((path or vital_corpus_path()).read_text(encoding="utf-8"))
+    if titles is not None:
+        wanted = set(titles)
+        data = {k: v for k, v in data.items() if k in wanted}
     for n, (key, rec) in enumerate(sorted(data.items())):
         if limit is not None and n >= limit:
             return
