@@ -27,6 +27,7 @@ app.command("retriever")(serve)
 app.add_typer(index_app, name="index")
 app.add_typer(gateway_app)
 # sub-command registrations (one line each; keep imports light)
+app.add_typer(__import__("debate_worker.kks.cli", fromlist=["kks_app"]).kks_app, name="kks")
 # end of sub-command registrations
 
 

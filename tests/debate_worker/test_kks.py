@@ -171,3 +171,20 @@ async def test_kks_protocol_end_to_end(scripted: ScriptedLLM) -> None:
 async def test_kks_protocol_refuses_a_non_puzzle(scripted: ScriptedLLM) -> None:
     with pytest.raises(ValueError, match="kks"):
         await debate(scripted, protocol="kks", agents=2)
+
+
+def test_cli_generate_and_check(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from debate_worker.cli import app
+
+    out = tmp_path / "p.jsonl"
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["kks", "generate", "--sizes", "4-5", "--per-size", "2", "--seed", "3", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert len(out.read_text().splitlines()) == 4
+    assert runner.invoke(app, ["kks", "check", str(out)]).exit_code == 0
+    bad = runner.invoke(app, ["kks", "generate", "--sizes", "four", "--out", str(out)])
+    assert bad.exit_code != 0 and "sizes" in bad.output
