@@ -49,6 +49,10 @@ class WorkerSettings(ParleySettings):
     visibility_timeout: float = Field(
         default=3600.0, gt=0, description="broker_transport_options.visibility_timeout (Redis)"
     )
+    # How often a worker sweeps Redis for messages of dead workers whose visibility timeout expired:
+    # every interval x throttle seconds (kombu's defaults: 10 x 10). Lower both with a low timeout.
+    unacked_restore_interval: int = Field(default=10, ge=1)
+    unacked_restore_throttle: int = Field(default=10, ge=1)
     worker_concurrency: int | None = Field(default=None, ge=1, description="None = number of CPUs")
     worker_pool: Literal["prefork", "threads", "solo"] = "prefork"
     worker_max_tasks_per_child: int | None = Field(default=200, ge=1)
@@ -78,7 +82,11 @@ class WorkerSettings(ParleySettings):
             "worker_prefetch_multiplier": self.worker_prefetch_multiplier,
             "task_soft_time_limit": self.task_soft_time_limit,
             "task_time_limit": self.task_time_limit,
-            "broker_transport_options": {"visibility_timeout": self.visibility_timeout},
+            "broker_transport_options": {
+                "visibility_timeout": self.visibility_timeout,
+                "unacked_restore_interval": self.unacked_restore_interval,
+                "unacked_restore_throttle": self.unacked_restore_throttle,
+            },
             "worker_pool": self.worker_pool,
             "worker_max_tasks_per_child": self.worker_max_tasks_per_child,
             "broker_connection_timeout": self.broker_connection_timeout,
