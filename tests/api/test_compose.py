@@ -1,0 +1,74 @@
+"""The deployment file, checked statically with Debian's ``docker-compose config`` (no Docker engine here)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.api.support import ROOT
+
+pytestmark = pytest.mark.unit
+
+
+def compose_config(*profiles: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (apt-get install -y docker-compose)")
+    args = [binary, "-f", str(ROOT / "docker-compose.yml")]
+    for p in profiles:
+        args += ["--profile", p]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PARLEY_", "FLOWER_"))}
+    proc = subprocess.run(
+        [*args, "config"], capture_output=True, text=True, cwd=ROOT, env={**clean, **(env or {})}, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    config: dict[str, Any] = yaml.safe_load(proc.stdout)
+    return config
+
+
+def test_compose_file_validates_with_every_service_healthy_and_ordered() -> None:
+    services = compose_config()["services"]
+    assert {"api", "retriever", "worker", "redis", "qdrant", "llm"} <= set(services)
+    # Optional services only start under their profiles.
+    assert services["flower"]["profiles"] == ["monitoring"]
+    assert services["searxng"]["profiles"] == ["websearch"]
+    assert all(
+        "profiles" not in services[s] for s in ("api", "retriever", "worker", "redis", "qdrant", "llm")
+    )
+    for name, svc in services.items():
+        assert "healthcheck" in svc, f"{name} has no health check"
+    assert "--appendonly" in services["redis"]["command"] and "yes" in services["redis"]["command"]
+    assert services["qdrant"]["image"].startswith("qdrant/qdrant")
+    assert any(str(v).endswith(":/models:ro") or "/models" in str(v) for v in services["llm"]["volumes"])
+    # One image, built from the repository's Dockerfile, for api, retriever and worker.
+    images = {services[s]["image"] for s in ("api", "retriever", "worker")}
+    assert len(images) == 1
+    assert all(services[s]["build"]["dockerfile"] == "Dockerfile" for s in ("api", "retriever", "worker"))
+    assert services["worker"]["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert services["worker"]["depends_on"]["retriever"]["condition"] == "service_healthy"
+    assert services["api"]["depends_on"]["redis"]["condition"] == "service_healthy"
+    # Any URL can replace the bundled llm service.
+    worker_env = compose_config(env={"PARLEY_LLM_BASE_URL": "http://gpu-box:8000/v1"})["services"]["worker"]
+    assert worker_env["environment"]["PARLEY_LLM_BASE_URL"] == "http://gpu-box:8000/v1"
+
+
+def test_profiles_add_searxng_and_flower_with_auth() -> None:
+    services = compose_config("websearch", "monitoring", env={"FLOWER_PASSWORD": "s3cret"})["services"]
+    assert {"searxng", "flower"} <= set(services)
+    flower = services["flower"]
+    assert "--basic_auth" in " ".join(flower["command"])
+    assert flower["environment"]["FLOWER_PASSWORD"] == "s3cret"
+    assert (ROOT / "deploy/searxng/settings.yml").is_file()
+
+
+def test_dockerfile_serves_all_three_processes() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["parley"]' in text
+    assert "torch==2.13.0" in text and "download.pytorch.org/whl/cpu" in text
+    commands = {s: compose_config()["services"][s]["command"][0] for s in ("api", "retriever", "worker")}
+    assert commands == {"api": "api", "retriever": "retriever", "worker": "worker"}
