@@ -188,3 +188,23 @@ def test_cli_generate_and_check(tmp_path: Path) -> None:
     assert runner.invoke(app, ["kks", "check", str(out)]).exit_code == 0
     bad = runner.invoke(app, ["kks", "generate", "--sizes", "four", "--out", str(out)])
     assert bad.exit_code != 0 and "sizes" in bad.output
+
+
+async def test_kks_protocol_robust_style_uses_schemas(scripted: ScriptedLLM) -> None:
+    puzzle = next(iter(generate_dataset([5], 1, seed=4)))
+    truth = json.dumps(
+        {"players": [{"name": p, "role": r} for p, r in puzzle.solution.items()], "explanation": "e"}
+    )
+
+    def role_reply(body: dict[str, Any]) -> str:
+        player = request_text(body).split("The team is debating ", 1)[1].split("'s role", 1)[0]
+        return json.dumps({"role": puzzle.solution[player]})
+
+    scripted.on("The team is debating", "?", json_reply=role_reply)
+    scripted.on("Deduce every player's role", "?", json_reply=truth)
+    scripted.on("Reply with JSON only", "?", json_reply=truth)
+    result, _ = await debate(
+        scripted, question=puzzle.record()["question"], protocol="kks", agents=2, prompt_style="robust"
+    )
+    assert all("response_format" in b for b in scripted.requests)
+    assert score_kks(result.answer, puzzle.solution) == (1.0, 1.0) and result.consensus
