@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,8 @@ async def main() -> None:
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--out", type=Path, default=Path("reports/eval-bench"))
     args = parser.parse_args()
-    work = args.out / "run"
-    shutil.rmtree(work, ignore_errors=True)
+    # The evaluation folder itself is scratch; only the figures are kept under --out.
+    work = Path(tempfile.mkdtemp(prefix="parley-eval-bench-"))
     figures: dict[str, Any] = {"limit": args.limit}
     with ScriptedLLM() as llm:
         llm.on(lambda body: True, reply)
@@ -87,6 +88,7 @@ async def main() -> None:
     started = time.perf_counter()
     rebuild_report(work, plots=True)
     figures["report_rebuild_with_plots_s"] = round(time.perf_counter() - started, 2)
+    shutil.rmtree(work, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "eval_bench.json").write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures, indent=2))

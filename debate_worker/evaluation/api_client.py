@@ -22,7 +22,7 @@ from debate_worker.engine.result import DebateResult
 from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.judge import AnswerJudge
 from debate_worker.evaluation.runner import EvalOptions, RunTally, grade, make_progress, result_record
-from debate_worker.evaluation.store import RunSpec, Workspace, now_iso
+from debate_worker.evaluation.store import ResultRecord, RunSpec, Workspace, now_iso
 
 TERMINAL = frozenset(
     {"completed", "complete", "done", "finished", "failed", "cancelled", "canceled", "partial"}
@@ -148,65 +148,101 @@ async def run_via_api(
             continue
         bar = make_progress(spec.label, len(items), tally.done_before, opts.progress)
         try:
-            status: dict[str, Any] | None = None
-            if state is not None:
-                try:
-                    status = await client.status(state["batch_id"])
-                except BatchNotFound:
-                    state = None
-            if state is None:
-                created = await client.submit(todo, spec.config)
-                state = {
-                    "batch_id": created["batch_id"],
-                    "ids": [it.id for it in todo],
-                    "submitted_at": now_iso(),
-                }
-                ws.save_batch_state(spec.label, state)
-            seen = 0
+            # A saved batch (an interrupted invocation) is polled first; then whatever is still to do
+            # and was not in it is submitted. Items that fail here are retried by the next invocation.
+            attempted: set[str] = set()
             while True:
-                status = await client.status(state["batch_id"])
-                done = finished_count(status)
-                bar.update(max(0, done - seen))
-                seen = max(seen, done)
-                if is_terminal(status):
-                    break
-                await sleep(poll_interval_s)
-            for line in await client.results(state["batch_id"]):
-                item = by_id.get(str(line.get("id")))
-                if item is None:
-                    continue
-                prev = existing.get(item.id)
-                attempt = (prev.attempt + 1) if prev is not None else 1
-                result: DebateResult | None = None
-                error = line.get("error")
-                if line.get("result") is not None:
+                if state is not None:
                     try:
-                        result = DebateResult.model_validate(line["result"])
-                    except ValidationError as exc:
-                        error = f"unreadable DebateResult: {exc.error_count()} validation errors"
-                if result is None and not error:
-                    error = f"job {line.get('status', 'unknown')} without a result"
-                verdict = await grade(judge, item, result.answer) if result is not None else None
-                record = result_record(
-                    item,
-                    index[item.id],
-                    spec,
-                    result=result,
-                    error=None if result is not None else str(error),
-                    primary=opts.primary,
-                    judge=verdict,
-                    attempt=attempt,
-                )
-                ws.write_result(record, result)
-                if record.status == "ok":
-                    tally.ok += 1
-                else:
-                    tally.failed += 1
-                    tally.errors.append(f"{item.id}: {record.error}")
-            # Items the batch never reported (the gateway lost them) stay pending and are resubmitted.
-            ws.save_batch_state(spec.label, None)
+                        await client.status(state["batch_id"])
+                    except BatchNotFound:
+                        ws.save_batch_state(spec.label, None)
+                        state = None
+                if state is None:
+                    fresh = [it for it in todo if it.id not in attempted]
+                    if not fresh:
+                        break
+                    created = await client.submit(fresh, spec.config)
+                    state = {
+                        "batch_id": created["batch_id"],
+                        "ids": [it.id for it in fresh],
+                        "submitted_at": now_iso(),
+                    }
+                    ws.save_batch_state(spec.label, state)
+                attempted.update(str(i) for i in state.get("ids", []))
+                await _poll(client, state["batch_id"], bar, poll_interval_s, sleep)
+                for line in await client.results(state["batch_id"]):
+                    item = by_id.get(str(line.get("id")))
+                    if item is None:
+                        continue
+                    attempted.add(item.id)
+                    prev = existing.get(item.id)
+                    record, result = await _record_line(
+                        line, item, index[item.id], spec, prev.attempt + 1 if prev else 1, judge, opts
+                    )
+                    ws.write_result(record, result)
+                    if record.status == "ok":
+                        tally.ok += 1
+                    else:
+                        tally.failed += 1
+                        tally.errors.append(f"{item.id}: {record.error}")
+                # Items the batch never reported (the gateway lost them) stay pending for next time.
+                ws.save_batch_state(spec.label, None)
+                state = None
         finally:
             bar.close()
             ws.compact(spec.label, [it.id for it in items])
         tallies.append(tally)
     return tallies
+
+
+async def _poll(
+    client: BatchClient,
+    batch_id: str,
+    bar: Any,
+    poll_interval_s: float,
+    sleep: Callable[[float], Awaitable[None]],
+) -> None:
+    """Poll until the batch is finished, moving the progress bar by the items finished so far."""
+    seen = 0
+    while True:
+        status = await client.status(batch_id)
+        done = finished_count(status)
+        bar.update(max(0, done - seen))
+        seen = max(seen, done)
+        if is_terminal(status):
+            return
+        await sleep(poll_interval_s)
+
+
+async def _record_line(
+    line: dict[str, Any],
+    item: Item,
+    index: int,
+    spec: RunSpec,
+    attempt: int,
+    judge: AnswerJudge | None,
+    opts: EvalOptions,
+) -> tuple[ResultRecord, DebateResult | None]:
+    """One NDJSON result line as a scored results record (failed, with the gateway's reason, if no result)."""
+    result: DebateResult | None = None
+    error = line.get("error")
+    if line.get("result") is not None:
+        try:
+            result = DebateResult.model_validate(line["result"])
+        except ValidationError as exc:
+            error = f"unreadable DebateResult: {exc.error_count()} validation errors"
+    if result is None and not error:
+        error = f"job {line.get('status', 'unknown')} without a result"
+    verdict = await grade(judge, item, result.answer) if result is not None else None
+    record = result_record(
+        item,
+        index,
+        spec,
+        result=result,
+        error=None if result is not None else str(error),
+        primary=opts.primary,
+        judge=verdict,
+        attempt=attempt,
+    )
+    return record, result

@@ -197,8 +197,8 @@ async def test_resume_polls_the_submitted_batch_instead_of_resubmitting(
     out = tmp_path / "resume"
     client = BatchClient(gateway.url, api_key=KEY)
     try:
-        # An earlier invocation submitted the batch and was interrupted while polling.
-        items = load_dataset(nq_dataset).items
+        # An earlier invocation submitted a batch with the first two items and was interrupted.
+        items = load_dataset(nq_dataset).items[:2]
         created = await client.submit(items, DebateConfig(protocol="single").model_dump(mode="json"))
         Workspace(out).save_batch_state(
             "single", {"batch_id": created["batch_id"], "ids": [i.id for i in items]}
@@ -206,7 +206,8 @@ async def test_resume_polls_the_submitted_batch_instead_of_resubmitting(
         outcome = await evaluate(
             req(nq_dataset, out, protocols=["single"]), batch_client=client, poll_interval_s=0.02
         )
-        assert len(gateway.posts) == 1  # no second submission
+        # The saved batch was polled, not resubmitted; only the items it did not hold were submitted.
+        assert [[it["id"] for it in p["items"]] for p in gateway.posts] == [["q1", "q2"], ["q3", "q4"]]
         assert outcome.report["runs"][0]["ok"] == 4
 
         # A batch the gateway no longer knows (404) is submitted again.
@@ -215,7 +216,7 @@ async def test_resume_polls_the_submitted_batch_instead_of_resubmitting(
         outcome = await evaluate(
             req(nq_dataset, out, protocols=["single"]), batch_client=client, poll_interval_s=0.02
         )
-        assert len(gateway.posts) == 2 and outcome.report["runs"][0]["ok"] == 4
+        assert len(gateway.posts) == 3 and outcome.report["runs"][0]["ok"] == 4
     finally:
         await client.aclose()
 
