@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -81,9 +82,15 @@ def build(settings: RetrieverSettings, limit: int | None) -> dict[str, Any]:
 
         indexer._write_manifest(
             settings,
-            {"collection": settings.collection, "embedding_model": emb.name, "dim": emb.dim,
-             "passages": n, "corpora": {"vital": {"passages": n, "built_at": time.time()}},
-             "bm25": {"docs": bm, "built_at": time.time()}, "store": store.location},
+            {
+                "collection": settings.collection,
+                "embedding_model": emb.name,
+                "dim": emb.dim,
+                "passages": n,
+                "corpora": {"vital": {"passages": n, "built_at": time.time()}},
+                "bm25": {"docs": bm, "built_at": time.time()},
+                "store": store.location,
+            },
         )
         stats = index_stats(settings, store)
     finally:
@@ -102,7 +109,9 @@ def build(settings: RetrieverSettings, limit: int | None) -> dict[str, Any]:
     }
 
 
-async def evaluate(settings: RetrieverSettings, questions: list[dict[str, Any]], n_latency: int, kmax: int) -> dict[str, Any]:
+async def evaluate(
+    settings: RetrieverSettings, questions: list[dict[str, Any]], n_latency: int, kmax: int
+) -> dict[str, Any]:
     rt = RetrieverRuntime.open(settings)
     try:
         rt.warm()
@@ -228,13 +237,19 @@ def main() -> None:
     args = ap.parse_args()
 
     settings = RetrieverSettings(data_dir=args.data_dir.resolve(), warmup=False)
-    build_res = json.loads((args.out / "bench.json").read_text())["build"] if args.skip_build else build(settings, args.limit)
+    build_res = (
+        json.loads((args.out / "bench.json").read_text())["build"]
+        if args.skip_build
+        else build(settings, args.limit)
+    )
     print(json.dumps(build_res, indent=2), flush=True)
-    questions = [json.loads(line) for line in args.questions.read_text(encoding="utf-8").splitlines() if line.strip()]
+    questions = [
+        json.loads(line) for line in args.questions.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     ev = asyncio.run(evaluate(settings, questions, args.latency_questions, args.kmax))
     result = {
         "command": " ".join(["HF_HUB_OFFLINE=1", "python", *sys.argv]),
-        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs (shared), Python {platform.python_version()}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",  # noqa: E501
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "build": build_res,
         "eval": ev,

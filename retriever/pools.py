@@ -163,7 +163,12 @@ class PoolStore:
         )
         self.store.upsert(self.collection, ids, np.stack(vecs), payloads)
         if cache:
-            entry = {"kind": "cache", "question_hash": question_hash, "pool_id": pool.pool_id, "created_at": now}
+            entry = {
+                "kind": "cache",
+                "question_hash": question_hash,
+                "pool_id": pool.pool_id,
+                "created_at": now,
+            }
             self.store.upsert(self.collection, [self._cache_id(question_hash)], qvec[None, :], [entry])
 
     def get(self, pool_id: str, *, now: float | None = None) -> KnowledgePool | None:
@@ -190,7 +195,10 @@ class PoolStore:
             for r in recs
         ]
         return KnowledgePool(
-            pool_id=pool_id, question=str(hp.get("text", "")), items=items, warnings=list(hp.get("warnings") or [])
+            pool_id=pool_id,
+            question=str(hp.get("text", "")),
+            items=items,
+            warnings=list(hp.get("warnings") or []),
         )
 
     def lookup(self, question_hash: str, *, now: float | None = None) -> KnowledgePool | None:
@@ -301,7 +309,9 @@ class PoolService:
         kept = dedupe(cands, self.settings.dedupe_cosine)
         timings["dedupe_ms"] = _ms(t)
         items = [
-            KnowledgeItem(n=i, source=c.source, title=c.title, text=c.text, url=c.url, score=round(c.score, 6))  # type: ignore[arg-type]
+            KnowledgeItem(
+                n=i, source=c.source, title=c.title, text=c.text, url=c.url, score=round(c.score, 6)
+            )
             for i, c in enumerate(kept, start=1)
         ]
         pool = KnowledgePool(pool_id=uuid.uuid4().hex, question=q, items=items, warnings=warnings)
@@ -319,7 +329,10 @@ class PoolService:
         if k <= 0:
             return [], False
         if self.web is None:
-            warnings.append("no web search provider is configured (PARLEY_RETRIEVER_WEB_PROVIDER): the pool is Wikipedia-only")
+            warnings.append(
+                "no web search provider is configured (PARLEY_RETRIEVER_WEB_PROVIDER): "
+                "the pool is Wikipedia-only"
+            )
             return [], False
         t = time.perf_counter()
         try:
@@ -344,4 +357,9 @@ def _ms(t0: float) -> float:
 
 def pool_summary(pool: KnowledgePool) -> dict[str, Any]:
     """A compact view of a pool for logs and the CLI."""
-    return {"pool_id": pool.pool_id, "items": len(pool.items), "cached": pool.cached, "warnings": pool.warnings}
+    return {
+        "pool_id": pool.pool_id,
+        "items": len(pool.items),
+        "cached": pool.cached,
+        "warnings": pool.warnings,
+    }

@@ -36,14 +36,14 @@ def make_web_search(settings: RetrieverSettings, client: httpx.AsyncClient | Non
     if settings.web_provider == "serper":
         if settings.serper_api_key is None:
             raise ConfigError("web_provider=serper needs PARLEY_RETRIEVER_SERPER_API_KEY")
-        return SerperSearch(settings.serper_api_key.get_secret_value(), url=settings.serper_url, **kw)  # type: ignore[arg-type]
+        return SerperSearch(settings.serper_api_key.get_secret_value(), url=settings.serper_url, **kw)
     if settings.web_provider == "brave":
         if settings.brave_api_key is None:
             raise ConfigError("web_provider=brave needs PARLEY_RETRIEVER_BRAVE_API_KEY")
-        return BraveSearch(settings.brave_api_key.get_secret_value(), url=settings.brave_url, **kw)  # type: ignore[arg-type]
+        return BraveSearch(settings.brave_api_key.get_secret_value(), url=settings.brave_url, **kw)
     if settings.searxng_url is None:
         raise ConfigError("web_provider=searxng needs PARLEY_RETRIEVER_SEARXNG_URL")
-    return SearxngSearch(settings.searxng_url, **kw)  # type: ignore[arg-type]
+    return SearxngSearch(settings.searxng_url, **kw)
 
 
 @dataclass
@@ -70,7 +70,11 @@ class RetrieverRuntime:
         store = store or open_store(settings)
         try:
             emb = embedder or make_embedder(settings)
-            bm25 = Bm25Index(settings.bm25_dir) if settings.bm25_enabled and Bm25Index.available(settings.bm25_dir) else None
+            bm25 = (
+                Bm25Index(settings.bm25_dir)
+                if settings.bm25_enabled and Bm25Index.available(settings.bm25_dir)
+                else None
+            )
             wiki = WikiRetriever(settings, store, emb, bm25)
             http = None
             if web is None and settings.web_provider != "none":

@@ -118,7 +118,9 @@ class RetrieverClient:
 
     async def build_pool(self, question: str, k_wiki: int = 5, k_web: int = 5) -> KnowledgePool:
         """SKPool(question) from the service (cached there by normalised question and parameters)."""
-        resp = await self._request("POST", "/v1/pools", json={"question": question, "k_wiki": k_wiki, "k_web": k_web})
+        resp = await self._request(
+            "POST", "/v1/pools", json={"question": question, "k_wiki": k_wiki, "k_web": k_web}
+        )
         self._raise_for_4xx(resp, self.base_url)
         return self._parse_pool(resp)
 

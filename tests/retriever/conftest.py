@@ -33,7 +33,9 @@ def index_copy(built_index: Path, tmp_path: Path) -> RetrieverSettings:
 
 
 @pytest.fixture
-async def runtime(index_copy: RetrieverSettings, embedder: SentenceTransformerEmbedder) -> AsyncIterator[object]:
+async def runtime(
+    index_copy: RetrieverSettings, embedder: SentenceTransformerEmbedder
+) -> AsyncIterator[object]:
     from retriever.runtime import RetrieverRuntime
 
     rt = RetrieverRuntime.open(index_copy, embedder=embedder)

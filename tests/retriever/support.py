@@ -21,11 +21,34 @@ from tests.support.scripted_llm import free_port
 
 # A slice of the real Vital Articles corpus with questions whose answer article is known.
 SLICE_TITLES = [
-    "Albert Einstein", "Paris", "Moon", "Photosynthesis", "Mount Everest", "Apollo 11", "Neil Armstrong",
-    "Mona Lisa", "Leonardo da Vinci", "William Shakespeare", "Pacific Ocean", "Great Wall of China",
-    "Penicillin", "Alexander Fleming", "Amazon River", "Eiffel Tower", "Jupiter", "Tokyo",
-    "Charles Darwin", "DNA", "Isaac Newton", "Ludwig van Beethoven", "Hamlet", "Nile", "Mars",
-    "Volcano", "Chess", "Basketball",
+    "Albert Einstein",
+    "Paris",
+    "Moon",
+    "Photosynthesis",
+    "Mount Everest",
+    "Apollo 11",
+    "Neil Armstrong",
+    "Mona Lisa",
+    "Leonardo da Vinci",
+    "William Shakespeare",
+    "Pacific Ocean",
+    "Great Wall of China",
+    "Penicillin",
+    "Alexander Fleming",
+    "Amazon River",
+    "Eiffel Tower",
+    "Jupiter",
+    "Tokyo",
+    "Charles Darwin",
+    "DNA",
+    "Isaac Newton",
+    "Ludwig van Beethoven",
+    "Hamlet",
+    "Nile",
+    "Mars",
+    "Volcano",
+    "Chess",
+    "Basketball",
 ]
 
 KNOWN_QUESTIONS = [
@@ -39,7 +62,7 @@ KNOWN_QUESTIONS = [
 
 
 def slice_settings(data_dir: Path, **kw: Any) -> RetrieverSettings:
-    return RetrieverSettings(data_dir=data_dir, warmup=False, **kw)
+    return RetrieverSettings(data_dir=data_dir, **{"warmup": False, **kw})
 
 
 def build_slice_index(data_dir: Path, titles: list[str] | None = None) -> RetrieverSettings:
@@ -97,8 +120,8 @@ class ReplayServer:
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
                     pass
 
-            do_GET = _handle  # noqa: N815
-            do_POST = _handle  # noqa: N815
+            do_GET = _handle
+            do_POST = _handle
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -155,11 +178,18 @@ class AppServer:
 # Response bodies in each provider's real JSON shape (fields as documented by the providers, trimmed).
 def serper_body(results: list[tuple[str, str, str]]) -> dict[str, Any]:
     return {
-        "searchParameters": {"q": "q", "gl": "us", "hl": "en", "type": "search", "num": 10, "engine": "google"},
+        "searchParameters": {
+            "q": "q",
+            "gl": "us",
+            "hl": "en",
+            "type": "search",
+            "num": 10,
+            "engine": "google",
+        },
         "knowledgeGraph": {
             "title": "Mona Lisa",
             "type": "Painting",
-            "description": "The Mona Lisa is a half-length portrait painting by Italian artist Leonardo da Vinci.",
+            "description": "The Mona Lisa is a half-length portrait painting by Leonardo da Vinci.",
             "descriptionSource": "Wikipedia",
             "descriptionLink": "https://en.wikipedia.org/wiki/Mona_Lisa",
             "attributes": {"Artist": "Leonardo da Vinci"},
@@ -175,7 +205,12 @@ def serper_body(results: list[tuple[str, str, str]]) -> dict[str, Any]:
             for i, (t, s, u) in enumerate(results, start=1)
         ],
         "peopleAlsoAsk": [
-            {"question": "Why is the Mona Lisa famous?", "snippet": "…", "title": "…", "link": "https://example.org/"}
+            {
+                "question": "Why is the Mona Lisa famous?",
+                "snippet": "…",
+                "title": "…",
+                "link": "https://example.org/",
+            }
         ],
         "relatedSearches": [{"query": "mona lisa painter"}],
         "credits": 1,
@@ -214,9 +249,20 @@ def searxng_body(results: list[tuple[str, str, str]]) -> dict[str, Any]:
 
 def brave_body(results: list[tuple[str, str, str]]) -> dict[str, Any]:
     return {
-        "query": {"original": "q", "show_strict_warning": False, "is_navigational": False,
-                  "spellcheck_off": True, "country": "us", "more_results_available": True},
-        "mixed": {"type": "mixed", "main": [{"type": "web", "index": 0, "all": False}], "top": [], "side": []},
+        "query": {
+            "original": "q",
+            "show_strict_warning": False,
+            "is_navigational": False,
+            "spellcheck_off": True,
+            "country": "us",
+            "more_results_available": True,
+        },
+        "mixed": {
+            "type": "mixed",
+            "main": [{"type": "web", "index": 0, "all": False}],
+            "top": [],
+            "side": [],
+        },
         "type": "search",
         "web": {
             "type": "search",
@@ -233,8 +279,13 @@ def brave_body(results: list[tuple[str, str, str]]) -> dict[str, Any]:
                     "family_friendly": True,
                     "type": "search_result",
                     "subtype": "generic",
-                    "meta_url": {"scheme": "https", "netloc": u.split("/")[2], "hostname": u.split("/")[2],
-                                 "favicon": "", "path": ""},
+                    "meta_url": {
+                        "scheme": "https",
+                        "netloc": u.split("/")[2],
+                        "hostname": u.split("/")[2],
+                        "favicon": "",
+                        "path": "",
+                    },
                 }
                 for (t, s, u) in results
             ],
@@ -244,10 +295,19 @@ def brave_body(results: list[tuple[str, str, str]]) -> dict[str, Any]:
 
 
 WEB_RESULTS = [
-    ("Mona Lisa - Wikipedia", "The Mona Lisa is a portrait by Leonardo da Vinci, painted between 1503 and 1519.",
-     "https://en.wikipedia.org/wiki/Mona_Lisa"),
-    ("Mona Lisa | Louvre", "Leonardo's portrait of Lisa Gherardini & her smile, on view in the Louvre, Paris.",
-     "https://www.louvre.fr/en/explore/the-palace/mona-lisa"),
-    ("Who painted the Mona Lisa?", "Leonardo da Vinci began painting the Mona Lisa around 1503 in Florence.",
-     "https://www.britannica.com/topic/Mona-Lisa-painting"),
+    (
+        "Mona Lisa - Wikipedia",
+        "The Mona Lisa is a portrait by Leonardo da Vinci, painted between 1503 and 1519.",
+        "https://en.wikipedia.org/wiki/Mona_Lisa",
+    ),
+    (
+        "Mona Lisa | Louvre",
+        "Leonardo's portrait of Lisa Gherardini & her smile, on view in the Louvre, Paris.",
+        "https://www.louvre.fr/en/explore/the-palace/mona-lisa",
+    ),
+    (
+        "Who painted the Mona Lisa?",
+        "Leonardo da Vinci began painting the Mona Lisa around 1503 in Florence.",
+        "https://www.britannica.com/topic/Mona-Lisa-painting",
+    ),
 ]

@@ -50,7 +50,8 @@ def test_rebuild_is_idempotent_and_added_corpus_extends(
 
     extra = tmp_path / "extra.jsonl"
     extra.write_text(
-        json.dumps({"id": "z1", "contents": "Zorblax\nZorblax is a fictional moon of the planet Quuxar."}) + "\n",
+        json.dumps({"id": "z1", "contents": "Zorblax\nZorblax is a fictional moon of the planet Quuxar."})
+        + "\n",
         encoding="utf-8",
     )
     build_index(index_copy, read_jsonl(extra), corpus="extra", progress=False, embedder=embedder)

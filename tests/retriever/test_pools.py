@@ -41,7 +41,9 @@ async def open_rt(
 
 
 def test_normalized_question_ignores_case_space_and_trailing_punctuation() -> None:
-    assert normalize_question("  Who painted   the Mona Lisa?? ") == normalize_question("who painted the mona lisa")
+    assert normalize_question("  Who painted   the Mona Lisa?? ") == normalize_question(
+        "who painted the mona lisa"
+    )
 
 
 def test_dedupe_drops_same_url_web_results_and_near_identical_embeddings() -> None:
