@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from debate_worker.engine.config import MAX_QUESTION_CHARS, DebateConfig, validate_question
 from services.jobstore import JobStatus
@@ -25,6 +25,13 @@ class DebateRequest(BaseModel):
     @classmethod
     def _question(cls, v: str) -> str:
         return validate_question(v)
+
+    @model_validator(mode="after")
+    def _gold_for_oracle_settings(self) -> DebateRequest:
+        # Issue 5: truth_last orders views by the gold answer, so it is refused without one.
+        if self.config.requires_gold and not self.answers:
+            raise ValueError("config.ordering: 'truth_last' needs 'answers' (gold answers; evaluation only)")
+        return self
 
 
 class BatchItem(BaseModel):
@@ -49,6 +56,17 @@ class BatchRequest(BaseModel):
 
     items: list[BatchItem]
     config: DebateConfig = Field(default_factory=DebateConfig)
+
+    @model_validator(mode="after")
+    def _gold_for_oracle_settings(self) -> BatchRequest:
+        # Issue 5: truth_last orders views by the gold answer, so every item must carry one.
+        if self.config.requires_gold:
+            missing = [i for i, item in enumerate(self.items) if not item.answers]
+            if missing:
+                raise ValueError(
+                    f"config.ordering: 'truth_last' needs 'answers' on every item (missing at {missing[:10]})"
+                )
+        return self
 
 
 class Accepted(BaseModel):
