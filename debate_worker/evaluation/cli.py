@@ -260,8 +260,8 @@ def _print_summary(console: Any, report: dict[str, Any], out: Path) -> None:
         return "–" if v is None else f"{100 * v:.1f}"
 
     table = Table(title=f"{report['items']} items · accuracy = {report['primary']}")
-    for col in ("run", "ok", "failed", "accuracy %", "F1 %", "Co2 %", "Cons %", "rounds", "tokens/q", "s/q"):
-        table.add_column(col, justify="right" if col != "run" else "left")
+    for col in ("run", "ok", "fail", "acc%", "F1%", "Co2%", "Cons%", "rnds", "tok/q", "s/q"):
+        table.add_column(col, justify="right" if col != "run" else "left", no_wrap=col == "run")
     for r in report["runs"]:
         table.add_row(
             r["label"],

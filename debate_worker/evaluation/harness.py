@@ -137,6 +137,7 @@ async def evaluate(
             runs=specs,
             judge_model=request.judge_model,
             problems=[str(p) for p in dataset.problems],
+            compare=list(request.compare),
         )
     )
     ws.save_items(dataset.items)
@@ -192,7 +193,8 @@ def rebuild_report(
     if manifest is None:
         raise PlanError(f"{out} holds no evaluation (no eval.json)")
     chosen = list(labels) if labels else [r.label for r in manifest.runs]
-    check_compare(compare, [r.label for r in manifest.runs])
+    pairs = list(compare) or list(manifest.compare)  # the pairs of the run unless new ones are given
+    check_compare(pairs, [r.label for r in manifest.runs])
     return build_report(
-        ws, manifest, ws.load_items(), chosen, compare=compare, samples=samples, seed=seed, plots=plots
+        ws, manifest, ws.load_items(), chosen, compare=pairs, samples=samples, seed=seed, plots=plots
     )

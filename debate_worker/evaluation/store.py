@@ -52,6 +52,7 @@ class Manifest(BaseModel):
     runs: list[RunSpec]
     judge_model: str | None = None
     problems: list[str] = Field(default_factory=list, description="dataset lines skipped, with numbers")
+    compare: list[tuple[str, str]] = Field(default_factory=list, description="extra --compare pairs")
     created_at: str = Field(default_factory=lambda: now_iso())
     updated_at: str = Field(default_factory=lambda: now_iso())
 

@@ -63,6 +63,8 @@ def test_cli_in_process_styles_and_compare(scripted: ScriptedLLM, nq_dataset: Pa
     rebuilt = runner.invoke(app, ["eval", "--out", str(out), "--report-only", "--no-plots"])
     assert rebuilt.exit_code == 0, rebuilt.output
     assert "cot-paper" in (out / "report.md").read_text()
+    again = json.loads((out / "metrics.json").read_text())
+    assert ("single-robust", "cot-robust") in [(c["a"], c["b"]) for c in again["comparisons"]]
 
 
 def test_cli_bad_line_fatal_or_reported(scripted: ScriptedLLM, tmp_path: Path) -> None:
