@@ -7,8 +7,6 @@ data dir; ``open`` then fails with ``StoreLocked`` and a message saying so.
 
 from __future__ import annotations
 
-import asyncio
-
 from retriever.indexer import ensure_index
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
@@ -45,5 +43,5 @@ class LocalPoolBuilder:
         await self._rt.aclose()
 
     def close(self) -> None:
-        """Synchronous close for callers outside an event loop."""
-        asyncio.run(self._rt.aclose())
+        """Synchronous close, safe inside or outside a running event loop (async code: ``aclose``)."""
+        self._rt.close()

@@ -55,6 +55,8 @@ class RetrieverRuntime:
     pools: PoolService
     web: WebSearch | None
     http: httpx.AsyncClient | None
+    _closed: bool = False
+    _closing: asyncio.Task[None] | None = None
 
     @classmethod
     def open(
@@ -97,7 +99,35 @@ class RetrieverRuntime:
     def sweep(self) -> int:
         return self.pools.pools.sweep()
 
+    def close(self) -> None:
+        """Synchronous close (for sync callers, even inside a running loop): JVM searcher and store now;
+        the web client's sockets are closed on the running loop if there is one, else right here."""
+        if self._closed:
+            return
+        self._closed = True
+        http_closers = [c.aclose() for c in (self.web, self.http) if c is not None]
+        if http_closers:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+
+            async def _all() -> None:
+                for co in http_closers:
+                    await co
+
+            if loop is None:
+                asyncio.run(_all())
+            else:
+                self._closing = loop.create_task(_all())
+        if self.wiki.bm25 is not None:
+            self.wiki.bm25.close()
+        self.store.close()
+
     async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self.web is not None:
             await self.web.aclose()
         if self.http is not None:
