@@ -96,3 +96,25 @@ async def test_evaluation_graded_by_judge(scripted: ScriptedLLM, nq_dataset: Pat
     }
     assert rows["q4"]["judge"]["verdict"] is None and "[True]/[False]" in rows["q4"]["judge"]["error"]
     assert rows["q2"]["judge"]["verdict"] is True and rows["q2"]["scores"]["correct"] == 1.0
+
+
+@pytest.mark.integration
+async def test_judge_added_later_grades_existing_results(
+    scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "later"
+    request = EvalRequest(dataset=nq_dataset, out=out, protocols=["single"], progress=False, plots=False)
+    await evaluate(request, models=models_for(scripted.base_url))
+    debate_calls = len(scripted.requests)
+    with ScriptedLLM(model="judge-model") as server:
+        server.on(lambda body: True, judge_reply)
+        async with OpenAIChatClient(
+            server.base_url, "judge-model", retry=RetryPolicy(max_attempts=1)
+        ) as client:
+            outcome = await evaluate(request, models=models_for(scripted.base_url), judge=LLMJudge(client))
+        graded = len(server.requests)
+    assert len(scripted.requests) == debate_calls  # nothing was debated again
+    assert graded == 4
+    run = outcome.report["runs"][0]
+    assert run["judge_graded"] == 4 and run["judge_accuracy"] == pytest.approx(0.5)
+    assert run["accuracy"] == pytest.approx(0.5)  # primary stays EM
