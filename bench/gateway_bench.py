@@ -1,0 +1,219 @@
+"""Gateway throughput benchmark: a 500-debate batch through the API, Redis, Celery and a scripted LLM.
+
+Set-up (all real processes on loopback): a private redis-server; the scripted OpenAI-compatible server
+in its own process with a fixed ``--latency`` and a ``--capacity`` of C concurrent requests (like a
+llama.cpp server with C slots); the API (``parley api``); one Celery worker with W prefork processes
+(``parley worker --concurrency W``).
+
+Reported:
+* time to accept the batch (POST → 202);
+* debates per minute from the POST until the last item finished, and the ratio to the backend's
+  theoretical capacity ``60 · C / (latency · calls per debate)`` debates per minute (target ≥ 0.9);
+* how long a single debate submitted in the middle of the batch waited (the fairness check);
+* p50/p95 of ``GET /v1/debates/{id}`` under 50 concurrent clients.
+
+Run: ``HF_HUB_OFFLINE=1 .venv/bin/python -m bench.gateway_bench --items 500 --latency 0.25 --capacity 4
+--workers 8``. Results go to ``reports/gateway/bench.json`` (and are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.api.support import RedisServer, WorkerProcess, worker_env  # noqa: E402
+from tests.support.scripted_llm import free_port  # noqa: E402
+
+CONFIG = {"knowledge": "none", "rounds": 3}  # the judge agrees: 2 debaters + judge + summary = 4 calls
+
+
+def start_process(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    fh = log.open("ab")
+    return subprocess.Popen(
+        args, env=env, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def wait_http(url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not come up")
+        time.sleep(0.1)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+async def poll_latencies(base: str, job_ids: list[str], clients: int, per_client: int) -> list[float]:
+    """``clients`` concurrent pollers, each issuing ``per_client`` GETs of random jobs; latencies in ms."""
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+
+        async def one_client(seed: int) -> None:
+            rng = random.Random(seed)
+            for _ in range(per_client):
+                job_id = rng.choice(job_ids)
+                t0 = time.perf_counter()
+                resp = await client.get(f"/v1/debates/{job_id}")
+                latencies.append((time.perf_counter() - t0) * 1000)
+                assert resp.status_code == 200, resp.text
+
+        await asyncio.gather(*(one_client(i) for i in range(clients)))
+    return latencies
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="parley-gw-bench-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    redis = RedisServer(tmp / "redis").start()
+    worker: WorkerProcess | None = None
+    try:
+        llm_port, api_port = free_port(), free_port()
+        base_env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+        base_env.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+        llm_args = [sys.executable, "-m", "tests.support.scripted_llm", "--port", str(llm_port)]
+        llm_args += ["--latency", str(args.latency), "--capacity", str(args.capacity)]
+        procs.append(start_process(llm_args, base_env, tmp / "llm.log"))
+        wait_http(f"http://127.0.0.1:{llm_port}/v1/models")
+
+        api_env = {
+            **base_env,
+            "PARLEY_API_REDIS_URL": redis.url,
+            "PARLEY_API_RATE_LIMIT_PER_MINUTE": "1000000",
+        }
+        api_args = [sys.executable, "-m", "api.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)]
+        procs.append(start_process(api_args, api_env, tmp / "api.log"))
+        base = f"http://127.0.0.1:{api_port}"
+        wait_http(f"{base}/healthz")
+
+        env = worker_env(
+            redis.url,
+            f"http://127.0.0.1:{llm_port}/v1",
+            PARLEY_LLM_MAX_CONCURRENCY=str(args.capacity),
+            PARLEY_WORKER_WORKER_MAX_TASKS_PER_CHILD="100000",
+        )
+        worker = WorkerProcess(env, tmp / "worker.log", concurrency=args.workers, pool="prefork")
+        worker.start()
+        time.sleep(1.0)  # let every pool process connect
+
+        items = [
+            {"id": f"b{i}", "question": f"What is the capital of country number {i}?"}
+            for i in range(args.items)
+        ]
+        with httpx.Client(base_url=base, timeout=120) as client:
+            t0 = time.perf_counter()
+            resp = client.post("/v1/batches", json={"items": items, "config": CONFIG})
+            t_accept = time.perf_counter() - t0
+            assert resp.status_code == 202, resp.text
+            batch_id = resp.json()["batch_id"]
+
+            # Fairness: a single debate submitted while the batch is queued.
+            time.sleep(args.single_after_s)
+            t_single = time.perf_counter()
+            single_id = client.post("/v1/debates", json={"question": "Single?", "config": CONFIG}).json()[
+                "job_id"
+            ]
+            single_wait = None
+            status: dict[str, Any] = {}
+            while True:
+                if single_wait is None:
+                    job = client.get(f"/v1/debates/{single_id}").json()
+                    if job["status"] == "completed":
+                        single_wait = time.perf_counter() - t_single
+                status = client.get(f"/v1/batches/{batch_id}").json()
+                if status["status"] == "completed" and single_wait is not None:
+                    break
+                time.sleep(0.25)
+            # The end of the batch is when its last item finished (from the job records).
+            rows = [json.loads(x) for x in client.get(f"/v1/batches/{batch_id}/results").text.splitlines()]
+        completed = [r for r in rows if r["status"] == "completed"]
+        calls = sum(r["result"]["usage"]["calls"] for r in completed)
+        r = redis.client()
+        finished = [float(r.hget(f"parley:job:{row['job_id']}", "finished_at") or 0) for row in rows]
+        created = float(r.hget(f"parley:job:{rows[0]['job_id']}", "created_at") or 0)
+        r.close()
+        wall = max(finished) - created + t_accept  # from the POST to the last result
+        per_minute = len(completed) / wall * 60
+        calls_per_debate = calls / max(1, len(completed))
+        theoretical = 60 * args.capacity / (args.latency * calls_per_debate)
+
+        job_ids = [row["job_id"] for row in rows]
+        lat = asyncio.run(poll_latencies(base, job_ids, args.clients, args.requests_per_client))
+        report = {
+            "items": args.items,
+            "completed": len(completed),
+            "llm_latency_s": args.latency,
+            "llm_capacity": args.capacity,
+            "worker_processes": args.workers,
+            "time_to_accept_s": round(t_accept, 3),
+            "wall_s": round(wall, 2),
+            "debates_per_minute": round(per_minute, 1),
+            "llm_calls_per_debate": round(calls_per_debate, 2),
+            "theoretical_debates_per_minute": round(theoretical, 1),
+            "ratio_to_capacity": round(per_minute / theoretical, 3),
+            "single_debate_wait_s": round(single_wait or -1, 2),
+            "single_debate_min_s": round(3 * args.latency, 2),
+            "get_clients": args.clients,
+            "get_requests": len(lat),
+            "get_p50_ms": round(statistics.median(lat), 1),
+            "get_p95_ms": round(percentile(lat, 0.95), 1),
+            "get_max_ms": round(max(lat), 1),
+            "cpu_count": os.cpu_count(),
+        }
+        return report
+    finally:
+        if worker is not None:
+            worker.stop()
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+        redis.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--items", type=int, default=500)
+    parser.add_argument("--latency", type=float, default=0.25, help="scripted LLM seconds per call")
+    parser.add_argument("--capacity", type=int, default=4, help="concurrent requests the LLM serves (C)")
+    parser.add_argument("--workers", type=int, default=8, help="worker processes (W)")
+    parser.add_argument("--clients", type=int, default=50, help="concurrent GET clients")
+    parser.add_argument("--requests-per-client", type=int, default=40)
+    parser.add_argument("--single-after-s", type=float, default=5.0, help="submit the single debate after")
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "gateway" / "bench.json")
+    args = parser.parse_args()
+    report = run(args)
+    report["command"] = "python -m bench.gateway_bench " + " ".join(sys.argv[1:])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
