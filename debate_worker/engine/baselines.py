@@ -14,6 +14,7 @@ from debate_worker.engine.context import DebateContext
 from debate_worker.engine.madke import answer_parser
 from debate_worker.engine.outcome import Outcome, ProtocolRun
 from debate_worker.engine.prompts import get_prompts
+from debate_worker.engine.result import TranscriptRecord
 
 
 async def run_single(ctx: DebateContext, run: ProtocolRun) -> Outcome:
@@ -55,7 +56,7 @@ async def run_self_consistency(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     parse = answer_parser(prompts)
     messages = prompts.chain_of_thought(ctx.question)
 
-    async def sample(i: int):  # type: ignore[no-untyped-def]
+    async def sample(i: int) -> TranscriptRecord:
         return await ctx.call(round=1, role="sample", agent=i, messages=messages, parse=parse)
 
     records = await ctx.gather([functools.partial(sample, i) for i in range(ctx.config.samples)])

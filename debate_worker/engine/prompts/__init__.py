@@ -48,4 +48,4 @@ def get_prompts(style: str) -> PromptSet:
         from debate_worker.engine.prompts import robust as module
     else:
         raise ValueError(f"unknown prompt style {style!r}")
-    return module  # type: ignore[return-value]
+    return module
