@@ -25,7 +25,9 @@ from retriever.indexer import IndexMissing
 from retriever.pools import MAX_K, InvalidRequest
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings, SearchMode
+from services.jvm import JVMUnavailable
 from services.knowledge import KnowledgePool
+from services.vector_store import VectorStoreError
 
 log = logging.getLogger("parley.retriever")
 PROBLEM = "application/problem+json"
@@ -119,6 +121,19 @@ def create_app(settings: RetrieverSettings | None = None) -> FastAPI:
     @app.exception_handler(IndexMissing)
     async def _missing(request: Request, exc: IndexMissing) -> JSONResponse:
         return problem(503, "Index not built", str(exc), request.url.path)
+
+    @app.exception_handler(VectorStoreError)
+    async def _store(request: Request, exc: VectorStoreError) -> JSONResponse:
+        return problem(503, "Store unavailable", str(exc), request.url.path)
+
+    @app.exception_handler(JVMUnavailable)
+    async def _jvm(request: Request, exc: JVMUnavailable) -> JSONResponse:
+        return problem(503, "BM25 unavailable", f"{exc}; use mode=dense", request.url.path)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return problem(500, "Internal error", f"{type(exc).__name__}: {exc}", request.url.path)
 
     @app.post("/v1/pools", response_model=KnowledgePool)
     async def create_pool(body: PoolRequest, request: Request) -> KnowledgePool:
