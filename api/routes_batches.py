@@ -284,6 +284,7 @@ async def batch_results(batch_id: str, state: State, owner: Owner) -> StreamingR
     async def lines() -> AsyncIterator[bytes]:
         index = 0
         async for job_id, found in store.iter_batch_jobs(batch_id, with_result=True):
+            result_json = None
             if found is None:
                 row: dict[str, Any] = {
                     "id": None,
@@ -292,11 +293,11 @@ async def batch_results(batch_id: str, state: State, owner: Owner) -> StreamingR
                     "status": "failed",
                     "question": None,
                     "answers": None,
-                    "result": None,
                     "error": "job record expired",
                 }
             else:
                 job = found.job
+                result_json = found.result_json
                 row = {
                     "id": job.item_id,
                     "index": job.index if job.index is not None else index,
@@ -304,11 +305,12 @@ async def batch_results(batch_id: str, state: State, owner: Owner) -> StreamingR
                     "status": job.status,
                     "question": job.question,
                     "answers": job.answers,
-                    "result": found.result,
                     "error": job.error,
                 }
             index += 1
-            yield (json.dumps(row, ensure_ascii=False) + "\n").encode()
+            # The stored result JSON goes out as is (see JobFull): no parse, no re-serialisation.
+            head = json.dumps(row, ensure_ascii=False)
+            yield f'{head[:-1]}, "result": {result_json or "null"}}}\n'.encode()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 
 from api.deps import ApiState, Owner, State
@@ -134,17 +134,31 @@ async def create_debate(
     return await idempotent(state, owner, idempotency_key, fingerprint(raw, request.url.path), handler)
 
 
-@router.get("/{job_id}", response_model=JobView, responses={404: NOT_FOUND})
-async def get_debate(job_id: str, state: State, owner: Owner) -> JobView:
+def job_response(found: JobFull, status_code: int = 200) -> Response:
+    """The ``JobView`` document with the stored result JSON spliced in unparsed."""
+    head = job_view(found.job, None).model_dump_json(exclude={"result"})
+    body = f'{head[:-1]},"result":{found.result_json or "null"}}}'
+    return Response(body, status_code=status_code, media_type="application/json")
+
+
+@router.get(
+    "/{job_id}",
+    response_model=JobView,
+    response_class=Response,
+    responses={200: {"model": JobView, "content": {"application/json": {}}}, 404: NOT_FOUND},
+)
+async def get_debate(job_id: str, state: State, owner: Owner) -> Response:
     """Status, progress (last completed round) and, once completed, the result with its transcript."""
-    found = await owned_job(state, owner, job_id, with_result=True)
-    return job_view(found.job, found.result)
+    return job_response(await owned_job(state, owner, job_id, with_result=True))
 
 
 @router.delete(
-    "/{job_id}", response_model=JobView, responses={404: NOT_FOUND, 409: {"description": "finished"}}
+    "/{job_id}",
+    response_model=JobView,
+    response_class=Response,
+    responses={404: NOT_FOUND, 409: {"description": "finished"}},
 )
-async def cancel_debate(job_id: str, state: State, owner: Owner) -> JobView:
+async def cancel_debate(job_id: str, state: State, owner: Owner) -> Response:
     """Cancel a queued or running debate; a running worker notices within a second and stops."""
     await owned_job(state, owner, job_id)
     ok = await state.store.transition(
@@ -157,7 +171,7 @@ async def cancel_debate(job_id: str, state: State, owner: Owner) -> JobView:
             f"debate {job_id!r} already {found.job.status}; nothing to cancel",
             type_="/problems/finished",
         )
-    return job_view(found.job, found.result)
+    return job_response(found)
 
 
 @router.get(

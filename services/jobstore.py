@@ -294,7 +294,7 @@ class RedisJobStore:
                 out.append(None)
                 continue
             result = raw.get("result") if with_result else None
-            out.append(JobFull(_parse_job(raw), json.loads(result) if result else None))
+            out.append(JobFull(_parse_job(raw), result or None))
         return out
 
     async def job_statuses(self, job_ids: Sequence[str]) -> list[str | None]:
@@ -467,13 +467,21 @@ class RedisJobStore:
 
 
 class JobFull:
-    """A job record with its result (``None`` until completed)."""
+    """A job record with its result as stored (JSON text; ``None`` until completed).
 
-    __slots__ = ("job", "result")
+    The API splices ``result_json`` into responses as is: parsing and re-serialising a transcript on
+    every poll would cost more than everything else a ``GET`` does.
+    """
 
-    def __init__(self, job: JobRecord, result: dict[str, Any] | None) -> None:
+    __slots__ = ("job", "result_json")
+
+    def __init__(self, job: JobRecord, result_json: str | None) -> None:
         self.job = job
-        self.result = result
+        self.result_json = result_json
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        return json.loads(self.result_json) if self.result_json else None
 
 
 def _parse_job(raw: dict[str, str]) -> JobRecord:

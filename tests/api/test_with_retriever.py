@@ -1,0 +1,69 @@
+"""The whole path with knowledge: API → Celery worker → the real retriever app over HTTP → scripted LLM.
+
+The retriever serves a tiny dense index built with its own indexer from a slice of the real bundled
+Wikipedia corpus in a temporary directory; the debaters' prompts must carry that knowledge.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.support import SELECT, RedisServer, WorkerProcess, wait_status, worker_env
+from tests.support.scripted_llm import ScriptedLLM
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TITLES = ["Mona Lisa", "Leonardo da Vinci", "Tokyo", "Mount Everest"]
+QUESTION = "who painted the mona lisa"
+
+
+@pytest.fixture(scope="module")
+def retriever_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    support = pytest.importorskip("tests.retriever.support")
+    from retriever.app import create_app
+
+    data_dir = tmp_path_factory.mktemp("retriever") / "index"
+    settings = support.build_slice_index(data_dir, TITLES)
+    with support.AppServer(create_app(settings)) as server:
+        yield str(server.url)
+
+
+@pytest.fixture(scope="module")
+def knowledge_worker(
+    redis_server: RedisServer, llm: ScriptedLLM, retriever_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    env = worker_env(redis_server.url, llm.base_url, retriever_url)
+    with WorkerProcess(env, tmp_path_factory.mktemp("kw") / "worker.log", concurrency=1) as proc:
+        yield proc
+
+
+def test_debate_uses_the_pool_built_by_the_retriever(
+    knowledge_worker: WorkerProcess, alice: httpx.Client, scripted: ScriptedLLM
+) -> None:
+    scripted.reset()
+    scripted.on(SELECT, "The most helpful knowledge is [1] and [2].")
+    scripted.on("respond with [Yes]", "[Yes]")
+    scripted.on("summarize the final answer", "The final answer is [Leonardo da Vinci].")
+    scripted.on("Question:", "The knowledge says so: the answer is [Leonardo da Vinci].")
+    cfg = {"knowledge": "wikipedia", "k_wiki": 3, "k_web": 0}
+    job_id = alice.post("/v1/debates", json={"question": QUESTION, "config": cfg}).json()["job_id"]
+    job = wait_status(alice, job_id, {"completed", "failed"}, timeout_s=120)
+    assert job["status"] == "completed", job
+    result: dict[str, Any] = job["result"]
+    assert result["answer"] == "Leonardo da Vinci"
+    titles = [item["title"] for item in result["pool"]["items"]]
+    assert 1 <= len(titles) <= 3 and "Mona Lisa" in titles
+    assert all(item["source"] == "wikipedia" for item in result["pool"]["items"])
+    selects = [r for r in result["transcript"] if r["role"] == "select"]
+    assert len(selects) == 2 and all(r["selected"] == [1, 2] for r in selects)
+    # The debaters saw the selected passages: the first pool item's text is in their prompts.
+    first = result["pool"]["items"][0]["text"][:60]
+    debater_prompts = [json.dumps(b) for b in scripted.requests if "Answer the question" in json.dumps(b)]
+    assert debater_prompts and all(json.dumps(first)[1:-1] in p for p in debater_prompts)
+    events = alice.get(f"/v1/debates/{job_id}/events", timeout=30).text
+    assert "event: pool.ready" in events and '"items": ' in events
