@@ -88,6 +88,8 @@ def run_worker(
         )
         server = embedded.__enter__()
         runtime.llm_base_url = server.base_url
+        runtime.llm_model = server.alias
+        runtime.llm_structured = "json_object"  # llama-cpp-python's form of schema-constrained output
         typer.echo(f"embedded LLM at {runtime.llm_base_url}")
     celery = create_worker_app(settings, runtime)
     argv = ["worker", f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]

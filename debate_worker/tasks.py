@@ -40,7 +40,7 @@ from debate_worker.engine.runner import run_debate
 from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
 from services.jobstore import ACTIVE, JobRecord, RedisJobStore
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
-from services.llm import LLMError
+from services.llm import LLMError, StructuredMode
 from services.settings import LLMSettings, RetrieverClientSettings
 
 log = logging.getLogger("parley.worker")
@@ -62,10 +62,12 @@ class PoolUnavailable(Exception):
     """No knowledge pool could be built: the retriever is down or not configured."""
 
 
-def _default_models(llm: LLMSettings, base_url: str | None) -> ClosableRoleModels:
+def _default_models(
+    llm: LLMSettings, base_url: str | None, model: str | None, structured: StructuredMode | None
+) -> ClosableRoleModels:
     from services.llm_factory import build_role_models
 
-    return build_role_models(llm, base_url=base_url)
+    return build_role_models(llm, base_url=base_url, model=model, structured_output=structured)
 
 
 def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBuilder:
@@ -85,7 +87,10 @@ class WorkerRuntime:
     settings: WorkerSettings
     llm: LLMSettings
     retriever: RetrieverClientSettings
+    # Set by ``parley worker`` when it serves the embedded model itself (URL, alias, schema form).
     llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_structured: StructuredMode | None = None
     models_factory: Callable[[], ClosableRoleModels] | None = None
     pool_factory: Callable[[], ClosablePoolBuilder] | None = None
     hostname: str = field(default_factory=socket.gethostname)
@@ -102,7 +107,7 @@ class WorkerRuntime:
     def models(self) -> ClosableRoleModels:
         if self.models_factory is not None:
             return self.models_factory()
-        return _default_models(self.llm, self.llm_base_url)
+        return _default_models(self.llm, self.llm_base_url, self.llm_model, self.llm_structured)
 
     def pool_builder(self) -> ClosablePoolBuilder:
         if self.pool_factory is not None:
