@@ -263,8 +263,10 @@ class OpenAIChatClient:
         try:
             return await self._post_with_retries(body, output_mode)
         except LLMBadRequest as err:
-            if output_mode == "schema" and "response_format" in body and (
-                isinstance(err, LLMSchemaRejected) or err.status in (400, 422)
+            if (
+                output_mode == "schema"
+                and "response_format" in body
+                and (isinstance(err, LLMSchemaRejected) or err.status in (400, 422))
             ):
                 # The endpoint refuses structured output: remember it and use text from now on.
                 self._schema_supported = False
