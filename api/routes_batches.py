@@ -192,7 +192,7 @@ async def create_batch(
     Limits: ``PARLEY_API_MAX_BATCH_ITEMS`` items (10,000), ``PARLEY_API_MAX_LINE_BYTES`` per JSONL line
     (16 KiB), ``PARLEY_API_MAX_BATCH_BYTES`` per body (32 MiB). Invalid input queues nothing.
     """
-    raw = await request.body()  # read first: Starlette then parses the form from this buffer
+    await request.body()  # read first: Starlette then parses the form from this buffer
     items, config = await read_batch(request, state)
 
     async def handler() -> StoredResponse:
@@ -229,9 +229,16 @@ async def create_batch(
         state,
         owner,
         idempotency_key,
-        fingerprint(raw, request.url.path, request.headers.get("content-type", "")),
+        # Of the parsed batch, not the raw body: a multipart upload's boundary changes on every retry.
+        fingerprint(canonical(items, config), request.url.path),
         handler,
     )
+
+
+def canonical(items: list[BatchItem], config: DebateConfig) -> bytes:
+    """One byte string per distinct batch, whatever its encoding (JSON, JSONL upload)."""
+    doc = {"items": [i.model_dump() for i in items], "config": config.model_dump(mode="json")}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
 async def owned_batch(state: ApiState, owner: str, batch_id: str) -> BatchRecord:

@@ -134,6 +134,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         base = f"http://127.0.0.1:{api_port}"
         wait_http(f"{base}/healthz")
 
+        if args.accept_only:
+            # Intake alone (no worker): how long the largest allowed batch takes to validate, store
+            # and queue, and how long its results stream takes to read.
+            items = [{"id": f"a{i}", "question": f"Question number {i}?"} for i in range(args.items)]
+            with httpx.Client(base_url=base, timeout=600) as client:
+                t0 = time.perf_counter()
+                resp = client.post("/v1/batches", json={"items": items, "config": CONFIG})
+                accept = time.perf_counter() - t0
+                assert resp.status_code == 202, resp.text
+                t1 = time.perf_counter()
+                lines = client.get(f"/v1/batches/{resp.json()['batch_id']}/results").text.count("\n")
+                results = time.perf_counter() - t1
+            return {"items": args.items, "time_to_accept_s": round(accept, 3),
+                    "results_stream_s": round(results, 3), "result_lines": lines}  # fmt: skip
+
         env = worker_env(
             redis.url,
             f"http://127.0.0.1:{llm_port}/v1",
@@ -231,6 +246,7 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=4, help="concurrent requests the LLM serves (C)")
     parser.add_argument("--workers", type=int, default=8, help="worker processes (W)")
     parser.add_argument("--clients", type=int, default=50, help="concurrent GET clients")
+    parser.add_argument("--accept-only", action="store_true", help="only time the intake of --items")
     parser.add_argument("--api-workers", type=int, default=1, help="uvicorn processes of the API")
     parser.add_argument("--requests-per-client", type=int, default=40)
     parser.add_argument("--single-after-s", type=float, default=5.0, help="submit the single debate after")

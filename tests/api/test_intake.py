@@ -119,6 +119,14 @@ def test_idempotency_key_replays_first_response(alice: httpx.Client, redis_serve
     b2 = alice.post("/v1/batches", json=batch, headers={"Idempotency-Key": key + "-b"})
     assert b1.status_code == b2.status_code == 202
     assert b1.json()["batch_id"] == b2.json()["batch_id"]
+    # The same items uploaded as JSONL (a new multipart boundary each time) replay too.
+    jsonl = b'{"question": "one?"}\n{"question": "two?"}\n'
+    u1, u2 = (
+        alice.post("/v1/batches", files={"file": ("b.jsonl", jsonl)}, headers={"Idempotency-Key": key + "-u"})
+        for _ in range(2)
+    )
+    assert u1.status_code == u2.status_code == 202
+    assert u1.json()["batch_id"] == u2.json()["batch_id"] and u2.headers["idempotent-replayed"] == "true"
 
 
 def test_batch_json_and_jsonl_accepted_with_counts(alice: httpx.Client, redis_server: RedisServer) -> None:
