@@ -252,6 +252,9 @@ class PoolService:
             "web": self.web.name if self.web is not None else "none",
             "mode": self.wiki.default_mode(),
             "collection": self.settings.collection,
+            # Fusion and dedupe settings change which passages a pool holds.
+            "fusion": [self.settings.rrf_k, self.settings.rrf_bm25_weight, self.settings.fusion_depth],
+            "dedupe": self.settings.dedupe_cosine,
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
@@ -290,11 +293,15 @@ class PoolService:
     async def _assemble(self, q: str, qhash: str, k_wiki: int, k_web: int, t0: float) -> KnowledgePool:
         timings: dict[str, float] = {}
         warnings: list[str] = []
-        t = time.perf_counter()
-        qvec = await self.wiki.embed_query(q)
-        timings["embed_ms"] = _ms(t)
         web_task = asyncio.create_task(self._web(q, k_web, warnings, timings))
-        wiki_hits = await self.wiki.search(q, k_wiki, qvec=qvec, with_vectors=True, timings=timings)
+        wiki_hits, maybe_qvec = await self.wiki.search_and_embed(
+            q, k_wiki, with_vectors=True, timings=timings
+        )
+        if maybe_qvec is None:  # k_wiki = 0 or BM25-only mode: the header and web dedupe still need it
+            t = time.perf_counter()
+            maybe_qvec = await self.wiki.embed_query(q)
+            timings["embed_ms"] = _ms(t)
+        qvec = maybe_qvec
         web_hits, web_failed = await web_task
         t = time.perf_counter()
         web_vecs: np.ndarray | None = None

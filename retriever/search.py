@@ -1,10 +1,20 @@
 """Wikipedia retrieval WR(q): dense (cosine over MiniLM vectors), BM25 (Lucene), and their hybrid.
 
-Hybrid is reciprocal-rank fusion (Cormack, Clarke & Büttcher 2009): score(d) = Σ 1/(k + rank_r(d)) over
-the retrievers that returned d. We use k = 60, the value of the original paper and of most RRF
-implementations: it flattens the head of each ranking enough that a passage ranked well by *both*
-retrievers beats one ranked first by only one of them, while still preferring higher ranks. RRF uses
-ranks only, so the incomparable scales of BM25 scores and cosines never need calibrating.
+Hybrid is weighted reciprocal-rank fusion (Cormack, Clarke & Büttcher 2009): score(d) = Σ_r w_r / (k +
+rank_r(d)) over the top-50 lists of the retrievers that returned d. RRF uses ranks only, so BM25 scores
+and cosines never need calibrating. Our constants are k = 5, w_dense = 1, w_bm25 = 0.5, not the usual
+k = 60 with equal weights, because pools keep only the top 5 and our two retrievers are unequal:
+
+- with k = 60 the fused head is nearly flat (1/61 vs 1/65), so a passage that BM25 alone puts 3rd can
+  displace dense's 2nd; a small k lets the head of each list decide, which is what a 5-item pool needs;
+- dense MiniLM is the stronger retriever on NQ-style questions (answer recall@5 0.37 vs BM25's 0.26 on
+  nq_open_vital_dev), so a BM25 rank counts half: BM25's 1st equals dense's 7th, while a passage that
+  both put 3rd (1/8 + 0.5/8) still beats dense's 1st alone.
+
+They were chosen on the even-numbered half of nq_open_vital_dev and checked on the odd half (held out):
+there hybrid recall@5/@10 is 0.395/0.441 vs dense 0.381/0.427 and BM25 0.27/0.34, while plain k = 60
+RRF falls *below* dense at @5 (0.347 vs 0.374 on all questions). ``bench/retrieval_bench.py`` reports
+both. ``PARLEY_RETRIEVER_RRF_K`` and ``…_RRF_BM25_WEIGHT`` restore k = 60 / 1.0 for other corpora.
 """
 
 from __future__ import annotations
@@ -33,12 +43,15 @@ class PassageHit:
     vector: np.ndarray | None = None
 
 
-def rrf_fuse(rankings: list[list[str]], k: int = 60) -> list[tuple[str, float]]:
-    """Reciprocal-rank fusion of several rankings of ids; ties keep first-seen order."""
+def rrf_fuse(
+    rankings: list[list[str]], k: int = 60, weights: list[float] | None = None
+) -> list[tuple[str, float]]:
+    """(Weighted) reciprocal-rank fusion of several rankings of ids; ties keep first-seen order."""
+    weights = weights or [1.0] * len(rankings)
     scores: dict[str, float] = {}
-    for ranking in rankings:
+    for ranking, w in zip(rankings, weights, strict=True):
         for rank, doc in enumerate(ranking, start=1):
-            scores[doc] = scores.get(doc, 0.0) + 1.0 / (k + rank)
+            scores[doc] = scores.get(doc, 0.0) + w / (k + rank)
     return sorted(scores.items(), key=lambda kv: -kv[1])
 
 
@@ -106,37 +119,56 @@ class WikiRetriever:
         timings: dict[str, float] | None = None,
     ) -> list[PassageHit]:
         """Top-k passages for ``query``; ``timings`` (if given) receives per-stage milliseconds."""
+        hits, _ = await self.search_and_embed(
+            query, k, mode, qvec=qvec, with_vectors=with_vectors, timings=timings
+        )
+        return hits
+
+    async def search_and_embed(
+        self,
+        query: str,
+        k: int,
+        mode: SearchMode | None = None,
+        *,
+        qvec: np.ndarray | None = None,
+        with_vectors: bool = False,
+        timings: dict[str, float] | None = None,
+    ) -> tuple[list[PassageHit], np.ndarray | None]:
+        """``search`` that also returns the query vector it computed (None for pure BM25 or k = 0), so the
+        pool builder can overlap embedding with BM25 and still reuse the vector for dedupe and caching."""
         self.check_ready()
         mode = mode or self.default_mode()
         if mode in ("bm25", "hybrid") and self.bm25 is None:
             raise IndexMissing(f"the BM25 index is missing at {self.settings.bm25_dir}: {BUILD_HINT}")
         timings = timings if timings is not None else {}
         if k <= 0:
-            return []
+            return [], qvec
         if mode == "bm25":
-            return await self._bm25_only(query, k, with_vectors, timings)
+            return await self._bm25_only(query, k, with_vectors, timings), qvec
+        depth = k if mode == "dense" else max(k, self.settings.fusion_depth)
+        # BM25 needs only the text: it runs on its JVM thread while the query is embedded.
+        sparse_task = asyncio.create_task(self._sparse(query, depth, timings)) if mode == "hybrid" else None
         if qvec is None:
             t = time.perf_counter()
             qvec = await self.embed_query(query)
             timings["embed_ms"] = _ms(t)
-        depth = k if mode == "dense" else max(k, self.settings.fusion_depth)
-        dense_task = asyncio.create_task(self._dense(qvec, depth, with_vectors or mode == "hybrid", timings))
-        if mode == "dense":
-            return (await dense_task)[:k]
-        assert self.bm25 is not None
+        dense = await self._dense(qvec, depth, with_vectors or mode == "hybrid", timings)
+        if sparse_task is None:
+            return dense[:k], qvec
+        sparse = await sparse_task
         t = time.perf_counter()
-        sparse = await self.bm25.asearch(query, depth)
-        timings["bm25_ms"] = _ms(t)
-        dense = await dense_task
-        t = time.perf_counter()
-        fused = rrf_fuse([[h.pid for h in dense], [pid for pid, _ in sparse]], k=self.settings.rrf_k)[:k]
+        fused = rrf_fuse(
+            [[h.pid for h in dense], [pid for pid, _ in sparse]],
+            k=self.settings.rrf_k,
+            weights=[1.0, self.settings.rrf_bm25_weight],
+        )[:k]
         known = {h.pid: h for h in dense}
         missing = [pid for pid, _ in fused if pid not in known]
         for h in await self._by_pids(missing, with_vectors=True):
             known[h.pid] = h
         out = [_replace_score(known[pid], score) for pid, score in fused if pid in known]
         timings["fuse_ms"] = _ms(t)
-        return out
+        return out, qvec
 
     async def _dense(
         self, qvec: np.ndarray, k: int, with_vectors: bool, timings: dict[str, float]
@@ -147,6 +179,13 @@ class WikiRetriever:
         )
         timings["dense_ms"] = _ms(t)
         return [_from_hit(h) for h in hits]
+
+    async def _sparse(self, query: str, depth: int, timings: dict[str, float]) -> list[tuple[str, float]]:
+        assert self.bm25 is not None
+        t = time.perf_counter()
+        sparse = await self.bm25.asearch(query, depth)
+        timings["bm25_ms"] = _ms(t)
+        return sparse
 
     async def _bm25_only(
         self, query: str, k: int, with_vectors: bool, timings: dict[str, float]

@@ -52,7 +52,10 @@ class RetrieverSettings(ParleySettings):
     default_mode: SearchMode | Literal["auto"] = Field(
         default="auto", description="auto = hybrid when the BM25 index exists, else dense"
     )
-    rrf_k: int = Field(default=60, ge=1, description="reciprocal-rank-fusion constant")
+    rrf_k: int = Field(
+        default=5, ge=1, description="reciprocal-rank-fusion constant (see retriever/search.py)"
+    )
+    rrf_bm25_weight: float = Field(default=0.5, ge=0, description="weight of BM25 ranks in RRF (dense = 1)")
     fusion_depth: int = Field(default=50, ge=1, le=500, description="candidates per retriever for RRF")
     dedupe_cosine: float = Field(default=0.95, gt=0, le=1.0)
     max_question_chars: int = Field(default=2000, ge=10)
