@@ -28,8 +28,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import redis.exceptions
 from celery import Celery
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Reject, SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from debate_worker.engine.config import DebateConfig
@@ -347,6 +348,11 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
     def run_debate_task(job_id: str) -> str:
         try:
             return run_job(runtime, job_id)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            # The job store is unreachable, so the job's state cannot be trusted or written: put the
+            # message back (a failed task would be acked and the job left "debating" forever).
+            log.warning("job store unavailable while running %s; requeueing: %s", job_id, exc)
+            raise Reject(f"job store unavailable: {exc}", requeue=True) from exc
         except SoftTimeLimitExceeded:
             fail_job(
                 runtime,
