@@ -169,7 +169,7 @@ class JobRunner:
             job_id,
             "retrieving",
             ACTIVE,
-            fields={"worker": self.token, "started_at": _now(), "rounds": config.rounds},
+            fields={"worker": self.token, "started_at": time.time(), "rounds": config.rounds},
         )
         if not ok:
             return "skipped:cancelled"
@@ -308,10 +308,6 @@ class JobRunner:
         return await self.store.transition(
             job_id, "failed", ACTIVE, event="job.failed", data={"error": reason}, fields={"error": reason}
         )
-
-
-def _now() -> float:
-    return time.time()
 
 
 async def _with_store(runtime: WorkerRuntime, fn: Callable[[RedisJobStore], Awaitable[str]]) -> str:

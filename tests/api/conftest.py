@@ -8,7 +8,7 @@ import pytest
 
 from api.guards import hash_key
 from api.settings import ApiSettings
-from tests.api.support import ApiServer, RedisServer, redis_binary, script_agreeing
+from tests.api.support import ApiServer, RedisServer, running_redis, script_agreeing
 from tests.support.scripted_llm import ScriptedLLM
 
 KEY_A = "alice-secret-key"
@@ -18,11 +18,7 @@ KEYS = {"alice": hash_key(KEY_A), "bob": hash_key(KEY_B)}
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
+    yield from running_redis(tmp_path_factory.mktemp("redis"))
 
 
 @pytest.fixture(scope="module")

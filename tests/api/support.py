@@ -12,17 +12,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import redis
-import uvicorn
 
 from api.app import create_app
 from api.settings import ApiSettings
+from tests.retriever.support import AppServer
 from tests.support.scripted_llm import ScriptedLLM, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,44 +92,33 @@ class RedisServer:
         return redis.Redis(port=self.port, decode_responses=True)
 
 
-class ApiServer:
-    """The real API app under uvicorn in a thread, on a free port."""
+class ApiServer(AppServer):
+    """The real API app under uvicorn in a thread, on a free port (the retriever tests' ``AppServer``)."""
 
     def __init__(self, settings: ApiSettings) -> None:
-        self.port = free_port()
+        super().__init__(create_app(settings), startup_timeout_s=15)
         self.settings = settings
-        self.server: uvicorn.Server | None = None
-        self.thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> ApiServer:
-        config = uvicorn.Config(
-            create_app(self.settings), host="127.0.0.1", port=self.port, log_level="warning", backlog=2048
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("API server did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.should_exit = True
-        if self.thread is not None:
-            self.thread.join(timeout=10)
 
     def __enter__(self) -> ApiServer:
-        return self.start()
+        super().__enter__()
+        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def start(self) -> ApiServer:
+        return self.__enter__()
+
+    def stop(self) -> None:
+        self.__exit__(None, None, None)
+
+
+def running_redis(workdir: Path) -> Iterator[RedisServer]:
+    """A private redis-server for a fixture, or a skip that says how to install it."""
+    if redis_binary() is None:
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    server = RedisServer(workdir).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def worker_env(
