@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from api.enqueue import Enqueuer
 from api.guards import Idempotency, KeyRing, RateLimiter
 from api.settings import ApiSettings
-from services.jobstore import RedisJobStore
+from services.jobstore import JobStore
 
 
 @dataclass
@@ -18,7 +18,7 @@ class ApiState:
     """Long-lived objects shared by all requests of one API process."""
 
     settings: ApiSettings
-    store: RedisJobStore
+    store: JobStore
     enqueuer: Enqueuer
     keys: KeyRing
     limiter: RateLimiter

@@ -16,8 +16,6 @@ from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError as KombuOperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.jobstore import JobStoreUnavailable
-
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("parley.api")
 
@@ -134,7 +132,6 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
         redis.exceptions.TimeoutError,
         redis.exceptions.BusyLoadingError,
         KombuOperationalError,
-        JobStoreUnavailable,
         ConnectionError,
         OSError,
     ):

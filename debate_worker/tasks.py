@@ -39,7 +39,7 @@ from debate_worker.engine.registry import KNOWLEDGE_FREE
 from debate_worker.engine.result import Checkpoint
 from debate_worker.engine.runner import run_debate
 from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
-from services.jobstore import ACTIVE, JobRecord, RedisJobStore
+from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
 from services.llm import LLMError, StructuredMode
 from services.settings import LLMSettings, RetrieverClientSettings
@@ -119,7 +119,7 @@ class WorkerRuntime:
 class JobRunner:
     """Runs one job from the store to a terminal state (or leaves it for redelivery)."""
 
-    def __init__(self, runtime: WorkerRuntime, store: RedisJobStore) -> None:
+    def __init__(self, runtime: WorkerRuntime, store: JobStore) -> None:
         self.rt = runtime
         self.store = store
         self.token = f"{runtime.hostname}/{os.getpid()}/{uuid.uuid4().hex[:8]}"

@@ -39,10 +39,6 @@ TERMINAL_EVENTS = frozenset({"job.completed", "job.failed", "job.cancelled"})
 EVENTS_MAXLEN = 10_000
 
 
-class JobStoreUnavailable(Exception):
-    """Redis could not be reached; callers answer 503 (API) or let the task be redelivered (worker)."""
-
-
 class JobRecord(BaseModel):
     """One debate job as stored; ``result`` is loaded separately because it carries the transcript."""
 
@@ -87,15 +83,21 @@ def new_id(kind: str) -> str:
 
 
 class JobStore(Protocol):
-    """What the API and the workers need from the job store."""
+    """What the API and the workers need from the job store (``RedisJobStore`` implements it)."""
 
     async def ping(self) -> None: ...
 
+    async def aclose(self) -> None: ...
+
     async def create_jobs(self, jobs: Sequence[JobRecord], batch: BatchRecord | None = None) -> None: ...
+
+    async def delete_jobs(self, job_ids: Sequence[str], batch_id: str | None = None) -> None: ...
 
     async def get_job(self, job_id: str) -> JobRecord | None: ...
 
-    async def get_result(self, job_id: str) -> dict[str, Any] | None: ...
+    async def get_jobs(
+        self, job_ids: Sequence[str], *, with_result: bool = False
+    ) -> list[JobFull | None]: ...
 
     async def transition(
         self,
@@ -110,13 +112,29 @@ class JobStore(Protocol):
 
     async def emit(self, job_id: str, event: str, data: dict[str, Any]) -> str | None: ...
 
+    async def set_fields(self, job_id: str, fields: dict[str, Any]) -> bool: ...
+
     async def read_events(
         self, job_id: str, after: str = "0-0", *, block_ms: int | None = None, count: int = 100
     ) -> list[Event]: ...
 
+    async def incr_attempts(self, job_id: str) -> int: ...
+
     async def save_checkpoint(self, job_id: str, checkpoint: dict[str, Any]) -> None: ...
 
     async def load_checkpoint(self, job_id: str) -> dict[str, Any] | None: ...
+
+    async def acquire_lease(self, job_id: str, token: str, ttl_ms: int) -> bool: ...
+
+    async def release_lease(self, job_id: str, token: str) -> None: ...
+
+    async def get_batch(self, batch_id: str) -> BatchRecord | None: ...
+
+    def iter_batch_jobs(
+        self, batch_id: str, *, chunk: int = 200, with_result: bool = False
+    ) -> AsyncIterator[tuple[str, JobFull | None]]: ...
+
+    async def batch_counts(self, batch_id: str) -> dict[str, int]: ...
 
     async def active_count(self, owner: str) -> int: ...
 
