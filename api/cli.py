@@ -1,7 +1,7 @@
-"""``parley api``, ``parley worker``, ``parley submit`` and ``parley hash-key``.
+"""parley api, parley worker, parley submit and parley hash-key.
 
-Registered into the root CLI with ``app.add_typer(gateway_app)``. Heavy modules (FastAPI, Celery,
-the engine) are imported inside the commands so ``parley --help`` stays instant.
+Registered into the root CLI with app.add_typer(gateway_app). Heavy modules (FastAPI, Celery,
+the engine) are imported inside the commands so parley --help stays instant.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def serve_api(
     port: Annotated[int | None, typer.Option(help="port (default PARLEY_API_PORT)")] = None,
     workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
 ) -> None:
-    """Serve the API gateway (FastAPI under uvicorn); settings from ``PARLEY_API_*``."""
+    """Serve the API gateway (FastAPI under uvicorn); settings from PARLEY_API_*."""
     import uvicorn
 
     from api.settings import ApiSettings
@@ -66,9 +66,9 @@ def run_worker(
     loglevel: Annotated[str, typer.Option(help="Celery log level")] = "INFO",
     hostname: Annotated[str | None, typer.Option(help="Celery node name")] = None,
 ) -> None:
-    """Start a Celery worker that runs debate jobs; settings from ``PARLEY_WORKER_*``.
+    """Start a Celery worker that runs debate jobs; settings from PARLEY_WORKER_*.
 
-    Without an LLM URL (``PARLEY_LLM_BASE_URL`` or ``--llm-url``) the worker starts the embedded
+    Without an LLM URL (PARLEY_LLM_BASE_URL or --llm-url) the worker starts the embedded
     llama.cpp server once and every worker process shares it.
     """
     from debate_worker.celery_app import create_worker_app
@@ -119,7 +119,7 @@ def submit(
     poll: Annotated[float, typer.Option(help="seconds between progress polls")] = 1.0,
     idempotency_key: Annotated[str | None, typer.Option(help="makes a repeated submit safe")] = None,
 ) -> None:
-    """Submit a JSONL file as one batch; with ``--wait`` show progress and write the results."""
+    """Submit a JSONL file as one batch; with --wait show progress and write the results."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from api.client import ApiClientSettings, ApiError, ParleyClient
@@ -174,7 +174,7 @@ def submit(
 
 @app.command("hash-key")
 def hash_key_cmd(key: Annotated[str, typer.Argument(help="the API key to hash")]) -> None:
-    """Print the sha256 of an API key, the form ``PARLEY_API_KEYS`` takes (``{"name": "<hash>"}``)."""
+    """Print the sha256 of an API key, the form PARLEY_API_KEYS takes ({"name": "<hash>"})."""
     from api.guards import hash_key
 
     typer.echo(hash_key(key))
