@@ -214,3 +214,22 @@ def test_retriever_down_fails_job_with_clear_reason(
     assert len([r for r in scripted.requests if "Needs knowledge?" in json.dumps(r)]) == 0  # no LLM call
     events = read_sse(alice, f"/v1/debates/{job_id}/events")
     assert events[-1]["event"] == "job.failed" and "retriever" in events[-1]["data"]["error"].lower()
+
+
+def test_batch_does_not_starve_a_single_request(
+    worker: WorkerProcess, alice: httpx.Client, scripted: ScriptedLLM
+) -> None:
+    scripted.latency_s = 0.1  # ~0.3 s per debate: 16 queued items are ~2.4 s of work for 2 processes
+    items = [{"id": str(i), "question": f"Batch question {i}?"} for i in range(16)]
+    batch_id = alice.post("/v1/batches", json={"items": items, "config": NO_KNOWLEDGE}).json()["batch_id"]
+    single = alice.post("/v1/debates", json={"question": "Single?", "config": NO_KNOWLEDGE}).json()["job_id"]
+    done = wait_status(alice, single, {"completed"}, timeout_s=60)
+    deadline = time.monotonic() + 60
+    while alice.get(f"/v1/batches/{batch_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    rows = [json.loads(x) for x in alice.get(f"/v1/batches/{batch_id}/results").text.splitlines()]
+    finished = [alice.get(f"/v1/debates/{r['job_id']}").json()["finished_at"] for r in rows]
+    ahead = sum(f < done["finished_at"] for f in finished)
+    # FIFO would run all 16 batch items first; the queues alternate, so only a few finish before it.
+    assert ahead <= 6, f"{ahead} batch items finished before the single debate"
