@@ -194,6 +194,13 @@ async def create_batch(
     """
     await request.body()  # read first: Starlette then parses the form from this buffer
     items, config = await read_batch(request, state)
+    if config.requires_gold:
+        # truth_last orders views by the gold answer (evaluation only): every item must carry one.
+        missing = [i + 1 for i, item in enumerate(items) if not item.answers]
+        if missing:
+            raise _invalid(
+                f"config.ordering: 'truth_last' needs 'answers' on every item (missing at {missing[:10]})"
+            )
 
     async def handler() -> StoredResponse:
         await check_capacity(state, owner, len(items))

@@ -195,6 +195,22 @@ def test_batch_with_bad_config_or_body(alice: httpx.Client) -> None:
     assert_problem(alice.post("/v1/batches", json=[{"question": "a?"}]), 422)
 
 
+def test_truth_last_is_refused_without_gold_answers(alice: httpx.Client, redis_server: RedisServer) -> None:
+    cfg = {"protocol": "society", "ordering": "truth_last"}
+    before = queued_messages(redis_server)
+    body = assert_problem(alice.post("/v1/debates", json={"question": "a?", "config": cfg}), 422)
+    assert "truth_last" in str(body["detail"]) or "truth_last" in json.dumps(body)
+    items = [{"question": "a?", "answers": ["x"]}, {"question": "b?"}]
+    body = assert_problem(alice.post("/v1/batches", json={"items": items, "config": cfg}), 422)
+    assert "missing at [2]" in str(body["detail"])
+    jsonl = b'{"question": "a?", "answers": ["x"]}\n{"question": "b?"}\n'
+    files = {"file": ("b.jsonl", jsonl, "application/jsonl")}
+    assert_problem(alice.post("/v1/batches", files=files, data={"config": json.dumps(cfg)}), 422)
+    assert queued_messages(redis_server) == before
+    items[1]["answers"] = ["y"]
+    assert alice.post("/v1/batches", json={"items": items, "config": cfg}).status_code == 202
+
+
 def test_body_size_limit_is_413(alice: httpx.Client) -> None:
     big = {"question": "q?", "answers": ["x" * (2 << 20)]}
     assert_problem(alice.post("/v1/debates", json=big), 413)
