@@ -120,7 +120,7 @@ async def evaluate(
     try:
         rt.warm()
         # Start from an empty pool cache so "cold" really builds every pool (earlier runs left pools).
-        rt.pools.pools.sweep(now=time.time() + 2 * settings.pool_ttl_s)
+        rt.pools.sweep(now=time.time() + 2 * settings.pool_ttl_s)
         # Pool latency, Wikipedia only, default mode (hybrid when BM25 exists).
         lat_cold: list[float] = []
         lat_cached: list[float] = []

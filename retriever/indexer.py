@@ -45,13 +45,18 @@ class BuildReport:
         self.passages_per_s = self.passages / self.dense_s if self.dense_s > 0 else 0.0
 
 
-def make_embedder(settings: RetrieverSettings) -> SentenceTransformerEmbedder:
-    """The embedder the settings ask for (bundled all-MiniLM-L6-v2 by default), not yet loaded."""
+def make_embedder(settings: RetrieverSettings, *, threads: int | None = None) -> SentenceTransformerEmbedder:
+    """The embedder the settings ask for (bundled all-MiniLM-L6-v2 by default), not yet loaded.
+
+    ``threads=None`` leaves torch's default (all cores), right for index builds; serving passes
+    ``serve_torch_threads``.
+    """
     return SentenceTransformerEmbedder(
         settings.embedding_model,
         name=settings.model_name,
         device=settings.embedding_device,
         batch_size=settings.embed_batch_size,
+        threads=threads,
     )
 
 

@@ -71,7 +71,7 @@ class RetrieverRuntime:
         """Open the store and wire the components; ``web``/``transport`` let tests swap the network."""
         store = store or open_store(settings)
         try:
-            emb = embedder or make_embedder(settings)
+            emb = embedder or make_embedder(settings, threads=settings.serve_torch_threads)
             bm25 = (
                 Bm25Index(settings.bm25_dir)
                 if settings.bm25_enabled and Bm25Index.available(settings.bm25_dir)
@@ -97,7 +97,7 @@ class RetrieverRuntime:
             self.wiki.bm25.warm()
 
     def sweep(self) -> int:
-        return self.pools.pools.sweep()
+        return self.pools.sweep()
 
     def close(self) -> None:
         """Synchronous close (for sync callers, even inside a running loop): JVM searcher and store now;
@@ -120,6 +120,7 @@ class RetrieverRuntime:
                 asyncio.run(_all())
             else:
                 self._closing = loop.create_task(_all())
+        self.pools.close()
         if self.wiki.bm25 is not None:
             self.wiki.bm25.close()
         self.store.close()
@@ -132,6 +133,7 @@ class RetrieverRuntime:
             await self.web.aclose()
         if self.http is not None:
             await self.http.aclose()
+        await asyncio.to_thread(self.pools.close)
         if self.wiki.bm25 is not None:
             await asyncio.to_thread(self.wiki.bm25.close)
         self.store.close()

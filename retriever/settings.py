@@ -37,6 +37,9 @@ class RetrieverSettings(ParleySettings):
         default=None, description="sentence-transformers model path; unset = bundled all-MiniLM-L6-v2"
     )
     embedding_device: str = "cpu"
+    serve_torch_threads: int | None = Field(
+        default=1, ge=1, description="torch threads when serving queries (unset = all cores); builds use all"
+    )
     passages_collection: str | None = Field(
         default=None, description="dense collection name; unset = wikipedia_<model name> (one per model)"
     )

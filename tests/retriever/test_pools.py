@@ -118,7 +118,7 @@ async def test_ttl_expiry_rebuilds_and_sweep_deletes(open_rt: Opener) -> None:
     assert await rt.pools.get_pool(first.pool_id) is None  # expired pools are gone for readers
     rebuilt = await rt.pools.build_pool("which planet is the red planet", 3, 0)
     assert not rebuilt.cached and rebuilt.pool_id != first.pool_id
-    removed = rt.pools.pools.sweep(now=time.time())
+    removed = rt.pools.sweep(now=time.time())
     # The first pool's items and header; its cache entry was re-pointed (and refreshed) by the rebuild.
     assert removed == len(first.items) + 1
     assert await rt.pools.get_pool(rebuilt.pool_id) is not None  # fresh pool survives the sweep
@@ -132,6 +132,17 @@ async def test_concurrent_requests_build_once(open_rt: Opener) -> None:
     assert sum(not p.cached for p in pools) == 1
     stored = await rt.pools.get_pool(pools[0].pool_id)
     assert stored is not None and len(stored.items) == len(pools[0].items)
+
+
+async def test_write_behind_pool_is_served_before_and_after_the_save(open_rt: Opener) -> None:
+    rt = open_rt()
+    pool = await rt.pools.build_pool("who developed the theory of relativity", 3, 0)
+    # Right after the response the pool may still be in the save queue: GET finds it either way.
+    assert (await rt.pools.get_pool(pool.pool_id)) is not None
+    rt.pools.flush()
+    on_disk = rt.pools.pools.get(pool.pool_id)  # straight from Qdrant, not the in-memory queue
+    assert on_disk is not None and [i.text for i in on_disk.items] == [i.text for i in pool.items]
+    assert rt.pools.pools.lookup(rt.pools.cache_key(pool.question, 3, 0)) is not None
 
 
 @pytest.mark.parametrize(
