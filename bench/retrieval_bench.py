@@ -9,7 +9,8 @@ Run (from the repository root; ~15 min on 2 cores for the full bundled corpus):
    model load is timed separately so passages/s measures encoding + upserts);
 2. pool latency p50/p95 over the first 200 questions of nq_open_vital_dev.jsonl, Wikipedia only
    (k_wiki=5, k_web=0), each question once (cold, no cache hits), then the same questions again
-   (cache hits) — on the embedded store, in-process, as the service's handler runs it;
+   (cache hits) — on the embedded store, in-process, as the service's handler runs it; then the same
+   200 cold pools over HTTP through the real app under uvicorn;
 3. answer recall@k (k = 1..20) over all questions for each mode: a hit when a gold alias, SQuAD-
    normalised, occurs as a whole-word sequence in the normalised text of one of the top-k passages
    (DPR's "has answer" convention: passage text, not title).
@@ -180,6 +181,49 @@ async def evaluate(
         await rt.aclose()
 
 
+def http_latency(settings: RetrieverSettings, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same cold pools through the real service: uvicorn on a free port, one client, sequential POSTs.
+
+    A fresh pools collection keeps the earlier in-process run's cache out of the measurement.
+    """
+    import socket
+    import threading
+
+    import httpx
+    import uvicorn
+
+    from retriever.app import create_app
+
+    fresh = settings.model_copy(update={"pools_collection": f"bench_http_{int(time.time())}", "warmup": True})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(fresh), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    lat: list[float] = []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            for q in questions:
+                t = time.perf_counter()
+                r = client.post("/v1/pools", json={"question": q["question"], "k_wiki": 5, "k_web": 0})
+                lat.append((time.perf_counter() - t) * 1000)
+                r.raise_for_status()
+                assert not r.json()["cached"]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+    return {
+        "questions": len(lat),
+        "p50": round(percentile(lat, 50), 1),
+        "p95": round(percentile(lat, 95), 1),
+    }
+
+
 def write_reports(out: Path, result: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
@@ -206,6 +250,8 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
         "|---|---|---|",
         f"| cold (built) | {ev['pool_latency_ms']['cold_p50']} ms | {ev['pool_latency_ms']['cold_p95']} ms |",
         f"| cached | {ev['pool_latency_ms']['cached_p50']} ms | {ev['pool_latency_ms']['cached_p95']} ms |",
+        f"| cold, over HTTP (uvicorn, POST /v1/pools) | {result['http_latency_ms']['p50']} ms "
+        f"| {result['http_latency_ms']['p95']} ms |",
         "",
         f"Stage medians (cold): {ev['pool_latency_ms']['stage_p50']}",
         "",
@@ -269,6 +315,8 @@ def main() -> None:
         json.loads(line) for line in args.questions.read_text(encoding="utf-8").splitlines() if line.strip()
     ]
     ev = asyncio.run(evaluate(settings, questions, args.latency_questions, args.kmax))
+    http_res = http_latency(settings, questions[: args.latency_questions])
+    print("http", http_res, flush=True)
     result = {
         "command": " ".join(["HF_HUB_OFFLINE=1", "python", *sys.argv]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",  # noqa: E501
@@ -276,6 +324,7 @@ def main() -> None:
         "build": build_res,
         "rrf": {"k": settings.rrf_k, "bm25_weight": settings.rrf_bm25_weight, "depth": settings.fusion_depth},
         "eval": ev,
+        "http_latency_ms": http_res,
     }
     write_reports(args.out, result)
     print(json.dumps(ev, indent=2))

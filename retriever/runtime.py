@@ -91,8 +91,10 @@ class RetrieverRuntime:
         return cls(settings, store, emb, wiki, service, web, http)
 
     def warm(self) -> None:
-        """Load the embedding model and start the JVM now rather than on the first request."""
-        self.embedder.embed(["warm-up"])
+        """Load the model, the search snapshot and the JVM now rather than on the first request."""
+        vec = self.embedder.embed(["warm-up"])[0]
+        if self.store.count(self.settings.collection):
+            self.store.search(self.settings.collection, vec, 1)  # embedded: loads the exact-search snapshot
         if self.wiki.bm25 is not None:
             self.wiki.bm25.warm()
 
