@@ -202,6 +202,16 @@ async def _run(
             await models.aclose()
 
 
+def resolve_style(prompt_style: str, judge: str, *, embedded: bool) -> tuple[str, str]:
+    """``auto`` picks what measured better: the robust style with the rule-checked judge on the small
+    embedded models (reports/styles-*), the paper's prompts and LLM judge on a configured server."""
+    if prompt_style == "auto":
+        prompt_style = "robust" if embedded else "paper"
+    if judge == "auto":
+        judge = "both" if prompt_style == "robust" else "llm"
+    return prompt_style, judge
+
+
 def ask(
     question: Annotated[str, typer.Argument(help="the question to debate")],
     protocol: Annotated[str, typer.Option(help="madke|single|cot|self_consistency|rag|…")] = "madke",
@@ -211,8 +221,12 @@ def ask(
     knowledge: Annotated[str, typer.Option(help="all|wikipedia|web|none")] = "all",
     no_selection: Annotated[bool, typer.Option("--no-selection", help="give agents the whole pool")] = False,
     sequential: Annotated[bool, typer.Option("--sequential", help="one call at a time, in order")] = False,
-    prompt_style: Annotated[str, typer.Option(help="paper|robust")] = "paper",
-    judge: Annotated[str, typer.Option(help="llm|rule|both")] = "llm",
+    prompt_style: Annotated[
+        str, typer.Option(help="paper|robust|auto (auto: robust on the embedded model, else paper)")
+    ] = "auto",
+    judge: Annotated[
+        str, typer.Option(help="llm|rule|both|auto (auto: both with robust, llm with paper)")
+    ] = "auto",
     k_wiki: Annotated[int, typer.Option(help="Wikipedia items in the pool")] = 5,
     k_web: Annotated[int, typer.Option(help="web items in the pool")] = 5,
     seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
@@ -220,6 +234,8 @@ def ask(
 ) -> None:
     """Debate one question and show the pool, every turn, the verdicts and the answer."""
     err = Console(stderr=True)
+    llm_settings = LLMSettings()
+    prompt_style, judge = resolve_style(prompt_style, judge, embedded=not llm_settings.base_url)
     try:
         question = validate_question(question)
         config = DebateConfig.model_validate(
@@ -243,7 +259,7 @@ def ask(
         raise typer.Exit(2) from None
     console = err if as_json else Console()
     try:
-        result = asyncio.run(_run(question, config, console, not as_json, LLMSettings()))
+        result = asyncio.run(_run(question, config, console, not as_json, llm_settings))
     except ParleyError as exc:
         err.print(f"[red]{exc.__class__.__name__}:[/red] {exc}")
         raise typer.Exit(1) from None

