@@ -89,7 +89,9 @@ def run_worker(
         server = embedded.__enter__()
         runtime.llm_base_url = server.base_url
         runtime.llm_model = server.alias
-        runtime.llm_structured = "json_object"  # llama-cpp-python's form of schema-constrained output
+        served = server.served()
+        runtime.llm_structured = served.structured_output  # llama-cpp-python's schema form
+        runtime.llm_max_concurrency = served.max_concurrency  # it serves one request at a time
         typer.echo(f"embedded LLM at {runtime.llm_base_url}")
     celery = create_worker_app(settings, runtime)
     argv = ["worker", f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]

@@ -93,7 +93,11 @@ def bench_embedded(model: str, styles: list[str]) -> dict[str, Any]:
         for style in styles:
             offset = server.log_offset()
             models = build_role_models(
-                settings, base_url=server.base_url, model=server.alias, structured_output="json_object"
+                settings,
+                base_url=server.base_url,
+                model=server.alias,
+                structured_output="json_object",
+                max_concurrency=1,
             )
 
             async def one(models: Any = models, style: str = style) -> Any:

@@ -22,16 +22,17 @@ from rich.table import Table
 from debate_worker.engine.config import DebateConfig, validate_question
 from debate_worker.engine.registry import KNOWLEDGE_FREE
 from debate_worker.engine.result import DebateResult
+from services.embedded_llm import ServedModel
 from services.errors import ParleyError
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
 from services.settings import LLMSettings, RetrieverClientSettings
 
 
 @contextlib.contextmanager
-def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[tuple[str, str, str | None]]:
-    """Yield (base_url, model, structured form) — the configured server, or the embedded one."""
+def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[ServedModel]:
+    """The configured server, or the embedded one started for the duration of the block."""
     if settings.base_url:
-        yield settings.base_url, settings.model, None
+        yield ServedModel(settings.base_url, settings.model)
         return
     from services.embedded_llm import MODELS, embedded_server
 
@@ -50,7 +51,7 @@ def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[tuple[str,
         ) as server:
             status.stop()
             console.print(f"[dim]Embedded LLM {spec.name} serving at {server.base_url}[/dim]")
-            yield server.base_url, server.alias, "json_object"
+            yield server.served()
 
 
 @contextlib.asynccontextmanager
@@ -192,8 +193,14 @@ async def _run(
         pool = empty_pool(question)
     if live:
         render_pool(console, pool)
-    with llm_endpoint(llm_settings, console) as (base_url, model, structured):
-        models = build_role_models(llm_settings, base_url=base_url, model=model, structured_output=structured)  # type: ignore[arg-type]
+    with llm_endpoint(llm_settings, console) as served:
+        models = build_role_models(
+            llm_settings,
+            base_url=served.base_url,
+            model=served.model,
+            structured_output=served.structured_output,
+            max_concurrency=served.max_concurrency,
+        )
         try:
             if live:
                 console.rule(f"{config.protocol} · {config.agents} agents · ≤{config.rounds} rounds")

@@ -64,11 +64,17 @@ class PoolUnavailable(Exception):
 
 
 def _default_models(
-    llm: LLMSettings, base_url: str | None, model: str | None, structured: StructuredMode | None
+    llm: LLMSettings,
+    base_url: str | None,
+    model: str | None,
+    structured: StructuredMode | None,
+    max_concurrency: int | None = None,
 ) -> ClosableRoleModels:
     from services.llm_factory import build_role_models
 
-    return build_role_models(llm, base_url=base_url, model=model, structured_output=structured)
+    return build_role_models(
+        llm, base_url=base_url, model=model, structured_output=structured, max_concurrency=max_concurrency
+    )
 
 
 def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBuilder:
@@ -92,6 +98,7 @@ class WorkerRuntime:
     llm_base_url: str | None = None
     llm_model: str | None = None
     llm_structured: StructuredMode | None = None
+    llm_max_concurrency: int | None = None
     models_factory: Callable[[], ClosableRoleModels] | None = None
     pool_factory: Callable[[], ClosablePoolBuilder] | None = None
     hostname: str = field(default_factory=socket.gethostname)
@@ -108,7 +115,9 @@ class WorkerRuntime:
     def models(self) -> ClosableRoleModels:
         if self.models_factory is not None:
             return self.models_factory()
-        return _default_models(self.llm, self.llm_base_url, self.llm_model, self.llm_structured)
+        return _default_models(
+            self.llm, self.llm_base_url, self.llm_model, self.llm_structured, self.llm_max_concurrency
+        )
 
     def pool_builder(self) -> ClosablePoolBuilder:
         if self.pool_factory is not None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from services.errors import ParleyError
+from services.llm import StructuredMode
 
 _PREFIX_RE = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
 INSTALL_HINT = "run `make install` (or `.venv/bin/pip install -e '.[embedded]'`)"
@@ -134,6 +135,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """Where a debate's model is served and how clients should talk to it."""
+
+    base_url: str
+    model: str
+    structured_output: StructuredMode | None = None
+    # llama-cpp-python's server answers one request at a time: requests queued inside it would spend
+    # their read timeout waiting, so its clients keep at most one in flight per process.
+    max_concurrency: int | None = None
+
+
 class EmbeddedLLMServer:
     """Starts ``python -m llama_cpp.server`` for a GGUF and stops it again (also at interpreter exit)."""
 
@@ -159,6 +172,10 @@ class EmbeddedLLMServer:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    def served(self) -> ServedModel:
+        """How to use this server: llama-cpp-python's schema form, one request at a time."""
+        return ServedModel(self.base_url, self.alias, structured_output="json_object", max_concurrency=1)
 
     def start(self) -> EmbeddedLLMServer:
         """Launch the server and wait until ``/v1/models`` answers."""

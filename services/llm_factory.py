@@ -31,6 +31,7 @@ class RoleModelsFromSettings:
         base_url: str | None = None,
         model: str | None = None,
         structured_output: StructuredMode | None = None,
+        max_concurrency: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         default_url = base_url or settings.base_url
@@ -43,6 +44,7 @@ class RoleModelsFromSettings:
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
         )
         self._structured: StructuredMode = structured_output or settings.structured_output
+        self._max_concurrency = max_concurrency or settings.max_concurrency
         default = Endpoint(
             default_url,
             model or settings.model,
@@ -71,7 +73,7 @@ class RoleModelsFromSettings:
                 timeout_s=s.timeout_s,
                 connect_timeout_s=s.connect_timeout_s,
                 retry=RetryPolicy(s.max_attempts, s.backoff_base_s, s.backoff_max_s),
-                max_concurrency=s.max_concurrency,
+                max_concurrency=self._max_concurrency,
                 max_tokens=s.max_tokens,
                 structured_mode=self._structured,
                 client=self._http,
@@ -100,8 +102,13 @@ def build_role_models(
     base_url: str | None = None,
     model: str | None = None,
     structured_output: StructuredMode | None = None,
+    max_concurrency: int | None = None,
 ) -> RoleModelsFromSettings:
-    """Role models for ``settings``; ``base_url``/``model`` replace the globals (the embedded server)."""
+    """Role models for ``settings``; the keyword arguments replace the globals (the embedded server)."""
     return RoleModelsFromSettings(
-        settings, base_url=base_url, model=model, structured_output=structured_output
+        settings,
+        base_url=base_url,
+        model=model,
+        structured_output=structured_output,
+        max_concurrency=max_concurrency,
     )

@@ -242,12 +242,13 @@ async def _evaluate_in_process(
         builder = None
         if any(needs_pool(s) for s in specs):
             builder = await stack.enter_async_context(pool_builder(console))
-        base_url, model, structured = stack.enter_context(llm_endpoint(llm_settings, console))
+        served = stack.enter_context(llm_endpoint(llm_settings, console))
         models = build_role_models(
             llm_settings,
-            base_url=base_url,
-            model=model,
-            structured_output=structured,  # type: ignore[arg-type]
+            base_url=served.base_url,
+            model=served.model,
+            structured_output=served.structured_output,
+            max_concurrency=served.max_concurrency,
         )
         stack.push_async_callback(models.aclose)
         return await evaluate(request, models=models, pool_builder=builder, judge=judge)

@@ -85,7 +85,11 @@ def test_assembled_weights_match_the_checksum(server: EmbeddedLLMServer) -> None
 @pytest.mark.parametrize("style", ["paper", "robust"])
 async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: str) -> None:
     models = build_role_models(
-        LLMSettings(), base_url=server.base_url, model=server.alias, structured_output="json_object"
+        LLMSettings(),
+        base_url=server.base_url,
+        model=server.alias,
+        structured_output="json_object",
+        max_concurrency=1,
     )
     try:
         result = await run_debate(

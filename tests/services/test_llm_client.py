@@ -143,3 +143,24 @@ def test_retry_after_parsing() -> None:
     assert parse_retry_after(None) is None
     assert parse_retry_after("garbage") is None
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+
+
+async def test_embedded_endpoint_keeps_one_request_in_flight(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """llama-cpp-python serves one request at a time; queued requests must wait in the client,
+    where waiting does not eat into the read timeout."""
+    from services.embedded_llm import EmbeddedLLMServer
+    from services.llm_factory import build_role_models
+    from services.settings import LLMSettings
+
+    with ScriptedLLM(latency_s=0.05) as server:
+        embedded = EmbeddedLLMServer(tmp_path / "m.gguf", alias="m")
+        served = embedded.served()
+        assert served.structured_output == "json_object" and served.max_concurrency == 1
+        models = build_role_models(
+            LLMSettings(), base_url=server.base_url, model="m", max_concurrency=served.max_concurrency
+        )
+        try:
+            await asyncio.gather(*(models.for_role("debater").complete(MSG) for _ in range(4)))
+        finally:
+            await models.aclose()
+        assert server.max_in_flight == 1 and len(server.requests) == 4
