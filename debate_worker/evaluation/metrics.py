@@ -62,9 +62,15 @@ _BARE_NUMBERS = re.compile(r"^\s*\[?\s*\d+(?:\s*[,;]\s*\d+)*\s*\]?\s*$")
 PLACEHOLDERS = frozenset({"", "answer", "your answer"})
 
 
-def is_bare_number(answer: str | None) -> bool:
-    """The answer is only digits or a list of numbers: usually a knowledge number taken for an answer."""
-    return bool(answer) and bool(_BARE_NUMBERS.match(answer or ""))
+def is_bare_number(answer: str | None, pool_size: int | None = None) -> bool:
+    """The answer is only a number (or a list of them) that names a knowledge item: a passage number
+    taken for the answer. With ``pool_size`` known, numbers outside ``1..pool_size`` are real answers
+    ("1703", "8 seasons" → "8" with a 5-item pool); without a pool no number can be a reference."""
+    if not answer or not _BARE_NUMBERS.match(answer):
+        return False
+    if pool_size is None:
+        return True
+    return pool_size > 0 and all(1 <= int(n) <= pool_size for n in re.findall(r"\d+", answer))
 
 
 def is_placeholder(answer: str | None) -> bool:

@@ -43,10 +43,15 @@ def _share(flags: Iterable[bool]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def answer_shares(answers: Sequence[str | None], examples: Sequence[str]) -> dict[str, float | None]:
-    """Shares of bare-number, example-copy and placeholder answers: the failure modes of small models."""
+def answer_shares(
+    answers: Sequence[str | None], examples: Sequence[str], pool_sizes: Sequence[int | None] | None = None
+) -> dict[str, float | None]:
+    """Shares of bare-number, example-copy and placeholder answers: the failure modes of small models.
+
+    ``pool_sizes`` (one per answer) lets a bare number count only when it names a pool item."""
+    sizes = list(pool_sizes) if pool_sizes is not None else [None] * len(answers)
     return {
-        "bare_number": _share(metrics.is_bare_number(a) for a in answers),
+        "bare_number": _share(metrics.is_bare_number(a, s) for a, s in zip(answers, sizes, strict=True)),
         "example_copy": _share(metrics.is_example_copy(a, examples) for a in answers),
         "placeholder": _share(metrics.is_placeholder(a) for a in answers),
         # The part of "placeholder" where the parser found no answer at all (None).
@@ -170,11 +175,12 @@ def run_metrics(
     judged = [r.judge for r in ok if r.judge is not None and not r.judge.call_failed]
     kks = [s for s in scores if s.strict is not None]
     turn_answers = [
-        a
+        (a, len(res.pool.items))
         for res in trans.values()
         for per_agent in agent_answers_by_round(res.transcript).values()
         for a in per_agent.values()
     ]
+    final_pool_sizes = [len(trans[r.id].pool.items) if r.id in trans else None for r in ok]
     examples = example_answers(spec.prompt_style)
     out: dict[str, Any] = {
         "label": spec.label,
@@ -201,8 +207,8 @@ def run_metrics(
         "completion_tokens_per_q": avg(r.completion_tokens for r in ok),
         "tokens_per_q": avg(r.prompt_tokens + r.completion_tokens for r in ok),
         "seconds_per_q": avg(r.seconds for r in ok),
-        "answers": answer_shares([r.answer for r in ok], examples),
-        "turn_answers": answer_shares(turn_answers, examples),
+        "answers": answer_shares([r.answer for r in ok], examples, final_pool_sizes),
+        "turn_answers": answer_shares([a for a, _ in turn_answers], examples, [s for _, s in turn_answers]),
         "example_answers": list(examples),
         "parse_errors": parse_error_rates(trans.values()),
         "selection": selection_stats(trans.values()),

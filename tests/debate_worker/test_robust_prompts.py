@@ -27,7 +27,10 @@ def test_knowledge_numbering_cannot_collide_with_the_answer_form(pool: Knowledge
     assert prompt.count("Final answer: [") == 2  # the marked example and the instruction
     assert "never reuse its answer" in prompt
     assert robust.parse_answer("Final answer: [K3]").answer is None
-    assert robust.parse_answer("Final answer: [3]").answer is None
+    assert robust.parse_answer("Final answer: (K2), K5").answer is None
+    # Plain numbers are answers ("how many seasons", years): only K-references are refused.
+    assert robust.parse_answer("Final answer: [1703]").answer == "1703"
+    assert robust.parse_answer("Final answer: 8").answer == "8"
     assert paper.parse_answer("[3]").answer == "3"  # the paper style's collision, kept as published
 
 

@@ -65,7 +65,9 @@ JUDGE_SCHEMA: dict[str, Any] = {
 
 _FINAL = re.compile(r"final answer\s*[:：]\s*(.+)", re.IGNORECASE)
 _KNUM = re.compile(r"\(?\bK\s*(\d{1,3})\b\)?", re.IGNORECASE)
-_BARE_NUMBERS = re.compile(r"^[\s\d,;()kK.#\[\]-]*$")
+# An explicit knowledge reference ("K3", "(K3)", "K2, K5") is never an answer; a plain number can be
+# ("1703", "8") — the items are numbered K1…Kn precisely so that the two cannot be confused.
+_K_REFERENCE = re.compile(r"^[\s(\[]*K\s*\d+[\s)\]]*([,;]\s*[\s(\[]*K\s*\d+[\s)\]]*)*$", re.IGNORECASE)
 _LEADS = re.compile(r"^(the\s+)?(final\s+)?answer\s+(is|:)\s*", re.IGNORECASE)
 MAX_ANSWER_WORDS = 12
 
@@ -203,7 +205,7 @@ def _valid(answer: str) -> bool:
     norm = normalize_answer(answer)
     return (
         bool(norm)
-        and not _BARE_NUMBERS.match(answer)
+        and not _K_REFERENCE.match(answer)
         and norm
         not in {
             normalize_answer(x) for x in (*EXAMPLE_ANSWERS, "short answer", "your short answer", "answer")

@@ -46,6 +46,11 @@ def test_answer_shape_diagnostics() -> None:
     assert metrics.is_bare_number("[2]")
     assert not metrics.is_bare_number("1896 London")
     assert not metrics.is_bare_number(None)
+    # With the pool size known, only numbers that name a pool item count as knowledge references.
+    assert metrics.is_bare_number("3", pool_size=5)
+    assert not metrics.is_bare_number("1703", pool_size=5)
+    assert not metrics.is_bare_number("3", pool_size=0)
+    assert not metrics.is_bare_number("2, 9", pool_size=5)
     assert metrics.is_placeholder("Your answer.")
     assert metrics.is_placeholder("")
     assert metrics.is_placeholder(None)
