@@ -29,18 +29,19 @@ def accuracy_vs_tokens(report: dict[str, Any], path: Path) -> Path:
     """Cost against quality: one point per run, output (completion) tokens per question on x."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    # Runs that land on the same point share one marker and one label instead of overprinting.
+    # One marker and colour per run, named in the legend: annotations collide when runs cluster, as
+    # cheap single-agent runs do near the origin. Runs on the same point share one legend entry.
     points: dict[tuple[float, float], list[str]] = {}
     for run in report["runs"]:
         x, y = run["completion_tokens_per_q"], run["accuracy"]
         if x is None or y is None:
             continue
         points.setdefault((round(x, 1), round(100 * y, 1)), []).append(run["label"])
-    for i, ((x, y), labels) in enumerate(sorted(points.items())):
-        ax.scatter([x], [y], s=40)
-        # Alternate above/below so neighbouring points' labels do not overprint each other.
-        offset = (5, 4) if i % 2 == 0 else (5, -10 - 10 * len(labels))
-        ax.annotate("\n".join(labels), (x, y), textcoords="offset points", xytext=offset, fontsize=8)
+    markers = "osD^vP*Xh<>p"
+    for i, ((x, y), labels) in enumerate(sorted(points.items(), key=lambda kv: kv[1])):
+        ax.scatter([x], [y], s=55, marker=markers[i % len(markers)], label=", ".join(labels), alpha=0.85)
+    if points:
+        ax.legend(fontsize=8, loc="best")
     ax.set_ylim(-3, 103)
     ax.set_xlabel("output tokens per question")
     ax.set_ylabel(f"accuracy ({report['primary']}) %")
