@@ -44,6 +44,11 @@ class Bm25Index:
                 self._searcher = searcher_cls(str(self.index_dir))
             return self._searcher
 
+    @property
+    def is_open(self) -> bool:
+        """Whether pyserini is imported and the searcher open (the first use imports transformers)."""
+        return self._searcher is not None
+
     def warm(self) -> None:
         """Start the JVM and open the index now (first start ~1-10 s) instead of on the first query."""
         self._executor.submit(self._open).result()

@@ -26,10 +26,6 @@ class LocalPoolBuilder:
         """Open the store (call ``ensure_index`` first on a fresh checkout) and sweep expired pools."""
         rt = RetrieverRuntime.open(settings or RetrieverSettings())
         rt.sweep()
-        # Load the embedding model and the JVM one after the other: the first pool embeds the question
-        # while BM25 searches, and transformers' lazy imports are not safe to trigger from two threads
-        # at once (pyserini imports transformers too).
-        rt.warm()
         return cls(rt)
 
     @property

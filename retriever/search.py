@@ -81,6 +81,7 @@ class WikiRetriever:
         self.store = store
         self.embedder = embedder
         self.bm25 = bm25
+        self._bm25_opening = asyncio.Lock()
         self._ready = False
 
     @property
@@ -146,8 +147,16 @@ class WikiRetriever:
         if mode == "bm25":
             return await self._bm25_only(query, k, with_vectors, timings), qvec
         depth = k if mode == "dense" else max(k, self.settings.fusion_depth)
-        # BM25 needs only the text: it runs on its JVM thread while the query is embedded.
-        sparse_task = asyncio.create_task(self._sparse(query, depth, timings)) if mode == "hybrid" else None
+        # BM25 needs only the text: it runs on its JVM thread while the query is embedded. Not on its
+        # first use, though: opening it imports pyserini, which imports transformers, and transformers'
+        # lazy imports break when the embedder's first load triggers them from another thread.
+        sparse_task = None
+        if mode == "hybrid":
+            assert self.bm25 is not None
+            if not self.bm25.is_open:
+                async with self._bm25_opening:  # concurrent first queries wait, then overlap as usual
+                    await asyncio.to_thread(self.bm25.warm)
+            sparse_task = asyncio.create_task(self._sparse(query, depth, timings))
         if qvec is None:
             t = time.perf_counter()
             qvec = await self.embed_query(query)
