@@ -20,7 +20,12 @@ from debate_worker.engine.result import TranscriptRecord
 async def run_single(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     prompts = get_prompts(ctx.config.prompt_style)
     rec = await ctx.call(
-        round=1, role="answer", agent=0, messages=prompts.standard(ctx.question), parse=answer_parser(prompts)
+        round=1,
+        role="answer",
+        agent=0,
+        messages=prompts.standard(ctx.question),
+        parse=answer_parser(prompts),
+        json_schema=prompts.ANSWER_SCHEMA,
     )
     return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
 
@@ -33,6 +38,7 @@ async def run_cot(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         agent=0,
         messages=prompts.chain_of_thought(ctx.question),
         parse=answer_parser(prompts),
+        json_schema=prompts.ANSWER_SCHEMA,
     )
     return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
 
@@ -46,6 +52,7 @@ async def run_rag(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         agent=0,
         messages=prompts.rag(ctx.question, items),
         parse=answer_parser(prompts),
+        json_schema=prompts.ANSWER_SCHEMA,
         knowledge=[k.n for k in items],
     )
     return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
@@ -57,7 +64,9 @@ async def run_self_consistency(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     messages = prompts.chain_of_thought(ctx.question)
 
     async def sample(i: int) -> TranscriptRecord:
-        return await ctx.call(round=1, role="sample", agent=i, messages=messages, parse=parse)
+        return await ctx.call(
+            round=1, role="sample", agent=i, messages=messages, parse=parse, json_schema=prompts.ANSWER_SCHEMA
+        )
 
     records = await ctx.gather([functools.partial(sample, i) for i in range(ctx.config.samples)])
     answers = [r.answer for r in records]

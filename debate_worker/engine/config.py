@@ -12,7 +12,7 @@ MAX_QUESTION_CHARS = 2000
 
 KnowledgeMode = Literal["all", "wikipedia", "web", "none"]
 PromptStyle = Literal["paper", "robust"]
-JudgeMode = Literal["llm", "rule", "both"]
+JudgeMode = Literal["llm", "rule", "both", "auto"]
 
 # Protocols that use a single agent; the others need at least two.
 SINGLE_AGENT_PROTOCOLS = frozenset({"single", "cot", "self_consistency", "rag"})
@@ -117,7 +117,11 @@ class DebateConfig(BaseModel):
     k_web: int = Field(default=5, ge=0, le=50)
     samples: int = Field(default=5, ge=1, le=20, description="self_consistency: reasoning paths sampled")
     prompt_style: PromptStyle = "paper"
-    judge: JudgeMode = "llm"
+    judge: JudgeMode = Field(
+        default="auto",
+        description="llm: the LLM judge alone (the paper); rule: compare normalised answers; both: stop "
+        "only when both agree; auto: both with the robust style, llm with the paper style",
+    )
     max_tokens: int | None = Field(
         default=None, ge=16, le=8192, description="per call; None = client default"
     )
@@ -169,6 +173,13 @@ class DebateConfig(BaseModel):
             if t is not None:
                 return t
         return self.temperature
+
+    @property
+    def judge_mode(self) -> str:
+        """``judge`` with ``auto`` resolved by prompt style (what measured better, reports/styles-*)."""
+        if self.judge == "auto":
+            return "both" if self.prompt_style == "robust" else "llm"
+        return self.judge
 
     @property
     def uses_knowledge(self) -> bool:

@@ -69,7 +69,7 @@ async def judge_round(
 ) -> bool:
     """Eq. 5 with Parley's rule check: ``judge=llm|rule|both`` (both stops only when the rule agrees)."""
     rule = answers_agree(answers)
-    mode = ctx.config.judge
+    mode = ctx.config.judge_mode
     llm_verdict: bool | None = None
     if mode in ("llm", "both"):
 
@@ -107,6 +107,7 @@ async def summarize(
         messages=prompts.summary(ctx.question, responses),
         parse=answer_parser(prompts),
         temperature=0.0,
+        json_schema=prompts.ANSWER_SCHEMA,
     )
     if record.answer:
         return record.answer, "summarizer"
@@ -141,6 +142,7 @@ async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
             agent=i,
             messages=messages,
             parse=parse_answer,
+            json_schema=prompts.ANSWER_SCHEMA,
             knowledge=[k.n for k in knowledge],
         )
 

@@ -21,10 +21,11 @@ Q = "On what date in 1969 did Neil Armstrong first set foot on the moon?"
 def test_knowledge_numbering_cannot_collide_with_the_answer_form(pool: KnowledgePool) -> None:
     text = robust.render_knowledge(pool.items)
     assert "(K1) Apollo 11:" in text and "[1]" not in text
-    # The answer form is the only square-bracket construct the debater prompt asks for.
+    # The answer is a JSON field, asked for once at the end: no bracket form a K-number could fill.
     prompt = robust.simultaneous(Q, pool.items)[1]["content"]
     assert prompt.rstrip().endswith(robust.ANSWER_INSTRUCTION)
-    assert prompt.count("Final answer: [") == 2  # the marked example and the instruction
+    assert prompt.count('"answer":') == 2  # the marked example and the instruction
+    assert "[" not in robust.ANSWER_INSTRUCTION
     assert "never reuse its answer" in prompt
     assert robust.parse_answer("Final answer: [K3]").answer is None
     assert robust.parse_answer("Final answer: (K2), K5").answer is None
@@ -42,10 +43,26 @@ def test_knowledge_numbering_cannot_collide_with_the_answer_form(pool: Knowledge
         ("Final answer: [carbon dioxide]", None),  # the example's answer is never accepted
         ("Final answer: [short answer]", None),  # nor the placeholder
         ("I say [Buzz Aldrin]", "Buzz Aldrin"),
+        ('{"reason": "Apollo 11 landed then.", "answer": "July 20, 1969"}', "July 20, 1969"),
+        ('Sure!\n{"reason": "r", "answer": "The answer is Neil Armstrong. He led it."}', "Neil Armstrong"),
+        ('{"reason": "see K3", "answer": "K3"}', None),  # a knowledge reference is not an answer
+        ('{"reason": "copied", "answer": "carbon dioxide"}', None),
+        ('{"reason": "nothing", "answer": ""}', None),
+        ('{"reason": "r", "answer": "..."}', None),  # the template's placeholder
+        ('{"reason": "r", "answer": "the short answer: 13th century"}', "13th century"),
     ],
 )
 def test_robust_answer_parsing(text: str, answer: str | None) -> None:
     assert robust.parse_answer(text).answer == answer
+
+
+def test_unusable_json_answers_say_why() -> None:
+    parsed = robust.parse_answer('{"reason": "see K3", "answer": "(K3)"}')
+    assert parsed.answer is None and "knowledge number" in (parsed.parse_error or "")
+    assert "empty" in (robust.parse_answer('{"reason": "", "answer": " "}').parse_error or "")
+    # The reason travels with the answer when other debaters are quoted.
+    quoted = robust._answer_with_reason('{"reason": "Apollo 11 landed then.", "answer": "July 20, 1969"}')
+    assert quoted == "[July 20, 1969] because: Apollo 11 landed then."
 
 
 def test_example_answers_are_declared_for_each_style() -> None:
@@ -66,8 +83,9 @@ def test_robust_selection_and_verdict_parsing() -> None:
 def script(server: ScriptedLLM) -> None:
     server.on("Which knowledge items", "(K1) helps", json_reply='{"selected": [1, 9]}')
     server.on("same answer", "[No]", json_reply='{"consensus": true}')
-    server.on("Debaters' final answers", "Final answer: [July 20, 1969]")
-    server.on("Question:", "Apollo 11 landed then.\nFinal answer: [July 20, 1969]")
+    answer = '{"reason": "Apollo 11 landed then.", "answer": "July 20, 1969"}'
+    server.on("Debaters' final answers", "Final answer: [July 20, 1969]", json_reply=answer)
+    server.on("Question:", "Apollo 11 landed then.\nFinal answer: [July 20, 1969]", json_reply=answer)
 
 
 async def run(server: ScriptedLLM, pool: KnowledgePool, **cfg):  # type: ignore[no-untyped-def]
@@ -83,9 +101,11 @@ async def test_structured_output_path(pool: KnowledgePool) -> None:
     assert all(r.output_mode == "schema" and r.selected == [1] and r.ignored_selection == [9] for r in sel)
     judge = [r for r in result.transcript if r.role == "judge"]
     assert judge[0].output_mode == "schema" and judge[0].verdict is True
+    debaters = [r for r in result.transcript if r.role in ("debater", "summarizer")]
+    assert all(r.output_mode == "schema" and r.parse_error is None for r in debaters)
     assert result.rounds == 1 and result.answer == "July 20, 1969"
     schema_requests = [b for b in server.requests if "response_format" in b]
-    assert len(schema_requests) == 3  # two selections and the judge
+    assert len(schema_requests) == 6  # two selections, two answers, the judge and the summary
 
 
 async def test_structured_output_falls_back_to_text(pool: KnowledgePool) -> None:
@@ -95,6 +115,8 @@ async def test_structured_output_falls_back_to_text(pool: KnowledgePool) -> None
     sel = [r for r in result.transcript if r.role == "select"]
     assert all(r.output_mode == "text" and r.selected == [1] for r in sel)
     assert all("K-number" in (r.parse_error or "") for r in sel)
+    debaters = [r for r in result.transcript if r.role == "debater"]
+    assert all(r.output_mode == "text" and r.answer == "July 20, 1969" for r in debaters)
     judge = [r for r in result.transcript if r.role == "judge"]
     assert judge[0].output_mode == "text" and judge[0].verdict is False
     assert result.rounds == 3

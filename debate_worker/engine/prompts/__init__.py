@@ -13,6 +13,7 @@ from services.llm import ChatMessage
 
 class PromptSet(Protocol):
     STYLE: str
+    ANSWER_SCHEMA: dict[str, Any] | None
     SELECT_SCHEMA: dict[str, Any] | None
     JUDGE_SCHEMA: dict[str, Any] | None
     EXAMPLE_ANSWERS: tuple[str, ...]

@@ -211,5 +211,6 @@ def parse_judge(text: str) -> ParsedVerdict:
 
 
 # The paper asks for free text everywhere; structured output is a robust-style feature.
+ANSWER_SCHEMA = None
 SELECT_SCHEMA = None
 JUDGE_SCHEMA = None

@@ -1,18 +1,22 @@
 """Parley's robust prompt style, for small local models.
 
 What the paper style gets wrong with 0.5-1.5B models (measured in issue 7) and what this style does:
-- knowledge numbered ``[3]`` collides with ``[answer]``: items are ``(K3)`` and the answer form is
-  ``Final answer: [...]`` asked for once, on the last line, so a bare number is never read as an answer;
+- knowledge numbered ``[3]`` collides with ``[answer]``: items are ``(K3)`` and the answer is asked for
+  once, as JSON ``{"reason": ..., "answer": ...}`` (``ANSWER_SCHEMA``), so a bare number is never read as
+  an answer; free text replies that still end ``Final answer: [...]`` are read too;
 - the one-shot example's answer got copied: the example is from another domain and marked as such, and
   its answer is rejected by the parser if it comes back (``EXAMPLE_ANSWERS``);
-- selections and verdicts are asked for as JSON with a schema (``SELECT_SCHEMA``, ``JUDGE_SCHEMA``), so
-  a backend with schema-constrained decoding cannot answer the question instead of choosing;
+- answers, selections and verdicts are asked for as JSON with a schema (``ANSWER_SCHEMA``,
+  ``SELECT_SCHEMA``, ``JUDGE_SCHEMA``), so a backend with schema-constrained decoding can neither answer
+  the question instead of choosing nor leave out the answer (free-text debater replies without an answer
+  line were 34% of debater turns on the 1.5B before);
 - the judge sees the debaters' extracted short answers, not their whole replies;
 - role prompts are one sentence.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -36,16 +40,19 @@ DEBATER_ROLE = "You answer factual questions accurately and briefly, using the k
 JUDGE_ROLE = "You check whether several short answers say the same thing."
 SUMMARIZER_ROLE = "You pick the final answer that the debaters' answers and reasons best support."
 
-ANSWER_FORM = "Final answer: [short answer]"
+ANSWER_FORM = '{"reason": "...", "answer": "..."}'
+# The answer is asked for as JSON: with schema-constrained decoding (llama.cpp, vLLM) the reply cannot
+# miss the answer field, which is where free-text replies failed most (a sentence and no answer line).
+# The field descriptions stay outside the JSON template: a 1.5B model copied them into "answer".
 ANSWER_INSTRUCTION = (
-    "Think briefly, then end with exactly one last line of the form\n"
-    "Final answer: [your short answer, a few words, not a knowledge number]"
+    'Reply with JSON only: {"reason": "...", "answer": "..."}\n'
+    "reason: one short sentence. answer: only the name, date, number or few words that answer the "
+    "question (never a knowledge number)."
 )
 EXAMPLE = (
     "=== FORMAT EXAMPLE (a different question from another domain; never reuse its answer) ===\n"
     "Question: Which gas do plants take from the air to make sugar?\n"
-    "Plants take in carbon dioxide during photosynthesis.\n"
-    "Final answer: [carbon dioxide]\n"
+    '{"reason": "Plants take in carbon dioxide during photosynthesis.", "answer": "carbon dioxide"}\n'
     "=== END OF EXAMPLE ==="
 )
 EXAMPLE_ANSWERS = ("carbon dioxide",)
@@ -54,6 +61,15 @@ SELECT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"selected": {"type": "array", "items": {"type": "integer"}, "maxItems": 3}},
     "required": ["selected"],
+    "additionalProperties": False,
+}
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "reason": {"type": "string", "maxLength": 200},
+        "answer": {"type": "string", "minLength": 1, "maxLength": 100},
+    },
+    "required": ["reason", "answer"],
     "additionalProperties": False,
 }
 JUDGE_SCHEMA: dict[str, Any] = {
@@ -68,7 +84,7 @@ _KNUM = re.compile(r"\(?\bK\s*(\d{1,3})\b\)?", re.IGNORECASE)
 # An explicit knowledge reference ("K3", "(K3)", "K2, K5") is never an answer; a plain number can be
 # ("1703", "8") — the items are numbered K1…Kn precisely so that the two cannot be confused.
 _K_REFERENCE = re.compile(r"^[\s(\[]*K\s*\d+[\s)\]]*([,;]\s*[\s(\[]*K\s*\d+[\s)\]]*)*$", re.IGNORECASE)
-_LEADS = re.compile(r"^(the\s+)?(final\s+)?answer\s+(is|:)\s*", re.IGNORECASE)
+_LEADS = re.compile(r"^(the\s+)?((final|short)\s+)?answer\s*(is\b|:)\s*", re.IGNORECASE)
 MAX_ANSWER_WORDS = 12
 
 
@@ -166,7 +182,7 @@ def standard(question: str) -> list[ChatMessage]:
         _join(
             EXAMPLE,
             f"Question: {question}",
-            "Answer directly with exactly one line of the form\nFinal answer: [your short answer]",
+            "Answer directly. " + ANSWER_INSTRUCTION,
         ),
     )
 
@@ -184,7 +200,11 @@ def rag(question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]:
 
 def _answer_with_reason(text: str, limit: int = 400) -> str:
     ans = short_answer(text)
-    reason = _FINAL.split(text)[0].strip() if text else ""
+    data = _json_reply(text)
+    if data is not None:
+        reason = str(data.get("reason") or "").strip()
+    else:
+        reason = _FINAL.split(text)[0].strip() if text else ""
     reason = reason[:limit] + (" …" if len(reason) > limit else "")
     if ans and reason:
         return f"[{ans}] because: {reason}"
@@ -208,15 +228,50 @@ def _valid(answer: str) -> bool:
         and not _K_REFERENCE.match(answer)
         and norm
         not in {
-            normalize_answer(x) for x in (*EXAMPLE_ANSWERS, "short answer", "your short answer", "answer")
+            normalize_answer(x)
+            for x in (
+                *EXAMPLE_ANSWERS,
+                "short answer",
+                "your short answer",
+                "the short answer",
+                "answer",
+                "...",
+            )
         }
     )
 
 
+def _json_reply(text: str | None) -> dict[str, Any] | None:
+    """The reply's ``{"reason": ..., "answer": ...}`` object, also when text surrounds it; else None."""
+    if not text or "{" not in text:
+        return None
+    candidates = [text.strip()]
+    match = re.search(r"\{[^{}]*\"answer\"[^{}]*\}", text, re.DOTALL)
+    if match:
+        candidates.append(match.group(0))
+    for candidate in candidates:
+        try:
+            data = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and "answer" in data:
+            return data
+    return None
+
+
 def parse_answer(text: str) -> ParsedAnswer:
-    """``Final answer: [X]`` (last occurrence wins); fallbacks reject knowledge numbers and the example."""
+    """The JSON reply's ``answer`` or a ``Final answer: [X]`` line (both unambiguous); fallbacks are
+    recorded and reject knowledge numbers and the example's answer."""
     if not text or not text.strip():
         return ParsedAnswer(None, "empty reply")
+    data = _json_reply(text)
+    if data is not None:
+        raw = data.get("answer")
+        candidate = shorten(raw) if isinstance(raw, str) else ""
+        if _valid(candidate):
+            return ParsedAnswer(candidate)
+        reason = "empty" if not candidate else "a knowledge number, placeholder or the example's answer"
+        return ParsedAnswer(None, f"JSON answer is {reason}: {raw!r}"[:200])
     for match in reversed(_FINAL.findall(text)):
         candidate = match.strip()
         bracket = re.search(r"\[([^\[\]]+)\]", candidate)

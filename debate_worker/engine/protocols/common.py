@@ -153,7 +153,7 @@ def persona(config: DebateConfig, agent: int) -> str | None:
 
 
 # ------------------------------------------------------------------------------------- confidence
-_CONFIDENCE = re.compile(r"confidence\s*(?:score|level)?\s*[:=]?\s*\(?\s*(\d{1,2})\s*(?:/\s*10)?", re.I)
+_CONFIDENCE = re.compile(r"confidence\"?\s*(?:score|level)?\s*[:=]?\s*\(?\s*(\d{1,2})\s*(?:/\s*10)?", re.I)
 
 
 def parse_confidence(text: str | None) -> int | None:

@@ -99,7 +99,7 @@ def messages(
     system = robust.DEBATER_ROLE + (f" Your role: {persona}." if persona else "")
     instruction = robust.ANSWER_INSTRUCTION
     if confidence:
-        instruction = CONFIDENCE_INSTRUCTION + " (before the final answer line).\n" + instruction
+        instruction += '\nAlso add how confident you are in your answer, from 1 to 10, as "confidence": N.'
     if not own_history:
         return robust._msgs(
             system,
