@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,3 +112,8 @@ async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: st
         selects = [r for r in result.transcript if r.role == "select"]
         assert selects and all(r.output_mode == "schema" and r.parse_error is None for r in selects)
         assert all(set(r.selected or []) <= {1, 2, 3} for r in selects)
+        # Answers too: the grammar makes every debater and summary reply a {reason, answer} object.
+        answers = [r for r in result.transcript if r.role in ("debater", "summarizer")]
+        assert all(
+            r.output_mode == "schema" and isinstance(json.loads(r.text)["answer"], str) for r in answers
+        )
