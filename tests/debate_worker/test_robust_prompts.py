@@ -49,6 +49,7 @@ def test_knowledge_numbering_cannot_collide_with_the_answer_form(pool: Knowledge
         ('{"reason": "copied", "answer": "carbon dioxide"}', None),
         ('{"reason": "nothing", "answer": ""}', None),
         ('{"reason": "r", "answer": "..."}', None),  # the template's placeholder
+        ('{"reason": "Debater 1 is right.", "answer": "Debater 1"}', None),  # a label, not an answer
         ('{"reason": "r", "answer": "the short answer: 13th century"}', "13th century"),
     ],
 )

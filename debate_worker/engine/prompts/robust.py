@@ -84,6 +84,8 @@ _KNUM = re.compile(r"\(?\bK\s*(\d{1,3})\b\)?", re.IGNORECASE)
 # An explicit knowledge reference ("K3", "(K3)", "K2, K5") is never an answer; a plain number can be
 # ("1703", "8") — the items are numbered K1…Kn precisely so that the two cannot be confused.
 _K_REFERENCE = re.compile(r"^[\s(\[]*K\s*\d+[\s)\]]*([,;]\s*[\s(\[]*K\s*\d+[\s)\]]*)*$", re.IGNORECASE)
+# The 0.5B summarizer answered "Debater 1" (the label it was shown) instead of that debater's answer.
+_SPEAKER_LABEL = re.compile(r"^(debater|agent)\s*\d+$", re.IGNORECASE)
 _LEADS = re.compile(r"^(the\s+)?((final|short)\s+)?answer\s*(is\b|:)\s*", re.IGNORECASE)
 MAX_ANSWER_WORDS = 12
 
@@ -226,6 +228,7 @@ def _valid(answer: str) -> bool:
     return (
         bool(norm)
         and not _K_REFERENCE.match(answer)
+        and not _SPEAKER_LABEL.match(answer.strip())
         and norm
         not in {
             normalize_answer(x)
@@ -270,7 +273,11 @@ def parse_answer(text: str) -> ParsedAnswer:
         candidate = shorten(raw) if isinstance(raw, str) else ""
         if _valid(candidate):
             return ParsedAnswer(candidate)
-        reason = "empty" if not candidate else "a knowledge number, placeholder or the example's answer"
+        reason = (
+            "empty"
+            if not candidate
+            else "a knowledge number, speaker label, placeholder or the example's answer"
+        )
         return ParsedAnswer(None, f"JSON answer is {reason}: {raw!r}"[:200])
     for match in reversed(_FINAL.findall(text)):
         candidate = match.strip()
