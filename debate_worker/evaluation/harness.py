@@ -123,11 +123,15 @@ async def evaluate(
         raise PlanError("--primary judge needs the LLM judge (set PARLEY_EVAL_JUDGE_BASE_URL or --judge-url)")
     specs = plan_runs(request.protocols, request.prompt_styles, request.base_config)
     labels = [s.label for s in specs]
-    check_compare(request.compare, labels)
-    dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
     if request.fresh and request.out.exists():
         shutil.rmtree(request.out)
     ws = Workspace(request.out)
+    earlier = ws.load_manifest()
+    # Runs already in the folder stay in the report and can be compared with: a folder can be filled
+    # one run at a time (e.g. the slow paper-style runs after the robust ones).
+    report_labels = labels + [r.label for r in (earlier.runs if earlier else []) if r.label not in labels]
+    check_compare(request.compare, report_labels)
+    dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
     manifest = ws.merge_manifest(
         Manifest(
             dataset=str(request.dataset),
@@ -169,7 +173,7 @@ async def evaluate(
         ws,
         manifest,
         dataset.items,
-        labels,
+        report_labels,
         compare=request.compare,
         samples=request.bootstrap_samples,
         seed=request.bootstrap_seed,

@@ -112,6 +112,27 @@ async def test_prompt_styles_and_compare_pairs(
     assert runs["madke-robust"]["selection"]["valid_selection_share"] == 1.0
 
 
+async def test_a_folder_filled_run_by_run_reports_and_compares_all_its_runs(
+    scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "by-run"
+    base = {"protocols": ["single"], "limit": 2}
+    await evaluate(
+        request(nq_dataset, out, prompt_styles=["paper"], **base),
+        models=models_for(scripted.base_url),
+    )
+    calls_after_paper = len(scripted.requests)
+    outcome = await evaluate(
+        request(
+            nq_dataset, out, prompt_styles=["robust"], compare=[("single-robust", "single-paper")], **base
+        ),
+        models=models_for(scripted.base_url),
+    )
+    assert len(scripted.requests) == calls_after_paper + 2  # only the new run did work
+    assert [r["label"] for r in outcome.report["runs"]] == ["single-robust", "single-paper"]
+    assert [(c["a"], c["b"]) for c in outcome.report["comparisons"]][-1] == ("single-robust", "single-paper")
+
+
 async def test_plan_errors_fail_before_any_work(
     scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path
 ) -> None:
