@@ -1,0 +1,163 @@
+"""The prompt-style benchmark (issue 7) across models: one table, the targets checked, one plot.
+
+Reads the ``metrics.json`` that ``parley eval`` wrote for each model (see the README's "Choosing the
+embedded default" for the eval commands) and writes ``summary.md`` and ``accuracy.png`` under ``--out``:
+per run contains-accuracy, EM, F1, answer-shape shares, parse errors per role, valid selections,
+judge/rule agreement, calls, tokens and seconds per question; madke-robust minus each other run with
+its paired-bootstrap 95 % CI; and each target of the issue with PASS/MISS.
+
+    .venv/bin/python -m bench.styles_summary 0.5B=reports/styles-0.5b 1.5B=reports/styles-1.5b \
+        --out reports/styles-summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+ANSWER_SHAPES = ("bare_number", "example_copy", "placeholder")
+MAX_PARSE_ERROR_RATE = 0.02
+MIN_VALID_SELECTION = 0.98
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def load(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+
+
+def robust_minus(metrics: dict[str, Any]) -> list[tuple[str, int, float, float, float]]:
+    """madke-robust minus each run it was compared with: (other, n, diff, low, high), in points."""
+    rows = []
+    for c in metrics["comparisons"]:
+        if c["a"] == "madke-robust":  # the report gives B − A; the issue asks for madke-robust − B
+            rows.append((c["b"], c["n"], -100 * c["diff"], -100 * c["ci_high"], -100 * c["ci_low"]))
+        elif c["b"] == "madke-robust":
+            rows.append((c["a"], c["n"], 100 * c["diff"], 100 * c["ci_low"], 100 * c["ci_high"]))
+    return rows
+
+
+def targets(model: str, runs: dict[str, dict[str, Any]]) -> list[tuple[str, str, bool]]:
+    """(target, measured, met) for the robust runs of one model."""
+    out: list[tuple[str, str, bool]] = []
+    robust = {label: r for label, r in runs.items() if r["prompt_style"] == "robust" and r["ok"]}
+    for label, r in robust.items():
+        shapes = {k: r["answers"].get(k, 0.0) for k in ANSWER_SHAPES}
+        worst = max(shapes, key=lambda k: shapes[k])
+        out.append(
+            (
+                f"{model} {label}: bare-number, example-copy, placeholder answers 0 %",
+                ", ".join(f"{k} {pct(v)} %" for k, v in shapes.items()),
+                shapes[worst] == 0.0,
+            )
+        )
+        for role, pe in r["parse_errors"].items():
+            out.append(
+                (
+                    f"{model} {label}: {role} parse errors < 2 %",
+                    f"{pe['errors']}/{pe['records']} = {pct(pe['rate'])} %",
+                    pe["rate"] < MAX_PARSE_ERROR_RATE,
+                )
+            )
+        share = (r.get("selection") or {}).get("valid_selection_share")
+        if share is not None:
+            out.append(
+                (f"{model} {label}: valid selections ≥ 98 %", f"{pct(share)} %", share >= MIN_VALID_SELECTION)
+            )
+    if "madke-robust" in robust and "single-robust" in robust:
+        m, s = robust["madke-robust"]["accuracy"], robust["single-robust"]["accuracy"]
+        out.append((f"{model}: madke-robust ≥ single-robust", f"{pct(m)} % vs {pct(s)} %", m >= s))
+    return out
+
+
+def table(models: dict[str, dict[str, Any]]) -> list[str]:
+    head = (
+        "| model | run | n ok | contains % | EM % | F1 % | bare-number % | example-copy % | placeholder % | "
+        "valid selections % | judge = rule % | parse errors (errors/records per role) | rounds | calls/q | "
+        "tokens/q | s/q |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for model, metrics in models.items():
+        for r in metrics["runs"]:
+            sel = (r.get("selection") or {}).get("valid_selection_share")
+            agree = (r.get("judge_rule") or {}).get("agreement")
+            errors = ", ".join(
+                f"{role} {pe['errors']}/{pe['records']}" for role, pe in r["parse_errors"].items()
+            )
+            shapes = " | ".join(pct(r["answers"].get(k)) for k in ANSWER_SHAPES)
+            cost = f"{r['avg_rounds']:.2f} | {r['calls_per_q']:.1f} | {r['tokens_per_q']:.0f} | {r['seconds_per_q']:.1f}"
+            lines.append(
+                f"| {model} | {r['label']} | {r['ok']} | {pct(r['contains'])} | {pct(r['em'])} | "
+                f"{pct(r['f1'])} | {shapes} | {pct(sel)} | {pct(agree)} | {errors} | {cost} |"
+            )
+    return lines
+
+
+def plot(models: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(dict.fromkeys(r["label"] for m in models.values() for r in m["runs"]))
+    width = 0.8 / max(1, len(models))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(labels)), 4.0))
+    for i, (model, metrics) in enumerate(models.items()):
+        by_label = {r["label"]: r for r in metrics["runs"]}
+        xs = [j + (i - (len(models) - 1) / 2) * width for j in range(len(labels))]
+        ys = [100 * (by_label[lab]["contains"] or 0.0) if lab in by_label else 0.0 for lab in labels]
+        bars = ax.bar(xs, ys, width, label=model)
+        for bar, lab in zip(bars, labels, strict=True):
+            n = by_label[lab]["ok"] if lab in by_label else 0
+            ax.annotate(
+                f"n={n}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+    ax.set_xticks(range(len(labels)), labels, rotation=20)
+    ax.set_ylabel("contains-accuracy %")
+    ax.set_title("NQ-open dev: contains-accuracy by run and model")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("folders", nargs="+", help="MODEL=FOLDER, a parley eval output per model")
+    parser.add_argument("--out", type=Path, default=Path("reports/styles-summary"))
+    args = parser.parse_args()
+    models: dict[str, dict[str, Any]] = {}
+    for spec in args.folders:
+        model, _, folder = spec.partition("=")
+        models[model] = load(Path(folder))
+    lines = ["# Prompt styles × models (issue 7)", ""]
+    for model, m in models.items():
+        lines.append(f"- {model}: `{m['dataset']}`, {m['items']} items, accuracy = {m['primary']}")
+    lines += ["", *table(models), "", "## madke-robust minus … (paired bootstrap 95 % CI, points)", ""]
+    lines += ["| model | minus | n | difference | 95 % CI |", "|---|---|---|---|---|"]
+    for model, m in models.items():
+        for other, n, diff, low, high in robust_minus(m):
+            lines.append(f"| {model} | {other} | {n} | {diff:+.1f} | [{low:+.1f}, {high:+.1f}] |")
+    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for model, m in models.items():
+        for name, measured, met in targets(model, {r["label"]: r for r in m["runs"]}):
+            lines.append(f"| {name} | {measured} | {'PASS' if met else 'MISS'} |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    plot(models, args.out / "accuracy.png")
+    lines += ["", "![contains-accuracy by run and model](accuracy.png)", ""]
+    (args.out / "summary.md").write_text("\n".join(lines), encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
