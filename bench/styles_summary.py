@@ -89,7 +89,10 @@ def table(models: dict[str, dict[str, Any]]) -> list[str]:
                 f"{role} {pe['errors']}/{pe['records']}" for role, pe in r["parse_errors"].items()
             )
             shapes = " | ".join(pct(r["answers"].get(k)) for k in ANSWER_SHAPES)
-            cost = f"{r['avg_rounds']:.2f} | {r['calls_per_q']:.1f} | {r['tokens_per_q']:.0f} | {r['seconds_per_q']:.1f}"
+            cost = (
+                f"{r['avg_rounds']:.2f} | {r['calls_per_q']:.1f} | "
+                f"{r['tokens_per_q']:.0f} | {r['seconds_per_q']:.1f}"
+            )
             lines.append(
                 f"| {model} | {r['label']} | {r['ok']} | {pct(r['contains'])} | {pct(r['em'])} | "
                 f"{pct(r['f1'])} | {shapes} | {pct(sel)} | {pct(agree)} | {errors} | {cost} |"
