@@ -6,7 +6,11 @@ command, so ``parley --help`` stays instant.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,6 +19,25 @@ import typer
 
 def _csv(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """``kill``, ``docker stop`` and CI time limits send SIGTERM: stop as on Ctrl-C (finished items stay
+    saved, the embedded server is shut down by its context manager) instead of dying mid-item. A
+    background job also ignores SIGINT, so SIGTERM is the way to stop it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def parse_compare(value: str | None) -> list[tuple[str, str]]:
@@ -142,18 +165,19 @@ def eval_command(
             progress=not no_progress,
             max_consecutive_failures=settings.max_consecutive_failures,
         )
-        outcome = asyncio.run(
-            _evaluate(
-                request,
-                settings,
-                console,
-                use_judge=judge or primary == "judge",
-                judge_url=judge_url,
-                judge_model=judge_model,
-                api=api,
-                api_key=api_key,
+        with sigterm_as_interrupt():
+            outcome = asyncio.run(
+                _evaluate(
+                    request,
+                    settings,
+                    console,
+                    use_judge=judge or primary == "judge",
+                    judge_url=judge_url,
+                    judge_model=judge_model,
+                    api=api,
+                    api_key=api_key,
+                )
             )
-        )
     except KeyboardInterrupt:
         console.print(
             f"[yellow]interrupted[/yellow]; finished items are saved in {out}. "

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +165,38 @@ def test_cli_via_api(scripted: ScriptedLLM, nq_dataset: Path, tmp_path: Path) ->
         )
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "api" / "metrics.json").read_text())["runs"][0]["ok"] == 4
+
+
+def test_sigterm_stops_cleanly_and_the_run_resumes(nq_dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "term"
+    args = [
+        sys.executable,
+        "-m",
+        "debate_worker.cli",
+        "eval",
+        "--dataset",
+        str(nq_dataset),
+        "--out",
+        str(out),
+    ]
+    args += ["--protocols", "single", "--no-progress", "--no-plots"]
+    with ScriptedLLM(latency_s=0.5) as slow:
+        slow.on("Question", "[July 20, 1969]")
+        proc = subprocess.Popen(
+            args,
+            env={**os.environ, **env_for(slow)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        results = out / "results" / "single.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (results.exists() and results.read_text().strip()):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "interrupted" in output
+    done = [json.loads(x) for x in results.read_text().splitlines() if x.strip()]
+    assert 1 <= len(done) < len(QUESTIONS)
+    assert all(r["status"] == "ok" for r in done)  # nothing half-written
