@@ -155,7 +155,12 @@ async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         consensus = await judge_round(ctx, prompts, r, responses[-1], answers[-1])
         await ctx.emit("round.completed", {"round": r, "answers": answers[-1], "consensus": consensus})
         await run.checkpoint(ctx, r, {"responses": responses, "answers": answers, "consensus": consensus})
-    answer, source = await summarize(ctx, prompts, r, responses[-1], answers[-1])
+    if not prompts.SUMMARIZE_AGREEMENT and answers_agree(answers[-1]):
+        # The robust style takes the debaters' agreed answer as it is: small summarizers replaced a
+        # unanimous answer with another one (the 0.5B turned "4,100 BC", "4,100 BC" into "Isle of Wight").
+        answer, source = answers[-1][0], "the debaters' agreed final answer (no summary needed)"
+    else:
+        answer, source = await summarize(ctx, prompts, r, responses[-1], answers[-1])
     return Outcome(
         answer=answer, answer_source=source, rounds=r, consensus=consensus, final_answers=answers[-1]
     )

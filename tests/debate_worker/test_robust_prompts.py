@@ -106,7 +106,10 @@ async def test_structured_output_path(pool: KnowledgePool) -> None:
     assert all(r.output_mode == "schema" and r.parse_error is None for r in debaters)
     assert result.rounds == 1 and result.answer == "July 20, 1969"
     schema_requests = [b for b in server.requests if "response_format" in b]
-    assert len(schema_requests) == 6  # two selections, two answers, the judge and the summary
+    assert len(schema_requests) == 5  # two selections, two answers and the judge
+    # The debaters agreed, so their answer is the answer: no summary call.
+    assert not any(r.role == "summarizer" for r in result.transcript)
+    assert result.answer_source.startswith("the debaters' agreed final answer")
 
 
 async def test_structured_output_falls_back_to_text(pool: KnowledgePool) -> None:
@@ -121,6 +124,24 @@ async def test_structured_output_falls_back_to_text(pool: KnowledgePool) -> None
     judge = [r for r in result.transcript if r.role == "judge"]
     assert judge[0].output_mode == "text" and judge[0].verdict is False
     assert result.rounds == 3
+
+
+async def test_summarizer_is_asked_only_when_the_debaters_differ(pool: KnowledgePool) -> None:
+    with ScriptedLLM() as server:
+        server.on("Which knowledge items", "", json_reply='{"selected": []}')
+        server.on("same answer", "", json_reply='{"consensus": false}')
+        server.on("Debaters' final answers", "", json_reply='{"reason": "K1 says so.", "answer": "July 20"}')
+        server.on(
+            "Question:",
+            "",
+            json_reply=[
+                '{"reason": "r", "answer": "July 20, 1969"}',
+                '{"reason": "r", "answer": "July 21, 1969"}',
+            ],
+        )
+        result = await run(server, pool, rounds=1)
+    summaries = [r for r in result.transcript if r.role == "summarizer"]
+    assert len(summaries) == 1 and result.answer == "July 20" and result.answer_source == "summarizer"
 
 
 async def test_rule_judge_needs_no_call_and_both_requires_agreement(pool: KnowledgePool) -> None:

@@ -14,6 +14,7 @@ from services.llm import ChatMessage
 class PromptSet(Protocol):
     STYLE: str
     ANSWER_SCHEMA: dict[str, Any] | None
+    SUMMARIZE_AGREEMENT: bool
     SELECT_SCHEMA: dict[str, Any] | None
     JUDGE_SCHEMA: dict[str, Any] | None
     EXAMPLE_ANSWERS: tuple[str, ...]

@@ -212,5 +212,6 @@ def parse_judge(text: str) -> ParsedVerdict:
 
 # The paper asks for free text everywhere; structured output is a robust-style feature.
 ANSWER_SCHEMA = None
+SUMMARIZE_AGREEMENT = True  # Algorithm 1 always ends with the summarizer (Prompt 3.5)
 SELECT_SCHEMA = None
 JUDGE_SCHEMA = None

@@ -11,7 +11,8 @@ What the paper style gets wrong with 0.5-1.5B models (measured in issue 7) and w
   the question instead of choosing nor leave out the answer (free-text debater replies without an answer
   line were 34% of debater turns on the 1.5B before);
 - the judge sees the debaters' extracted short answers, not their whole replies;
-- role prompts are one sentence.
+- role prompts are one sentence;
+- a unanimous final answer is taken as it is; the summarizer only chooses between differing answers.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ ANSWER_SCHEMA: dict[str, Any] = {
     "required": ["reason", "answer"],
     "additionalProperties": False,
 }
+# A unanimous final answer is the answer; the summarizer is asked only when the debaters differ.
+SUMMARIZE_AGREEMENT = False
 JUDGE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"consensus": {"type": "boolean"}},
