@@ -62,11 +62,18 @@ _BARE_NUMBERS = re.compile(r"^\s*\[?\s*\d+(?:\s*[,;]\s*\d+)*\s*\]?\s*$")
 PLACEHOLDERS = frozenset({"", "answer", "your answer"})
 
 
-def is_bare_number(answer: str | None, pool_size: int | None = None) -> bool:
-    """The answer is only a number (or a list of them) that names a knowledge item: a passage number
-    taken for the answer. With ``pool_size`` known, numbers outside ``1..pool_size`` are real answers
-    ("1703", "8 seasons" → "8" with a 5-item pool); without a pool no number can be a reference."""
-    if not answer or not _BARE_NUMBERS.match(answer):
+_K_LABELS = re.compile(r"^\s*[\[(]?\s*K\s*\d+\s*[\])]?(?:\s*[,;]\s*[\[(]?\s*K\s*\d+\s*[\])]?)*\s*$", re.I)
+
+
+def is_bare_number(answer: str | None, pool_size: int | None = None, style: str = "paper") -> bool:
+    """The answer is a knowledge item's label taken for the answer.
+
+    The paper style labels items ``[n]``, so there the label is a bare number (or a list of them):
+    with ``pool_size`` known, numbers outside ``1..pool_size`` are real answers ("1703", "8 seasons" →
+    "8" with a 5-item pool); without a pool no number can be a reference. The robust style labels items
+    ``(Kn)`` precisely so that a plain number ("1" season) stays an answer: there only ``K3``-like
+    answers are labels."""
+    if not answer or not (_K_LABELS if style == "robust" else _BARE_NUMBERS).match(answer):
         return False
     if pool_size is None:
         return True

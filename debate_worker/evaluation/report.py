@@ -44,14 +44,19 @@ def _share(flags: Iterable[bool]) -> float | None:
 
 
 def answer_shares(
-    answers: Sequence[str | None], examples: Sequence[str], pool_sizes: Sequence[int | None] | None = None
+    answers: Sequence[str | None],
+    examples: Sequence[str],
+    pool_sizes: Sequence[int | None] | None = None,
+    style: str = "paper",
 ) -> dict[str, float | None]:
     """Shares of bare-number, example-copy and placeholder answers: the failure modes of small models.
 
     ``pool_sizes`` (one per answer) lets a bare number count only when it names a pool item."""
     sizes = list(pool_sizes) if pool_sizes is not None else [None] * len(answers)
     return {
-        "bare_number": _share(metrics.is_bare_number(a, s) for a, s in zip(answers, sizes, strict=True)),
+        "bare_number": _share(
+            metrics.is_bare_number(a, s, style) for a, s in zip(answers, sizes, strict=True)
+        ),
         "example_copy": _share(metrics.is_example_copy(a, examples) for a in answers),
         "placeholder": _share(metrics.is_placeholder(a) for a in answers),
         # The part of "placeholder" where the parser found no answer at all (None).
@@ -207,8 +212,10 @@ def run_metrics(
         "completion_tokens_per_q": avg(r.completion_tokens for r in ok),
         "tokens_per_q": avg(r.prompt_tokens + r.completion_tokens for r in ok),
         "seconds_per_q": avg(r.seconds for r in ok),
-        "answers": answer_shares([r.answer for r in ok], examples, final_pool_sizes),
-        "turn_answers": answer_shares([a for a, _ in turn_answers], examples, [s for _, s in turn_answers]),
+        "answers": answer_shares([r.answer for r in ok], examples, final_pool_sizes, spec.prompt_style),
+        "turn_answers": answer_shares(
+            [a for a, _ in turn_answers], examples, [s for _, s in turn_answers], spec.prompt_style
+        ),
         "example_answers": list(examples),
         "parse_errors": parse_error_rates(trans.values()),
         "selection": selection_stats(trans.values()),
@@ -360,7 +367,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "## Prompt diagnostics",
         "",
-        "Final answers: bare numbers (a knowledge number taken for the answer), copies of the one-shot "
+        "Final answers: bare numbers (a knowledge label taken for the answer: `3` for an item shown as "
+        "`[3]` in the paper style, `K3` in the robust style, where a plain number is a real answer), "
+        "copies of the one-shot "
         "example's answer, placeholders (empty, `answer`, `your answer`; in brackets the part where no "
         "answer could be parsed at all); turn columns count every agent turn. Selection: steps whose reply "
         "parsed (an empty selection counts as valid) and `[No Found]` share. Judge/rule: LLM judge "

@@ -51,6 +51,11 @@ def test_answer_shape_diagnostics() -> None:
     assert not metrics.is_bare_number("1703", pool_size=5)
     assert not metrics.is_bare_number("3", pool_size=0)
     assert not metrics.is_bare_number("2, 9", pool_size=5)
+    # The robust style labels items (K1)…(Kn): a plain number is a count or a year, "K3" is a label.
+    assert not metrics.is_bare_number("3", pool_size=5, style="robust")
+    assert metrics.is_bare_number("K3", pool_size=5, style="robust")
+    assert metrics.is_bare_number("(K2), K4", pool_size=5, style="robust")
+    assert not metrics.is_bare_number("K9", pool_size=5, style="robust")
     assert metrics.is_placeholder("Your answer.")
     assert metrics.is_placeholder("")
     assert metrics.is_placeholder(None)
