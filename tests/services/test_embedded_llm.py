@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from debate_worker.engine.answers import answers_agree
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.runner import run_debate
 from services.embedded_llm import (
@@ -100,9 +101,11 @@ async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: st
         await models.aclose()
     assert result.answer, result.model_dump_json(indent=1)
     roles = [r.role for r in result.transcript]
-    assert roles.count("summarizer") == 1
+    # The paper always summarizes; the robust style only when the final answers differ.
+    summaries = 0 if style == "robust" and answers_agree(result.final_answers) else 1
+    assert roles.count("summarizer") == summaries
     per_round = 2 * 2 + 1  # two agents select and speak, then the judge
-    assert len(roles) == result.rounds * per_round + 1
+    assert len(roles) == result.rounds * per_round + summaries
     assert all(
         r.completion_tokens > 0 and r.latency_ms > 0 and r.model == "qwen2.5-0.5b" for r in result.transcript
     )
