@@ -302,6 +302,9 @@ def _print_summary(console: Any, report: dict[str, Any], out: Path) -> None:
         )
     console.print(table)
     for c in report["comparisons"]:
+        if not c["n"]:
+            console.print(f"{c['b']} − {c['a']}: no item finished in both runs yet")
+            continue
         verdict = "[green]real[/green]" if c["significant"] else "[dim]may be noise[/dim]"
         console.print(
             f"{c['b']} − {c['a']}: {100 * c['diff']:+.1f} pp, 95% CI [{100 * c['ci_low']:+.1f}, "

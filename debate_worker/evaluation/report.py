@@ -357,6 +357,11 @@ def render_markdown(report: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|---|",
         ]
         for c in report["comparisons"]:
+            if not c["n"]:
+                lines.append(
+                    f"| {c['a']} | {c['b']} | 0 | – | – | – | – | no item finished in both runs yet |"
+                )
+                continue
             verdict = "real difference" if c["significant"] else "may be noise"
             lines.append(
                 f"| {c['a']} | {c['b']} | {c['n']} | {_fmt(c['accuracy_a'], True)} "

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from debate_worker.evaluation.harness import EvalRequest, PlanError, evaluate, rebuild_report
+from debate_worker.evaluation.report import render_markdown
 from debate_worker.evaluation.runner import EvalAborted
 from debate_worker.evaluation.store import Workspace, WorkspaceError
 from tests.debate_worker.evaluation.conftest import QUESTIONS, FixedPools, asked, models_for
@@ -131,6 +132,9 @@ async def test_a_folder_filled_run_by_run_reports_and_compares_all_its_runs(
     assert len(scripted.requests) == calls_after_paper + 2  # only the new run did work
     assert [r["label"] for r in outcome.report["runs"]] == ["single-robust", "single-paper"]
     assert [(c["a"], c["b"]) for c in outcome.report["comparisons"]][-1] == ("single-robust", "single-paper")
+    # A run with nothing finished yet is shown as such, not as a zero difference "that may be noise".
+    empty = {**outcome.report, "comparisons": [{**outcome.report["comparisons"][-1], "n": 0}]}
+    assert "no item finished in both runs yet" in render_markdown(empty)
 
 
 async def test_plan_errors_fail_before_any_work(
