@@ -33,7 +33,12 @@ def load(folder: Path) -> dict[str, Any]:
 def robust_minus(metrics: dict[str, Any]) -> list[tuple[str, int, float, float, float]]:
     """madke-robust minus each run it was compared with: (other, n, diff, low, high), in points."""
     rows = []
+    seen: set[frozenset[str]] = set()
     for c in metrics["comparisons"]:
+        pair = frozenset((c["a"], c["b"]))
+        if pair in seen:  # the first-vs-each pairs and --compare can name the same pair
+            continue
+        seen.add(pair)
         if c["a"] == "madke-robust":  # the report gives B − A; the issue asks for madke-robust − B
             rows.append((c["b"], c["n"], -100 * c["diff"], -100 * c["ci_high"], -100 * c["ci_low"]))
         elif c["b"] == "madke-robust":
