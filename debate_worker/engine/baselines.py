@@ -8,54 +8,47 @@ answer, ``rag`` gives one agent the whole knowledge pool.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 from debate_worker.engine.answers import majority_vote
 from debate_worker.engine.context import DebateContext
 from debate_worker.engine.madke import answer_parser
 from debate_worker.engine.outcome import Outcome, ProtocolRun
-from debate_worker.engine.prompts import get_prompts
+from debate_worker.engine.prompts import PromptSet, get_prompts
 from debate_worker.engine.result import TranscriptRecord
+from services.llm import ChatMessage
+
+
+async def _answer_once(
+    ctx: DebateContext, prompts: PromptSet, messages: list[ChatMessage], knowledge: Sequence[int] = ()
+) -> Outcome:
+    """One agent, one call: the shared shape of ``single``, ``cot`` and ``rag``."""
+    rec = await ctx.call(
+        round=1,
+        role="answer",
+        agent=0,
+        messages=messages,
+        parse=answer_parser(prompts),
+        json_schema=prompts.ANSWER_SCHEMA,
+        knowledge=knowledge,
+    )
+    return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
 
 
 async def run_single(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     prompts = get_prompts(ctx.config.prompt_style)
-    rec = await ctx.call(
-        round=1,
-        role="answer",
-        agent=0,
-        messages=prompts.standard(ctx.question),
-        parse=answer_parser(prompts),
-        json_schema=prompts.ANSWER_SCHEMA,
-    )
-    return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
+    return await _answer_once(ctx, prompts, prompts.standard(ctx.question))
 
 
 async def run_cot(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     prompts = get_prompts(ctx.config.prompt_style)
-    rec = await ctx.call(
-        round=1,
-        role="answer",
-        agent=0,
-        messages=prompts.chain_of_thought(ctx.question),
-        parse=answer_parser(prompts),
-        json_schema=prompts.ANSWER_SCHEMA,
-    )
-    return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
+    return await _answer_once(ctx, prompts, prompts.chain_of_thought(ctx.question))
 
 
 async def run_rag(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     prompts = get_prompts(ctx.config.prompt_style)
     items = ctx.pool.items
-    rec = await ctx.call(
-        round=1,
-        role="answer",
-        agent=0,
-        messages=prompts.rag(ctx.question, items),
-        parse=answer_parser(prompts),
-        json_schema=prompts.ANSWER_SCHEMA,
-        knowledge=[k.n for k in items],
-    )
-    return Outcome(rec.answer, "single answer", 1, True, [rec.answer])
+    return await _answer_once(ctx, prompts, prompts.rag(ctx.question, items), [k.n for k in items])
 
 
 async def run_self_consistency(ctx: DebateContext, run: ProtocolRun) -> Outcome:

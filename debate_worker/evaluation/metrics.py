@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from debate_worker.engine.answers import answers_agree, normalize_answer
+from debate_worker.engine.prompts import paper
 from debate_worker.evaluation.datasets import CHOICE_LETTERS, FEVER_LABELS
 
 # --------------------------------------------------------------------------------------------- text
@@ -58,22 +59,21 @@ def contains_match(prediction: str | None, golds: Sequence[str]) -> float:
     return float(any(g_n and f" {g_n} " in padded for g_n in (normalize_answer(g) for g in golds)))
 
 
-_BARE_NUMBERS = re.compile(r"^\s*\[?\s*\d+(?:\s*[,;]\s*\d+)*\s*\]?\s*$")
 PLACEHOLDERS = frozenset({"", "answer", "your answer"})
 
 
-_K_LABELS = re.compile(r"^\s*[\[(]?\s*K\s*\d+\s*[\])]?(?:\s*[,;]\s*[\[(]?\s*K\s*\d+\s*[\])]?)*\s*$", re.I)
-
-
-def is_bare_number(answer: str | None, pool_size: int | None = None, style: str = "paper") -> bool:
-    """The answer is a knowledge item's label taken for the answer.
+def is_bare_number(
+    answer: str | None, pool_size: int | None = None, label: re.Pattern[str] = paper.KNOWLEDGE_LABEL
+) -> bool:
+    """The answer is a knowledge item's label taken for the answer, as the style's ``label`` pattern
+    writes labels (``prompts.<style>.KNOWLEDGE_LABEL``).
 
     The paper style labels items ``[n]``, so there the label is a bare number (or a list of them):
     with ``pool_size`` known, numbers outside ``1..pool_size`` are real answers ("1703", "8 seasons" →
     "8" with a 5-item pool); without a pool no number can be a reference. The robust style labels items
     ``(Kn)`` precisely so that a plain number ("1" season) stays an answer: there only ``K3``-like
     answers are labels."""
-    if not answer or not (_K_LABELS if style == "robust" else _BARE_NUMBERS).match(answer):
+    if not answer or not label.match(answer):
         return False
     if pool_size is None:
         return True

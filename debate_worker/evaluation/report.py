@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+from debate_worker.engine.prompts import paper
 from debate_worker.engine.result import DebateResult, TranscriptRecord
 from debate_worker.evaluation import metrics
 from debate_worker.evaluation.datasets import Item
@@ -26,13 +29,22 @@ PAPER_EXAMPLE_ANSWERS: tuple[str, ...] = ("Bridget Driscoll",)
 NON_ANSWER_ROLES = frozenset({"select", "judge", "summarizer", "moderator", "vote", "extract"})
 
 
+def _style_module(style: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"debate_worker.engine.prompts.{style}")
+    except ImportError:
+        return None
+
+
+def knowledge_label(style: str) -> re.Pattern[str]:
+    """``KNOWLEDGE_LABEL`` of the style's prompt module, or the paper's ``[n]`` form."""
+    found = getattr(_style_module(style), "KNOWLEDGE_LABEL", None)
+    return found if isinstance(found, re.Pattern) else paper.KNOWLEDGE_LABEL
+
+
 def example_answers(style: str) -> tuple[str, ...]:
     """``EXAMPLE_ANSWERS`` of the style's prompt module, or the paper's when the module has none."""
-    try:
-        module = importlib.import_module(f"debate_worker.engine.prompts.{style}")
-    except ImportError:
-        return PAPER_EXAMPLE_ANSWERS
-    found = getattr(module, "EXAMPLE_ANSWERS", None)
+    found = getattr(_style_module(style), "EXAMPLE_ANSWERS", None)
     if not found:
         return PAPER_EXAMPLE_ANSWERS
     return tuple(str(a) for a in found)
@@ -47,7 +59,7 @@ def answer_shares(
     answers: Sequence[str | None],
     examples: Sequence[str],
     pool_sizes: Sequence[int | None] | None = None,
-    style: str = "paper",
+    label: re.Pattern[str] = paper.KNOWLEDGE_LABEL,
 ) -> dict[str, float | None]:
     """Shares of bare-number, example-copy and placeholder answers: the failure modes of small models.
 
@@ -55,7 +67,7 @@ def answer_shares(
     sizes = list(pool_sizes) if pool_sizes is not None else [None] * len(answers)
     return {
         "bare_number": _share(
-            metrics.is_bare_number(a, s, style) for a, s in zip(answers, sizes, strict=True)
+            metrics.is_bare_number(a, s, label) for a, s in zip(answers, sizes, strict=True)
         ),
         "example_copy": _share(metrics.is_example_copy(a, examples) for a in answers),
         "placeholder": _share(metrics.is_placeholder(a) for a in answers),
@@ -187,6 +199,7 @@ def run_metrics(
     ]
     final_pool_sizes = [len(trans[r.id].pool.items) if r.id in trans else None for r in ok]
     examples = example_answers(spec.prompt_style)
+    label = knowledge_label(spec.prompt_style)
     out: dict[str, Any] = {
         "label": spec.label,
         "protocol": spec.protocol,
@@ -212,9 +225,9 @@ def run_metrics(
         "completion_tokens_per_q": avg(r.completion_tokens for r in ok),
         "tokens_per_q": avg(r.prompt_tokens + r.completion_tokens for r in ok),
         "seconds_per_q": avg(r.seconds for r in ok),
-        "answers": answer_shares([r.answer for r in ok], examples, final_pool_sizes, spec.prompt_style),
+        "answers": answer_shares([r.answer for r in ok], examples, final_pool_sizes, label),
         "turn_answers": answer_shares(
-            [a for a, _ in turn_answers], examples, [s for _, s in turn_answers], spec.prompt_style
+            [a for a, _ in turn_answers], examples, [s for _, s in turn_answers], label
         ),
         "example_answers": list(examples),
         "parse_errors": parse_error_rates(trans.values()),

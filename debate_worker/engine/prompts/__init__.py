@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ class PromptSet(Protocol):
     STYLE: str
     ANSWER_SCHEMA: dict[str, Any] | None
     SUMMARIZE_AGREEMENT: bool
+    KNOWLEDGE_LABEL: re.Pattern[str]  # how an answer that is only a knowledge item's label looks
     SELECT_SCHEMA: dict[str, Any] | None
     JUDGE_SCHEMA: dict[str, Any] | None
     EXAMPLE_ANSWERS: tuple[str, ...]

@@ -7,6 +7,7 @@ prompts of different agents share their longest possible prefix (the server's KV
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from debate_worker.engine.parsing import (
@@ -212,6 +213,8 @@ def parse_judge(text: str) -> ParsedVerdict:
 
 # The paper asks for free text everywhere; structured output is a robust-style feature.
 ANSWER_SCHEMA = None
+# Items are shown as ``[n]``: a reply of only numbers (``3``, ``[2]``, ``1, 4``) is a knowledge label.
+KNOWLEDGE_LABEL = re.compile(r"^\s*\[?\s*\d+(?:\s*[,;]\s*\d+)*\s*\]?\s*$")
 SUMMARIZE_AGREEMENT = True  # Algorithm 1 always ends with the summarizer (Prompt 3.5)
 SELECT_SCHEMA = None
 JUDGE_SCHEMA = None

@@ -86,7 +86,7 @@ _FINAL = re.compile(r"final answer\s*[:：]\s*(.+)", re.IGNORECASE)
 _KNUM = re.compile(r"\(?\bK\s*(\d{1,3})\b\)?", re.IGNORECASE)
 # An explicit knowledge reference ("K3", "(K3)", "K2, K5") is never an answer; a plain number can be
 # ("1703", "8") — the items are numbered K1…Kn precisely so that the two cannot be confused.
-_K_REFERENCE = re.compile(r"^[\s(\[]*K\s*\d+[\s)\]]*([,;]\s*[\s(\[]*K\s*\d+[\s)\]]*)*$", re.IGNORECASE)
+KNOWLEDGE_LABEL = re.compile(r"^[\s(\[]*K\s*\d+[\s)\]]*([,;]\s*[\s(\[]*K\s*\d+[\s)\]]*)*$", re.IGNORECASE)
 # The 0.5B summarizer answered "Debater 1" (the label it was shown) instead of that debater's answer.
 _SPEAKER_LABEL = re.compile(r"^(debater|agent)\s*\d+$", re.IGNORECASE)
 _LEADS = re.compile(r"^(the\s+)?((final|short)\s+)?answer\s*(is\b|:)\s*", re.IGNORECASE)
@@ -230,7 +230,7 @@ def _valid(answer: str) -> bool:
     norm = normalize_answer(answer)
     return (
         bool(norm)
-        and not _K_REFERENCE.match(answer)
+        and not KNOWLEDGE_LABEL.match(answer)
         and not _SPEAKER_LABEL.match(answer.strip())
         and norm
         not in {

@@ -6,6 +6,7 @@ import pytest
 
 from debate_worker.evaluation import metrics
 from debate_worker.evaluation.datasets import Item
+from debate_worker.evaluation.report import knowledge_label
 from debate_worker.evaluation.scoring import score_answer
 
 pytestmark = pytest.mark.unit
@@ -52,10 +53,12 @@ def test_answer_shape_diagnostics() -> None:
     assert not metrics.is_bare_number("3", pool_size=0)
     assert not metrics.is_bare_number("2, 9", pool_size=5)
     # The robust style labels items (K1)…(Kn): a plain number is a count or a year, "K3" is a label.
-    assert not metrics.is_bare_number("3", pool_size=5, style="robust")
-    assert metrics.is_bare_number("K3", pool_size=5, style="robust")
-    assert metrics.is_bare_number("(K2), K4", pool_size=5, style="robust")
-    assert not metrics.is_bare_number("K9", pool_size=5, style="robust")
+    k_label = knowledge_label("robust")
+    assert not metrics.is_bare_number("3", pool_size=5, label=k_label)
+    assert metrics.is_bare_number("K3", pool_size=5, label=k_label)
+    assert metrics.is_bare_number("(K2), K4", pool_size=5, label=k_label)
+    assert not metrics.is_bare_number("K9", pool_size=5, label=k_label)
+    assert knowledge_label("no-such-style") is knowledge_label("paper")
     assert metrics.is_placeholder("Your answer.")
     assert metrics.is_placeholder("")
     assert metrics.is_placeholder(None)
