@@ -19,19 +19,37 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
+# What models write in place of an answer ("...", "—", "?"). Any other character is content: "@" is a
+# real (if wrong) answer to "is there a name for the at symbol", though SQuAD normalisation erases it.
+_FILLER = frozenset(".…-–—_?!,;:'\"`()[]{}/\\|~*") | frozenset(string.whitespace)
+
+
+def has_content(answer: str) -> bool:
+    """The answer says something: it is not empty and not made only of filler punctuation."""
+    return any(ch not in _FILLER for ch in answer)
+
+
+def answer_key(answer: str) -> str:
+    """The form answers are compared in: SQuAD-normalised, or, when normalisation leaves nothing of an
+    answer with content (a symbol such as "@"), its whitespace-squeezed text. Empty means no answer."""
+    if not has_content(answer):
+        return ""
+    return normalize_answer(answer) or " ".join(answer.split())
+
+
 def answers_agree(answers: Sequence[str | None]) -> bool:
-    """True when every answer is present and all normalise to the same non-empty string."""
-    normed = [normalize_answer(a) for a in answers if a is not None]
+    """True when every answer is present and all have the same non-empty comparison key."""
+    normed = [answer_key(a) for a in answers if a is not None]
     return len(normed) == len(answers) and len(normed) > 0 and normed[0] != "" and len(set(normed)) == 1
 
 
 def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
-    """The most common answer by normalised form and its vote count.
+    """The most common answer by comparison key (``answer_key``) and its vote count.
 
     Ties go to the answer given first, so the result is deterministic; missing answers never win.
-    Returns the first original spelling of the winning normalised form.
+    Returns the first original spelling of the winning key.
     """
-    present = [(normalize_answer(a), a) for a in answers if a is not None and normalize_answer(a)]
+    present = [(answer_key(a), a) for a in answers if a is not None and answer_key(a)]
     if not present:
         return None, 0
     counts = Counter(n for n, _ in present)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from debate_worker.engine.answers import answers_agree, normalize_answer
+from debate_worker.engine.answers import answer_key, answers_agree, normalize_answer
 from debate_worker.engine.prompts import paper
 from debate_worker.evaluation.datasets import CHOICE_LETTERS, FEVER_LABELS
 
@@ -81,8 +81,9 @@ def is_bare_number(
 
 
 def is_placeholder(answer: str | None) -> bool:
-    """The answer is empty or the format's placeholder ("answer", "your answer") copied literally."""
-    return normalize_answer(answer or "") in PLACEHOLDERS
+    """The answer is empty, filler ("...") or the format's placeholder ("answer", "your answer") copied
+    literally; a symbol such as "@" is an answer (``engine.answers.answer_key``)."""
+    return answer_key(answer or "") in PLACEHOLDERS
 
 
 def is_example_copy(answer: str | None, example_answers: Iterable[str]) -> bool:

@@ -97,3 +97,8 @@ def test_normalisation_and_votes() -> None:
     assert majority_vote(["Paris", "Lyon", "paris", None]) == ("Paris", 2)
     assert majority_vote(["Lyon", "Paris"]) == ("Lyon", 1)
     assert majority_vote([None, ""]) == (None, 0)
+    # Symbols are compared as written (normalisation would erase them); filler never agrees.
+    assert answers_agree(["@", " @ "]) and not answers_agree(["@", "#"])
+    assert not answers_agree(["...", "..."]) and not answers_agree(["\u2014", "\u2014"])
+    assert majority_vote(["#", "@", "@"]) == ("@", 2)
+    assert majority_vote(["...", "?"]) == (None, 0)

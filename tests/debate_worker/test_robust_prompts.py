@@ -51,6 +51,10 @@ def test_knowledge_numbering_cannot_collide_with_the_answer_form(pool: Knowledge
         ('{"reason": "r", "answer": "..."}', None),  # the template's placeholder
         ('{"reason": "Debater 1 is right.", "answer": "Debater 1"}', None),  # a label, not an answer
         ('{"reason": "r", "answer": "the short answer: 13th century"}', "13th century"),
+        # A symbol is an answer (a wrong one here) even though SQuAD normalisation erases it; filler is not.
+        ('{"reason": "The at symbol is named \'@\'.", "answer": "@"}', "@"),
+        ('{"reason": "r", "answer": "\u2014"}', None),
+        ('{"reason": "r", "answer": "?"}', None),
     ],
 )
 def test_robust_answer_parsing(text: str, answer: str | None) -> None:
@@ -64,6 +68,17 @@ def test_unusable_json_answers_say_why() -> None:
     # The reason travels with the answer when other debaters are quoted.
     quoted = robust._answer_with_reason('{"reason": "Apollo 11 landed then.", "answer": "July 20, 1969"}')
     assert quoted == "[July 20, 1969] because: Apollo 11 landed then."
+
+
+def test_an_unusable_reply_is_not_quoted_to_the_summarizer() -> None:
+    # The 0.5B debater copied the format example; shown verbatim, its answer became the summary.
+    copied = '{"reason": "Plants take in carbon dioxide during photosynthesis.", "answer": "carbon dioxide"}'
+    user = robust.summary(
+        "architectural elements forming rib vaults", [copied, '{"reason": "r", "answer": "ribs"}']
+    )
+    text = user[-1]["content"]
+    assert "carbon dioxide" not in text
+    assert "- Debater 1: (no usable answer)" in text and "- Debater 2: [ribs] because: r" in text
 
 
 def test_example_answers_are_declared_for_each_style() -> None:

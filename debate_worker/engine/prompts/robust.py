@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from debate_worker.engine.answers import normalize_answer
+from debate_worker.engine.answers import answer_key
 from debate_worker.engine.parsing import (
     ParsedAnswer,
     ParsedSelection,
@@ -213,7 +213,9 @@ def _answer_with_reason(text: str, limit: int = 400) -> str:
     reason = reason[:limit] + (" …" if len(reason) > limit else "")
     if ans and reason:
         return f"[{ans}] because: {reason}"
-    return f"[{ans}]" if ans else (text.strip()[:limit] or "(no answer)")
+    # An unusable reply is not quoted: its text can carry the format example's answer, which the 0.5B
+    # summarizer then returned ("carbon dioxide" for a question about rib vaults).
+    return f"[{ans}]" if ans else "(no usable answer)"
 
 
 def shorten(answer: str) -> str:
@@ -226,24 +228,20 @@ def shorten(answer: str) -> str:
     return " ".join(words[:MAX_ANSWER_WORDS])
 
 
+# Answers a model copies from the format instead of answering (compared by ``answer_key``).
+_NOT_ANSWERS = frozenset(
+    answer_key(x)
+    for x in (*EXAMPLE_ANSWERS, "short answer", "your short answer", "the short answer", "answer", "...")
+)
+
+
 def _valid(answer: str) -> bool:
-    norm = normalize_answer(answer)
+    key = answer_key(answer)
     return (
-        bool(norm)
+        bool(key)
+        and key not in _NOT_ANSWERS
         and not KNOWLEDGE_LABEL.match(answer)
         and not _SPEAKER_LABEL.match(answer.strip())
-        and norm
-        not in {
-            normalize_answer(x)
-            for x in (
-                *EXAMPLE_ANSWERS,
-                "short answer",
-                "your short answer",
-                "the short answer",
-                "answer",
-                "...",
-            )
-        }
     )
 
 
