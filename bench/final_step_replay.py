@@ -1,0 +1,273 @@
+"""Final-step replay: what the current parser and summarizer make of recorded debates (issue 7).
+
+A run's final answer is decided by its last step alone: the one answer call of ``single``/``rag``, or
+MADKE's final-round answers and then, when they differ, the summarizer (temperature 0). A change to
+the answer parser or to the summary prompt leaves everything before that step as it was, so replaying
+the step on the recorded replies gives the answers the changed code would have given on the same
+debates, without re-running them (about 45 minutes per 40 MADKE questions on 2 cores).
+
+Every recorded reply is re-parsed with the current parser. A MADKE item is replayed only when the
+debate itself would have gone the same way: no reply before the final round parses differently or is
+unusable (an unusable reply is quoted differently now), and a final round that ended on consensus
+still has agreeing answers. Other items are counted as diverging and kept as recorded. A replayed
+item whose final answers differ calls the summarizer through the engine's own ``summarize`` on the
+configured endpoint or the embedded model (``PARLEY_LLM_EMBEDDED_MODEL``).
+
+    PARLEY_LLM_EMBEDDED_MODEL=qwen2.5-1.5b .venv/bin/python -m bench.final_step_replay \\
+        reports/styles-1.5b --runs madke-robust,single-robust,rag-robust
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from debate_worker.engine.answers import answers_agree
+from debate_worker.engine.config import DebateConfig
+from debate_worker.engine.context import DebateContext, RoleModels
+from debate_worker.engine.madke import summarize
+from debate_worker.engine.prompts import PromptSet, get_prompts
+from debate_worker.engine.result import DebateResult, TranscriptRecord
+from debate_worker.evaluation.datasets import Item
+from debate_worker.evaluation.scoring import Scores, score_answer
+from debate_worker.evaluation.store import Workspace
+from services.llm_factory import RoleModelsFromSettings
+
+ONE_CALL_PROTOCOLS = ("single", "cot", "rag")
+
+
+@dataclass
+class RoleErrors:
+    records: int = 0
+    errors: int = 0
+
+    def add(self, error: str | None) -> None:
+        self.records += 1
+        self.errors += error is not None
+
+
+@dataclass
+class RunReplay:
+    label: str
+    items: int = 0
+    replayed: int = 0
+    diverging: int = 0
+    answers_changed: int = 0
+    recorded: dict[str, float] = field(default_factory=lambda: {"contains": 0.0, "em": 0.0, "f1": 0.0})
+    replay: dict[str, float] = field(default_factory=lambda: {"contains": 0.0, "em": 0.0, "f1": 0.0})
+    errors_recorded: dict[str, RoleErrors] = field(default_factory=dict)
+    errors_replay: dict[str, RoleErrors] = field(default_factory=dict)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+
+    def count(self, which: dict[str, RoleErrors], role: str, error: str | None) -> None:
+        which.setdefault(role, RoleErrors()).add(error)
+
+    def score(self, which: dict[str, float], scores: Scores) -> None:
+        which["contains"] += scores.contains
+        which["em"] += scores.em
+        which["f1"] += scores.f1
+
+
+def reparse(prompts: PromptSet, rec: TranscriptRecord) -> tuple[str | None, str | None]:
+    """The answer and parse error the current parser gives a recorded reply (as ``answer_parser``)."""
+    parsed = prompts.parse_answer(rec.text)
+    return parsed.answer, parsed.parse_error
+
+
+def debater_rounds(result: DebateResult) -> list[list[TranscriptRecord]]:
+    rounds: dict[int, list[TranscriptRecord]] = {}
+    for rec in result.transcript:
+        if rec.role == "debater":
+            rounds.setdefault(rec.round, []).append(rec)
+    return [sorted(rounds[r], key=lambda rec: rec.agent or 0) for r in sorted(rounds)]
+
+
+async def replay_madke(
+    result: DebateResult, prompts: PromptSet, models: RoleModels | None, run: RunReplay
+) -> str | bool | None:
+    """The replayed final answer, or False when the debate would have gone differently."""
+    config = DebateConfig.model_validate(result.config)
+    rounds = debater_rounds(result)
+    for records in rounds[:-1]:
+        for rec in records:
+            answer, _ = reparse(prompts, rec)
+            if answer is None or answer != rec.answer:
+                return False
+    final = rounds[-1]
+    new_answers = [reparse(prompts, rec)[0] for rec in final]
+    old_agree = answers_agree([rec.answer for rec in final])
+    if result.rounds < config.rounds and answers_agree(new_answers) != old_agree:
+        return False
+    for records in rounds:
+        for rec in records:
+            run.count(run.errors_replay, "debater", reparse(prompts, rec)[1])
+    if not prompts.SUMMARIZE_AGREEMENT and answers_agree(new_answers):
+        return new_answers[0]
+    if models is None:
+        raise RuntimeError("this item needs a summarizer call: give an LLM endpoint or embedded model")
+    ctx = DebateContext(result.question, result.pool, config, models)
+    responses = [rec.text for rec in final]
+    answer, _ = await summarize(ctx, prompts, result.rounds, responses, new_answers)
+    run.count(run.errors_replay, "summarizer", ctx.transcript[-1].parse_error)
+    return answer
+
+
+async def replay_run(
+    ws: Workspace, label: str, items: dict[str, Item], models: RoleModels | None
+) -> RunReplay:
+    run = RunReplay(label)
+    results = ws.load_results(label)
+    transcripts = ws.load_transcripts(label)
+    for item_id, record in results.items():
+        result = transcripts.get(item_id)
+        if record.status != "ok" or result is None:
+            continue
+        item = items[item_id]
+        prompts = get_prompts(record.prompt_style)
+        run.items += 1
+        for rec in result.transcript:
+            if rec.role in ("debater", "summarizer", "answer"):
+                run.count(run.errors_recorded, rec.role, rec.parse_error)
+        new: str | bool | None
+        if record.protocol in ONE_CALL_PROTOCOLS:
+            answer_rec = next(rec for rec in result.transcript if rec.role == "answer")
+            new, error = reparse(prompts, answer_rec)
+            run.count(run.errors_replay, "answer", error)
+        elif record.protocol == "madke":
+            new = await replay_madke(result, prompts, models, run)
+        else:
+            raise SystemExit(f"{label}: replay covers single, cot, rag and madke, not {record.protocol}")
+        old_scores = score_answer(item, record.answer)
+        run.score(run.recorded, old_scores)
+        if new is False:
+            run.diverging += 1
+            run.score(run.replay, old_scores)
+            for rec in result.transcript:
+                if rec.role in ("debater", "summarizer"):
+                    run.count(run.errors_replay, rec.role, rec.parse_error)
+            continue
+        assert new is not True
+        run.replayed += 1
+        new_scores = score_answer(item, new)
+        run.score(run.replay, new_scores)
+        if new != record.answer:
+            run.answers_changed += 1
+            run.changes.append(
+                {
+                    "id": item_id,
+                    "question": record.question,
+                    "gold": record.gold,
+                    "recorded": record.answer,
+                    "replay": new,
+                    "contains": [old_scores.contains, new_scores.contains],
+                }
+            )
+    return run
+
+
+@contextlib.contextmanager
+def role_models(needed: bool) -> Iterator[RoleModelsFromSettings | None]:
+    if not needed:
+        yield None
+        return
+    from rich.console import Console
+
+    from debate_worker.ask_cli import llm_endpoint
+    from services.llm_factory import build_role_models
+    from services.settings import LLMSettings
+
+    settings = LLMSettings()
+    with llm_endpoint(settings, Console(stderr=True)) as served:
+        yield build_role_models(
+            settings,
+            base_url=served.base_url,
+            model=served.model,
+            structured_output=served.structured_output,
+            max_concurrency=served.max_concurrency,
+        )
+
+
+def pct(total: float, n: int) -> str:
+    return f"{100 * total / n:.1f}" if n else "–"
+
+
+def errors_cell(errors: dict[str, RoleErrors]) -> str:
+    return ", ".join(f"{role} {e.errors}/{e.records}" for role, e in sorted(errors.items()))
+
+
+def markdown(folder: Path, runs: list[RunReplay]) -> str:
+    lines = [
+        f"# Final-step replay of `{folder}`",
+        "",
+        "Recorded replies re-parsed, and summaries re-asked, with the current code "
+        "(`python -m bench.final_step_replay`). Diverging items would have debated differently "
+        "and are kept as recorded.",
+        "",
+        "| run | items | replayed | diverging | answers changed | contains % (recorded → replay) "
+        "| EM % | F1 % | parse errors recorded | parse errors replay |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        cells = [
+            f"{pct(r.recorded[m], r.items)} → {pct(r.replay[m], r.items)}" for m in ("contains", "em", "f1")
+        ]
+        lines.append(
+            f"| {r.label} | {r.items} | {r.replayed} | {r.diverging} | {r.answers_changed} | "
+            f"{' | '.join(cells)} | {errors_cell(r.errors_recorded)} | {errors_cell(r.errors_replay)} |"
+        )
+    changes = [(r.label, c) for r in runs for c in r.changes]
+    if changes:
+        lines += ["", "## Changed answers", "", "| run | item | question | recorded | replay | contains |"]
+        lines.append("|---|---|---|---|---|---|")
+        for label, c in changes:
+            lines.append(
+                f"| {label} | {c['id']} | {c['question']} | {c['recorded']} | {c['replay']} | "
+                f"{c['contains'][0]:.0f} → {c['contains'][1]:.0f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+async def replay(folder: Path, labels: list[str], models: RoleModels | None) -> list[RunReplay]:
+    ws = Workspace(folder)
+    items = {item.id: item for item in ws.load_items()}
+    return [await replay_run(ws, label, items, models) for label in labels]
+
+
+async def replay_and_close(
+    folder: Path, labels: list[str], models: RoleModelsFromSettings | None
+) -> list[RunReplay]:
+    try:
+        return await replay(folder, labels, models)
+    finally:
+        if models is not None:
+            await models.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("folder", type=Path, help="an eval output folder")
+    parser.add_argument("--runs", required=True, help="comma-separated run labels, e.g. madke-robust")
+    parser.add_argument("--out", type=Path, help="where replay.md/json go (default FOLDER/replay)")
+    args = parser.parse_args()
+    labels = [label.strip() for label in args.runs.split(",") if label.strip()]
+    needs_llm = any(not label.startswith(ONE_CALL_PROTOCOLS) for label in labels)
+    with role_models(needs_llm) as models:
+        runs = asyncio.run(replay_and_close(args.folder, labels, models))
+    out = args.out or args.folder / "replay"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "replay.json").write_text(json.dumps([asdict(r) for r in runs], indent=1) + "\n")
+    text = markdown(args.folder, runs)
+    (out / "replay.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
