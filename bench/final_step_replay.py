@@ -35,6 +35,7 @@ from debate_worker.engine.madke import summarize
 from debate_worker.engine.prompts import PromptSet, get_prompts
 from debate_worker.engine.result import DebateResult, TranscriptRecord
 from debate_worker.evaluation.datasets import Item
+from debate_worker.evaluation.report import answer_shares, example_answers, knowledge_label
 from debate_worker.evaluation.scoring import Scores, score_answer
 from debate_worker.evaluation.store import Workspace
 from services.llm_factory import RoleModelsFromSettings
@@ -64,6 +65,9 @@ class RunReplay:
     errors_recorded: dict[str, RoleErrors] = field(default_factory=dict)
     errors_replay: dict[str, RoleErrors] = field(default_factory=dict)
     changes: list[dict[str, Any]] = field(default_factory=list)
+    # Shares of bare-number, example-copy and placeholder final answers (the report's definitions).
+    answers_recorded: dict[str, float | None] = field(default_factory=dict)
+    answers_replay: dict[str, float | None] = field(default_factory=dict)
 
     def count(self, which: dict[str, RoleErrors], role: str, error: str | None) -> None:
         which.setdefault(role, RoleErrors()).add(error)
@@ -122,6 +126,9 @@ async def replay_run(
     ws: Workspace, label: str, items: dict[str, Item], models: RoleModels | None
 ) -> RunReplay:
     run = RunReplay(label)
+    finals: dict[str, list[str | None]] = {"recorded": [], "replay": []}
+    pool_sizes: list[int | None] = []
+    style = "paper"
     results = ws.load_results(label)
     transcripts = ws.load_transcripts(label)
     for item_id, record in results.items():
@@ -129,8 +136,11 @@ async def replay_run(
         if record.status != "ok" or result is None:
             continue
         item = items[item_id]
-        prompts = get_prompts(record.prompt_style)
+        style = record.prompt_style
+        prompts = get_prompts(style)
         run.items += 1
+        finals["recorded"].append(record.answer)
+        pool_sizes.append(len(result.pool.items) if result.pool.items else None)
         for rec in result.transcript:
             if rec.role in ("debater", "summarizer", "answer"):
                 run.count(run.errors_recorded, rec.role, rec.parse_error)
@@ -147,6 +157,7 @@ async def replay_run(
         run.score(run.recorded, old_scores)
         if new is False:
             run.diverging += 1
+            finals["replay"].append(record.answer)
             run.score(run.replay, old_scores)
             for rec in result.transcript:
                 if rec.role in ("debater", "summarizer"):
@@ -154,6 +165,7 @@ async def replay_run(
             continue
         assert new is not True
         run.replayed += 1
+        finals["replay"].append(new)
         new_scores = score_answer(item, new)
         run.score(run.replay, new_scores)
         if new != record.answer:
@@ -168,6 +180,10 @@ async def replay_run(
                     "contains": [old_scores.contains, new_scores.contains],
                 }
             )
+    examples = example_answers(style)
+    label_pattern = knowledge_label(style)
+    run.answers_recorded = answer_shares(finals["recorded"], examples, pool_sizes, label_pattern)
+    run.answers_replay = answer_shares(finals["replay"], examples, pool_sizes, label_pattern)
     return run
 
 
@@ -201,6 +217,13 @@ def errors_cell(errors: dict[str, RoleErrors]) -> str:
     return ", ".join(f"{role} {e.errors}/{e.records}" for role, e in sorted(errors.items()))
 
 
+def shares_cell(shares: dict[str, float | None]) -> str:
+    return " / ".join(
+        "–" if shares.get(k) is None else f"{100 * (shares[k] or 0.0):.1f}"
+        for k in ("bare_number", "example_copy", "placeholder")
+    )
+
+
 def markdown(folder: Path, runs: list[RunReplay]) -> str:
     lines = [
         f"# Final-step replay of `{folder}`",
@@ -210,16 +233,19 @@ def markdown(folder: Path, runs: list[RunReplay]) -> str:
         "and are kept as recorded.",
         "",
         "| run | items | replayed | diverging | answers changed | contains % (recorded → replay) "
-        "| EM % | F1 % | parse errors recorded | parse errors replay |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| EM % | F1 % | bare-number / example-copy / placeholder % | parse errors recorded "
+        "| parse errors replay |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         cells = [
             f"{pct(r.recorded[m], r.items)} → {pct(r.replay[m], r.items)}" for m in ("contains", "em", "f1")
         ]
+        shares = f"{shares_cell(r.answers_recorded)} → {shares_cell(r.answers_replay)}"
         lines.append(
             f"| {r.label} | {r.items} | {r.replayed} | {r.diverging} | {r.answers_changed} | "
-            f"{' | '.join(cells)} | {errors_cell(r.errors_recorded)} | {errors_cell(r.errors_replay)} |"
+            f"{' | '.join(cells)} | {shares} | {errors_cell(r.errors_recorded)} | "
+            f"{errors_cell(r.errors_replay)} |"
         )
     changes = [(r.label, c) for r in runs for c in r.changes]
     if changes:
