@@ -65,6 +65,7 @@ class RunReplay:
     errors_recorded: dict[str, RoleErrors] = field(default_factory=dict)
     errors_replay: dict[str, RoleErrors] = field(default_factory=dict)
     changes: list[dict[str, Any]] = field(default_factory=list)
+    diverging_ids: list[str] = field(default_factory=list)
     # Shares of bare-number, example-copy and placeholder final answers (the report's definitions).
     answers_recorded: dict[str, float | None] = field(default_factory=dict)
     answers_replay: dict[str, float | None] = field(default_factory=dict)
@@ -157,6 +158,7 @@ async def replay_run(
         run.score(run.recorded, old_scores)
         if new is False:
             run.diverging += 1
+            run.diverging_ids.append(item_id)
             finals["replay"].append(record.answer)
             run.score(run.replay, old_scores)
             for rec in result.transcript:
@@ -247,6 +249,9 @@ def markdown(folder: Path, runs: list[RunReplay]) -> str:
             f"{' | '.join(cells)} | {shares} | {errors_cell(r.errors_recorded)} | "
             f"{errors_cell(r.errors_replay)} |"
         )
+    for r in runs:
+        if r.diverging_ids:
+            lines.append(f"\n{r.label}: diverging items {', '.join(r.diverging_ids)}")
     changes = [(r.label, c) for r in runs for c in r.changes]
     if changes:
         lines += ["", "## Changed answers", "", "| run | item | question | recorded | replay | contains |"]

@@ -4,7 +4,9 @@ Reads the ``metrics.json`` that ``parley eval`` wrote for each model (see the RE
 embedded default" for the eval commands) and writes ``summary.md`` and ``accuracy.png`` under ``--out``:
 per run contains-accuracy, EM, F1, answer-shape shares, parse errors per role, valid selections,
 judge/rule agreement, calls, tokens and seconds per question; madke-robust minus each other run with
-its paired-bootstrap 95 % CI; and each target of the issue with PASS/MISS.
+its paired-bootstrap 95 % CI; and each target of the issue with PASS/MISS. Where a folder holds a
+``replay/replay.json`` from ``bench.final_step_replay``, the targets are also checked on the replayed
+final steps (recorded debates, current parser and summarizer).
 
     .venv/bin/python -m bench.styles_summary 0.5B=reports/styles-0.5b 1.5B=reports/styles-1.5b \
         --out reports/styles-summary
@@ -44,6 +46,32 @@ def robust_minus(metrics: dict[str, Any]) -> list[tuple[str, int, float, float, 
         elif c["b"] == "madke-robust":
             rows.append((c["a"], c["n"], 100 * c["diff"], 100 * c["ci_low"], 100 * c["ci_high"]))
     return rows
+
+
+def load_replay(folder: Path) -> dict[str, dict[str, Any]] | None:
+    path = folder / "replay" / "replay.json"
+    if not path.exists():
+        return None
+    return {r["label"]: r for r in json.loads(path.read_text(encoding="utf-8"))}
+
+
+def replayed(
+    runs: dict[str, dict[str, Any]], replay: dict[str, dict[str, Any]], primary: str
+) -> dict[str, Any]:
+    """``runs`` with the replayed runs' answer shares, parse errors and accuracy put in."""
+    out = {label: dict(r) for label, r in runs.items()}
+    for label, rep in replay.items():
+        if label not in out or not rep["items"]:
+            continue
+        run = out[label]
+        run["answers"] = {**run["answers"], **rep["answers_replay"]}
+        errors = dict(run["parse_errors"])
+        for role, e in rep["errors_replay"].items():
+            errors[role] = {**e, "rate": e["errors"] / e["records"] if e["records"] else 0.0}
+        run["parse_errors"] = errors
+        if primary in rep["replay"]:
+            run["accuracy"] = rep["replay"][primary] / rep["items"]
+    return out
 
 
 def targets(model: str, runs: dict[str, dict[str, Any]]) -> list[tuple[str, str, bool]]:
@@ -145,9 +173,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("reports/styles-summary"))
     args = parser.parse_args()
     models: dict[str, dict[str, Any]] = {}
+    folders: dict[str, Path] = {}
     for spec in args.folders:
         model, _, folder = spec.partition("=")
-        models[model] = load(Path(folder))
+        folders[model] = Path(folder)
+        models[model] = load(folders[model])
     lines = ["# Prompt styles × models (issue 7)", ""]
     for model, m in models.items():
         lines.append(f"- {model}: `{m['dataset']}`, {m['items']} items, accuracy = {m['primary']}")
@@ -156,10 +186,30 @@ def main() -> None:
     for model, m in models.items():
         for other, n, diff, low, high in robust_minus(m):
             lines.append(f"| {model} | {other} | {n} | {diff:+.1f} | [{low:+.1f}, {high:+.1f}] |")
-    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    lines += ["", "## Targets", ""]
+    replays = {model: load_replay(folders[model]) for model in models}
+    if any(replays.values()):
+        lines += [
+            "Replay: the recorded debates' final steps re-derived with the current parser and summarizer "
+            "(`python -m bench.final_step_replay`, `replay/replay.md` in each folder).",
+            "",
+            "| target | recorded | met | replay | met |",
+            "|---|---|---|---|---|",
+        ]
+    else:
+        lines += ["| target | measured | met |", "|---|---|---|"]
     for model, m in models.items():
-        for name, measured, met in targets(model, {r["label"]: r for r in m["runs"]}):
-            lines.append(f"| {name} | {measured} | {'PASS' if met else 'MISS'} |")
+        runs = {r["label"]: r for r in m["runs"]}
+        replay = replays[model]
+        after = targets(model, replayed(runs, replay, m["primary"])) if replay else None
+        for i, (name, measured, met) in enumerate(targets(model, runs)):
+            row = f"| {name} | {measured} | {'PASS' if met else 'MISS'} |"
+            if any(replays.values()):
+                if after is None:
+                    row += " – | – |"
+                else:
+                    row += f" {after[i][1]} | {'PASS' if after[i][2] else 'MISS'} |"
+            lines.append(row)
     args.out.mkdir(parents=True, exist_ok=True)
     plot(models, args.out / "accuracy.png")
     lines += ["", "![contains-accuracy by run and model](accuracy.png)", ""]

@@ -105,4 +105,5 @@ async def test_a_debate_that_would_have_gone_differently_is_kept_as_recorded(
     (madke,) = await replay(out, ["madke-robust"], None)
 
     assert (madke.replayed, madke.diverging, madke.answers_changed) == (1, 1, 0)
+    assert madke.diverging_ids == ["q1"]
     assert madke.recorded == madke.replay  # the diverging item keeps its recorded answer ("Lyon")
