@@ -95,32 +95,33 @@ def debater_rounds(result: DebateResult) -> list[list[TranscriptRecord]]:
 
 async def replay_madke(
     result: DebateResult, prompts: PromptSet, models: RoleModels | None, run: RunReplay
-) -> str | bool | None:
-    """The replayed final answer, or False when the debate would have gone differently."""
+) -> tuple[bool, str | None]:
+    """(replayable, the replayed final answer); not replayable when the debate would have gone
+    differently with the current code."""
     config = DebateConfig.model_validate(result.config)
     rounds = debater_rounds(result)
     for records in rounds[:-1]:
         for rec in records:
             answer, _ = reparse(prompts, rec)
             if answer is None or answer != rec.answer:
-                return False
+                return False, None
     final = rounds[-1]
     new_answers = [reparse(prompts, rec)[0] for rec in final]
     old_agree = answers_agree([rec.answer for rec in final])
     if result.rounds < config.rounds and answers_agree(new_answers) != old_agree:
-        return False
+        return False, None
     for records in rounds:
         for rec in records:
             run.count(run.errors_replay, "debater", reparse(prompts, rec)[1])
     if not prompts.SUMMARIZE_AGREEMENT and answers_agree(new_answers):
-        return new_answers[0]
+        return True, new_answers[0]
     if models is None:
         raise RuntimeError("this item needs a summarizer call: give an LLM endpoint or embedded model")
     ctx = DebateContext(result.question, result.pool, config, models)
     responses = [rec.text for rec in final]
     answer, _ = await summarize(ctx, prompts, result.rounds, responses, new_answers)
     run.count(run.errors_replay, "summarizer", ctx.transcript[-1].parse_error)
-    return answer
+    return True, answer
 
 
 async def replay_run(
@@ -145,18 +146,18 @@ async def replay_run(
         for rec in result.transcript:
             if rec.role in ("debater", "summarizer", "answer"):
                 run.count(run.errors_recorded, rec.role, rec.parse_error)
-        new: str | bool | None
+        replayable = True
         if record.protocol in ONE_CALL_PROTOCOLS:
             answer_rec = next(rec for rec in result.transcript if rec.role == "answer")
             new, error = reparse(prompts, answer_rec)
             run.count(run.errors_replay, "answer", error)
         elif record.protocol == "madke":
-            new = await replay_madke(result, prompts, models, run)
+            replayable, new = await replay_madke(result, prompts, models, run)
         else:
             raise SystemExit(f"{label}: replay covers single, cot, rag and madke, not {record.protocol}")
         old_scores = score_answer(item, record.answer)
         run.score(run.recorded, old_scores)
-        if new is False:
+        if not replayable:
             run.diverging += 1
             run.diverging_ids.append(item_id)
             finals["replay"].append(record.answer)
@@ -165,7 +166,6 @@ async def replay_run(
                 if rec.role in ("debater", "summarizer"):
                     run.count(run.errors_replay, rec.role, rec.parse_error)
             continue
-        assert new is not True
         run.replayed += 1
         finals["replay"].append(new)
         new_scores = score_answer(item, new)
