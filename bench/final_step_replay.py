@@ -66,6 +66,9 @@ class RunReplay:
     errors_replay: dict[str, RoleErrors] = field(default_factory=dict)
     changes: list[dict[str, Any]] = field(default_factory=list)
     diverging_ids: list[str] = field(default_factory=list)
+    # The summarizer as a role: asked on every recorded final round whose answers differ, diverging
+    # items included (their final round is what the debaters really said, if not what they would say now).
+    summarizer_role: RoleErrors = field(default_factory=RoleErrors)
     # Shares of bare-number, example-copy and placeholder final answers (the report's definitions).
     answers_recorded: dict[str, float | None] = field(default_factory=dict)
     answers_replay: dict[str, float | None] = field(default_factory=dict)
@@ -100,28 +103,43 @@ async def replay_madke(
     differently with the current code."""
     config = DebateConfig.model_validate(result.config)
     rounds = debater_rounds(result)
+    final = rounds[-1]
+    new_answers = [reparse(prompts, rec)[0] for rec in final]
+    summary: tuple[str | None, str | None] | None = None
+    if prompts.SUMMARIZE_AGREEMENT or not answers_agree(new_answers):
+        summary = await summarize_recorded(result, config, prompts, models, new_answers)
+        run.summarizer_role.add(summary[1])
     for records in rounds[:-1]:
         for rec in records:
             answer, _ = reparse(prompts, rec)
             if answer is None or answer != rec.answer:
                 return False, None
-    final = rounds[-1]
-    new_answers = [reparse(prompts, rec)[0] for rec in final]
     old_agree = answers_agree([rec.answer for rec in final])
     if result.rounds < config.rounds and answers_agree(new_answers) != old_agree:
         return False, None
     for records in rounds:
         for rec in records:
             run.count(run.errors_replay, "debater", reparse(prompts, rec)[1])
-    if not prompts.SUMMARIZE_AGREEMENT and answers_agree(new_answers):
+    if summary is None:
         return True, new_answers[0]
+    run.count(run.errors_replay, "summarizer", summary[1])
+    return True, summary[0]
+
+
+async def summarize_recorded(
+    result: DebateResult,
+    config: DebateConfig,
+    prompts: PromptSet,
+    models: RoleModels | None,
+    answers: list[str | None],
+) -> tuple[str | None, str | None]:
+    """The engine's ``summarize`` on the recorded final round: (final answer, the summary's parse error)."""
     if models is None:
         raise RuntimeError("this item needs a summarizer call: give an LLM endpoint or embedded model")
     ctx = DebateContext(result.question, result.pool, config, models)
-    responses = [rec.text for rec in final]
-    answer, _ = await summarize(ctx, prompts, result.rounds, responses, new_answers)
-    run.count(run.errors_replay, "summarizer", ctx.transcript[-1].parse_error)
-    return True, answer
+    responses = [rec.text for rec in debater_rounds(result)[-1]]
+    answer, _ = await summarize(ctx, prompts, result.rounds, responses, answers)
+    return answer, ctx.transcript[-1].parse_error
 
 
 async def replay_run(
@@ -252,6 +270,12 @@ def markdown(folder: Path, runs: list[RunReplay]) -> str:
     for r in runs:
         if r.diverging_ids:
             lines.append(f"\n{r.label}: diverging items {', '.join(r.diverging_ids)}")
+        if r.summarizer_role.records:
+            lines.append(
+                f"\n{r.label}: the summarizer asked on every recorded final round whose answers differ "
+                f"(diverging items included): {r.summarizer_role.errors}/{r.summarizer_role.records} "
+                "unusable replies"
+            )
     changes = [(r.label, c) for r in runs for c in r.changes]
     if changes:
         lines += ["", "## Changed answers", "", "| run | item | question | recorded | replay | contains |"]

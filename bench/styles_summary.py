@@ -210,6 +210,16 @@ def main() -> None:
                 else:
                     row += f" {after[i][1]} | {'PASS' if after[i][2] else 'MISS'} |"
             lines.append(row)
+        for label, rep in (replay or {}).items():
+            role = rep.get("summarizer_role") or {}
+            if role.get("records"):
+                rate = role["errors"] / role["records"]
+                lines.append(
+                    f"| {model} {label}: summarizer parse errors < 2 %, asked on every recorded final round "
+                    f"whose answers differ (diverging items included) | – | – | "
+                    f"{role['errors']}/{role['records']} = {pct(rate)} % | "
+                    f"{'PASS' if rate < MAX_PARSE_ERROR_RATE else 'MISS'} |"
+                )
     args.out.mkdir(parents=True, exist_ok=True)
     plot(models, args.out / "accuracy.png")
     lines += ["", "![contains-accuracy by run and model](accuracy.png)", ""]

@@ -84,6 +84,7 @@ async def test_replay_rederives_final_answers_and_asks_the_summarizer(
     assert (madke.items, madke.replayed, madke.diverging) == (2, 2, 0)
     assert madke.errors_recorded["debater"].errors == 1 and madke.errors_replay["debater"].errors == 0
     assert madke.errors_replay["summarizer"].records == 1 and madke.errors_replay["summarizer"].errors == 0
+    assert (madke.summarizer_role.records, madke.summarizer_role.errors) == (1, 0)
     assert [(c["id"], c["recorded"], c["replay"]) for c in madke.changes] == [("q2", None, "Shakespeare")]
     assert madke.recorded["em"] == 1.0 and madke.replay["em"] == 2.0
     assert [(c["id"], c["replay"]) for c in single.changes] == [("q1", "Paris")]
