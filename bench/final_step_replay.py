@@ -4,7 +4,8 @@ A run's final answer is decided by its last step alone: the one answer call of `
 MADKE's final-round answers and then, when they differ, the summarizer (temperature 0). A change to
 the answer parser or to the summary prompt leaves everything before that step as it was, so replaying
 the step on the recorded replies gives the answers the changed code would have given on the same
-debates, without re-running them (about 45 minutes per 40 MADKE questions on 2 cores).
+debates (up to llama.cpp's run-to-run variation at temperature 0), without re-running them (about
+45 minutes per 40 MADKE questions on 2 cores).
 
 Every recorded reply is re-parsed with the current parser. A MADKE item is replayed only when the
 debate itself would have gone the same way: no reply before the final round parses differently or is
