@@ -104,23 +104,24 @@ async def replay_madke(
     differently with the current code."""
     config = DebateConfig.model_validate(result.config)
     rounds = debater_rounds(result)
+    reparsed = [[reparse(prompts, rec) for rec in records] for records in rounds]
     final = rounds[-1]
-    new_answers = [reparse(prompts, rec)[0] for rec in final]
+    new_answers = [answer for answer, _ in reparsed[-1]]
     summary: tuple[str | None, str | None] | None = None
     if prompts.SUMMARIZE_AGREEMENT or not answers_agree(new_answers):
-        summary = await summarize_recorded(result, config, prompts, models, new_answers)
+        summary = await summarize_recorded(result, config, prompts, models, final, new_answers)
         run.summarizer_role.add(summary[1])
-    for records in rounds[:-1]:
-        for rec in records:
-            answer, _ = reparse(prompts, rec)
-            if answer is None or answer != rec.answer:
-                return False, None
+    for records, parsed in zip(rounds[:-1], reparsed[:-1], strict=True):
+        if any(
+            answer is None or answer != rec.answer for rec, (answer, _) in zip(records, parsed, strict=True)
+        ):
+            return False, None
     old_agree = answers_agree([rec.answer for rec in final])
     if result.rounds < config.rounds and answers_agree(new_answers) != old_agree:
         return False, None
-    for records in rounds:
-        for rec in records:
-            run.count(run.errors_replay, "debater", reparse(prompts, rec)[1])
+    for parsed in reparsed:
+        for _, error in parsed:
+            run.count(run.errors_replay, "debater", error)
     if summary is None:
         return True, new_answers[0]
     run.count(run.errors_replay, "summarizer", summary[1])
@@ -132,14 +133,14 @@ async def summarize_recorded(
     config: DebateConfig,
     prompts: PromptSet,
     models: RoleModels | None,
+    final: list[TranscriptRecord],
     answers: list[str | None],
 ) -> tuple[str | None, str | None]:
     """The engine's ``summarize`` on the recorded final round: (final answer, the summary's parse error)."""
     if models is None:
         raise RuntimeError("this item needs a summarizer call: give an LLM endpoint or embedded model")
     ctx = DebateContext(result.question, result.pool, config, models)
-    responses = [rec.text for rec in debater_rounds(result)[-1]]
-    answer, _ = await summarize(ctx, prompts, result.rounds, responses, answers)
+    answer, _ = await summarize(ctx, prompts, result.rounds, [rec.text for rec in final], answers)
     return answer, ctx.transcript[-1].parse_error
 
 

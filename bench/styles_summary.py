@@ -188,7 +188,8 @@ def main() -> None:
             lines.append(f"| {model} | {other} | {n} | {diff:+.1f} | [{low:+.1f}, {high:+.1f}] |")
     lines += ["", "## Targets", ""]
     replays = {model: load_replay(folders[model]) for model in models}
-    if any(replays.values()):
+    has_replay = any(replays.values())
+    if has_replay:
         lines += [
             "Replay: the recorded debates' final steps re-derived with the current parser and summarizer "
             "(`python -m bench.final_step_replay`, `replay/replay.md` in each folder).",
@@ -204,7 +205,7 @@ def main() -> None:
         after = targets(model, replayed(runs, replay, m["primary"])) if replay else None
         for i, (name, measured, met) in enumerate(targets(model, runs)):
             row = f"| {name} | {measured} | {'PASS' if met else 'MISS'} |"
-            if any(replays.values()):
+            if has_replay:
                 if after is None:
                     row += " – | – |"
                 else:

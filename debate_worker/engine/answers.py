@@ -49,7 +49,8 @@ def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
     Ties go to the answer given first, so the result is deterministic; missing answers never win.
     Returns the first original spelling of the winning key.
     """
-    present = [(answer_key(a), a) for a in answers if a is not None and answer_key(a)]
+    keyed = [(answer_key(a), a) for a in answers if a is not None]
+    present = [(key, a) for key, a in keyed if key]
     if not present:
         return None, 0
     counts = Counter(n for n, _ in present)

@@ -23,8 +23,6 @@ from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.scoring import PrimaryMetric, is_correct
 from debate_worker.evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
 
-# The paper style's one-shot example answer (Prompt 3.2 and standard prompting).
-PAPER_EXAMPLE_ANSWERS: tuple[str, ...] = ("Bridget Driscoll",)
 # Roles whose records carry an agent's own answer to the question (not a selection, verdict or vote).
 NON_ANSWER_ROLES = frozenset({"select", "judge", "summarizer", "moderator", "vote", "extract"})
 
@@ -46,7 +44,7 @@ def example_answers(style: str) -> tuple[str, ...]:
     """``EXAMPLE_ANSWERS`` of the style's prompt module, or the paper's when the module has none."""
     found = getattr(_style_module(style), "EXAMPLE_ANSWERS", None)
     if not found:
-        return PAPER_EXAMPLE_ANSWERS
+        return tuple(paper.EXAMPLE_ANSWERS)
     return tuple(str(a) for a in found)
 
 

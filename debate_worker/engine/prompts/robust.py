@@ -228,10 +228,11 @@ def shorten(answer: str) -> str:
     return " ".join(words[:MAX_ANSWER_WORDS])
 
 
-# Answers a model copies from the format instead of answering (compared by ``answer_key``).
+# Answers a model copies from the format instead of answering (compared by ``answer_key``; filler
+# such as "..." has an empty key and is refused before this set is consulted).
 _NOT_ANSWERS = frozenset(
     answer_key(x)
-    for x in (*EXAMPLE_ANSWERS, "short answer", "your short answer", "the short answer", "answer", "...")
+    for x in (*EXAMPLE_ANSWERS, "short answer", "your short answer", "the short answer", "answer")
 )
 
 

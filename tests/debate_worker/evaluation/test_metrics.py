@@ -6,7 +6,7 @@ import pytest
 
 from debate_worker.evaluation import metrics
 from debate_worker.evaluation.datasets import Item
-from debate_worker.evaluation.report import knowledge_label
+from debate_worker.evaluation.report import example_answers, knowledge_label
 from debate_worker.evaluation.scoring import score_answer
 
 pytestmark = pytest.mark.unit
@@ -59,6 +59,7 @@ def test_answer_shape_diagnostics() -> None:
     assert metrics.is_bare_number("(K2), K4", pool_size=5, label=k_label)
     assert not metrics.is_bare_number("K9", pool_size=5, label=k_label)
     assert knowledge_label("no-such-style") is knowledge_label("paper")
+    assert example_answers("no-such-style") == example_answers("paper") == ("Bridget Driscoll", "Canberra")
     assert metrics.is_placeholder("Your answer.")
     assert metrics.is_placeholder("")
     assert metrics.is_placeholder(None)
