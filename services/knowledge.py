@@ -39,6 +39,41 @@ class KnowledgePool(BaseModel):
     def by_number(self) -> dict[int, KnowledgeItem]:
         return {it.n: it for it in self.items}
 
+    def limited(self, k_wiki: int, k_web: int) -> KnowledgePool:
+        """The first ``k_wiki`` Wikipedia and ``k_web`` web items, renumbered from 1 (wiki first).
+
+        A pool given with a question (a published benchmark's precomputed pool) may hold more items
+        than a configuration asks for; this is the reference code's ``wiki_num``/``google_num`` cut."""
+        wiki = [it for it in self.items if it.source == "wikipedia"][:k_wiki]
+        web = [it for it in self.items if it.source == "web"][:k_web]
+        items = [it.model_copy(update={"n": i}) for i, it in enumerate(wiki + web, start=1)]
+        return self.model_copy(update={"items": items})
+
+
+class GivenKnowledge(BaseModel):
+    """A knowledge item supplied with a question instead of retrieved: no number yet, text may be empty."""
+
+    source: KnowledgeSource
+    title: str = ""
+    text: str = ""
+    url: str | None = None
+    score: float = 0.0
+
+
+def pool_from_items(question: str, given: list[GivenKnowledge], pool_id: str) -> tuple[KnowledgePool, int]:
+    """A pool from items that came with the question: Wikipedia first (as SKPool orders them), numbered
+    from 1; an item without text is dropped, since an agent could only select an empty passage.
+    Returns the pool and how many items were dropped."""
+    kept = [g for g in given if g.text.strip()]
+    ordered = [g for g in kept if g.source == "wikipedia"] + [g for g in kept if g.source == "web"]
+    items = [
+        KnowledgeItem(
+            n=i, source=g.source, title=g.title.strip(), text=g.text.strip(), url=g.url, score=g.score
+        )
+        for i, g in enumerate(ordered, start=1)
+    ]
+    return KnowledgePool(pool_id=pool_id, question=question, items=items), len(given) - len(kept)
+
 
 def empty_pool(question: str) -> KnowledgePool:
     """A pool with no items, for protocols run without knowledge."""
