@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 # llama.cpp compiled for any x86-64 CPU, not just the build machine's.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: install system-deps demo test test-fast lint bench-engine clean-index
+.PHONY: install system-deps demo test test-fast lint docs bench-engine clean-index
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -45,6 +45,10 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+# The configuration reference is generated from the settings classes so it cannot drift from them.
+docs: install
+	$(PY) scripts/config_reference.py --write
 
 bench-engine: install
 	$(PY) -m bench.engine_bench
