@@ -27,9 +27,11 @@ install: $(VENV)/.installed
 
 # Services the integration tests start themselves (redis-server) and the compose validator.
 system-deps:
-	@if ! command -v redis-server >/dev/null || ! command -v docker-compose >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server docker-compose; \
-	  else echo "need redis-server and docker-compose: sudo apt-get install redis-server docker-compose"; exit 1; fi; \
+	@if ! command -v redis-server >/dev/null || ! command -v docker-compose >/dev/null \
+	  || ! command -v promtool >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	    apt-get install -y -qq --no-install-recommends redis-server docker-compose prometheus; \
+	  else echo "need redis-server, docker-compose and promtool: sudo apt-get install redis-server docker-compose prometheus"; exit 1; fi; \
 	fi
 
 demo: install

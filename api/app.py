@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -20,7 +21,11 @@ from api.routes_batches import router as batches_router
 from api.routes_debates import router as debates_router
 from api.settings import ApiSettings
 from debate_worker.celery_app import create_publisher
+from debate_worker.worker_settings import QUEUE_BATCH, QUEUE_INTERACTIVE
+from services import telemetry
 from services.jobstore import RedisJobStore
+from services.metrics import QueueDepthCollector, instrument_app
+from services.settings import ObservabilitySettings
 
 log = logging.getLogger("parley.api")
 
@@ -32,8 +37,15 @@ Authenticate with `Authorization: Bearer <key>`; `Idempotency-Key` makes POSTs s
 """
 
 
-def create_app(settings: ApiSettings, *, enqueuer: Enqueuer | None = None) -> FastAPI:
+def create_app(
+    settings: ApiSettings,
+    *,
+    enqueuer: Enqueuer | None = None,
+    observability: ObservabilitySettings | None = None,
+) -> FastAPI:
     """Build the API; pass ``enqueuer`` to replace Celery publishing (the store is always Redis)."""
+    observability = observability or ObservabilitySettings()
+    telemetry.configure_tracing(observability, "parley-api")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -95,6 +107,13 @@ def create_app(settings: ApiSettings, *, enqueuer: Enqueuer | None = None) -> Fa
     )
     app.include_router(debates_router)
     app.include_router(batches_router)
+    # Queue depth is read from the broker at scrape time; a blocking client is fine there because
+    # /metrics runs in the thread pool.
+    timeout = settings.redis_timeout_s
+    broker = redis.Redis.from_url(settings.broker, socket_timeout=timeout, socket_connect_timeout=timeout)
+    queue_depth = QueueDepthCollector(broker, (QUEUE_INTERACTIVE, QUEUE_BATCH))
+    instrument_app(app, "gateway", extra=lambda: (queue_depth,))
+    telemetry.instrument_fastapi(app)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz(state: State, request: Request) -> JSONResponse:

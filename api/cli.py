@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from debate_worker.worker_settings import WorkerSettings
+    from services.settings import ObservabilitySettings
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
 
@@ -29,7 +33,14 @@ def serve_api(
     settings = ApiSettings()
     bind_host = host or settings.host
     bind_port = port or settings.port
+    logging_kw = _api_logging()
     if workers > 1:
+        import tempfile
+
+        from services.metrics import enable_multiprocess
+
+        # The worker processes write metric files that any of them sums up for /metrics.
+        enable_multiprocess(Path(tempfile.gettempdir()) / f"parley-api-{bind_port}")
         # Each uvicorn worker process builds its own app (and Redis pool) from the environment.
         uvicorn.run(
             "api.cli:app_from_env",
@@ -38,11 +49,23 @@ def serve_api(
             port=bind_port,
             workers=workers,
             proxy_headers=True,
+            **logging_kw,
         )
         return
     from api.app import create_app
 
-    uvicorn.run(create_app(settings), host=bind_host, port=bind_port, proxy_headers=True)
+    uvicorn.run(create_app(settings), host=bind_host, port=bind_port, proxy_headers=True, **logging_kw)
+
+
+def _api_logging() -> dict[str, Any]:
+    """JSON logs when PARLEY_LOG_FORMAT=json: ours for every logger, and uvicorn told to keep out."""
+    from services.logging_setup import configure_logging
+    from services.settings import ObservabilitySettings
+
+    if ObservabilitySettings().log_format != "json":
+        return {}
+    configure_logging("json", "INFO", service="api")
+    return {"log_config": None}
 
 
 def app_from_env() -> Any:
@@ -50,6 +73,7 @@ def app_from_env() -> Any:
     from api.app import create_app
     from api.settings import ApiSettings
 
+    _api_logging()
     return create_app(ApiSettings())
 
 
@@ -76,6 +100,7 @@ def run_worker(
     from debate_worker.worker_settings import WorkerSettings
 
     settings = WorkerSettings()
+    observability = observe_worker(settings)
     runtime = WorkerRuntime.from_env(settings)
     runtime.llm_base_url = llm_url or runtime.llm.base_url
     embedded = None
@@ -94,8 +119,15 @@ def run_worker(
         runtime.llm_max_concurrency = served.max_concurrency  # it serves one request at a time
         typer.echo(f"embedded LLM at {runtime.llm_base_url}")
     celery = create_worker_app(settings, runtime)
+    if settings.metrics_port:
+        from services.metrics import serve_metrics
+
+        # In the main process, before the pool forks: it stays up while children are recycled.
+        serve_metrics(settings.metrics_port, settings.metrics_host)
     argv = ["worker", f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]
     argv.append(f"--queues={queues or ','.join(settings.queues)}")
+    if observability.log_format == "json":
+        argv.insert(0, "--quiet")  # celery --quiet worker: the start-up banner is not a log line
     if concurrency is not None:
         argv.append(f"--concurrency={concurrency}")
     if pool is not None:
@@ -107,6 +139,33 @@ def run_worker(
     finally:
         if embedded is not None:
             embedded.__exit__(None, None, None)
+
+
+def observe_worker(settings: WorkerSettings) -> ObservabilitySettings:
+    """Metrics in multiprocess mode (the prefork children write files the main process serves),
+    traces when an OTLP endpoint is set, and JSON logs through Celery's own logging hook."""
+    from services import telemetry
+    from services.logging_setup import bind_celery_task_logs, configure_logging
+    from services.metrics import enable_multiprocess
+    from services.settings import ObservabilitySettings
+
+    observability = ObservabilitySettings()
+    bind_celery_task_logs()
+    if settings.metrics_port:
+        enable_multiprocess(settings.metrics_path)
+    telemetry.configure_tracing(observability, "parley-worker")
+    if observability.log_format == "json":
+        from celery.signals import setup_logging
+
+        def json_logging(loglevel: Any = None, **_: Any) -> None:
+            # A receiver of this signal replaces Celery's logging set-up, in the main process and in
+            # every pool process.
+            configure_logging("json", loglevel or "INFO", service="worker")
+
+        setup_logging.connect(json_logging, weak=False)
+        # Now as well: Celery warns (e.g. about running as root) before it sets up logging.
+        configure_logging("json", "INFO", service="worker")
+    return observability
 
 
 @app.command("submit")

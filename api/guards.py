@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.problems import Problem, problem_response
+from services.metrics import REFUSALS
 
 PUBLIC_OWNER = "public"
 
@@ -68,6 +69,7 @@ class RateLimiter:
             pipe.expire(key, 120)
             count, _ = await pipe.execute()
         if int(count) > self._per_minute:
+            REFUSALS.labels("rate_limit", owner).inc()
             retry = max(1, int((window + 1) * 60 - now) + 1)
             raise Problem(
                 429,

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import redis.exceptions
 from celery import Celery
 from celery.exceptions import Reject, SoftTimeLimitExceeded
+from opentelemetry import trace
 from pydantic import ValidationError
 
 from debate_worker.engine.config import DebateConfig
@@ -39,9 +40,12 @@ from debate_worker.engine.registry import KNOWLEDGE_FREE
 from debate_worker.engine.result import Checkpoint
 from debate_worker.engine.runner import run_debate
 from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
+from services import telemetry
 from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
 from services.llm import LLMError, StructuredMode
+from services.logging_setup import job_log_context
+from services.metrics import observe_debate, observe_job, observe_started
 from services.settings import LLMSettings, RetrieverClientSettings
 
 log = logging.getLogger("parley.worker")
@@ -83,7 +87,10 @@ def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBui
     from services.retriever_client import RetrieverClient  # the retriever engineer's client
 
     return RetrieverClient(
-        retriever.url, timeout_s=retriever.client_timeout_s, max_attempts=retriever.client_max_attempts
+        retriever.url,
+        timeout_s=retriever.client_timeout_s,
+        max_attempts=retriever.client_max_attempts,
+        transport=telemetry.client_transport(),  # carries the job's trace to the retriever
     )
 
 
@@ -139,6 +146,17 @@ class JobRunner:
         if job is None:
             log.warning("job %s not in the store (expired or never stored); dropping", job_id)
             return "missing"
+        # Every line logged while the job runs names it and its batch; the span does the same.
+        with job_log_context(job.job_id, job.batch_id):
+            trace.get_current_span().set_attribute("parley.batch_id", job.batch_id or "")
+            started = time.monotonic()
+            status = await self._execute(job)
+            observe_job(job.queue, status, time.monotonic() - started)
+            log.info("job %s ended: %s", job_id, status)
+        return status
+
+    async def _execute(self, job: JobRecord) -> str:
+        job_id = job.job_id
         if job.status not in ACTIVE:
             # A redelivery of a finished job: the result exists, never produce a second one.
             return f"skipped:{job.status}"
@@ -182,6 +200,8 @@ class JobRunner:
         )
         if not ok:
             return "skipped:cancelled"
+        if attempts == 1:
+            observe_started(job.queue, time.time() - job.created_at)
         runner = asyncio.current_task()
         assert runner is not None
         watcher = asyncio.create_task(self._watch(job_id, runner))
@@ -283,6 +303,14 @@ class JobRunner:
             },
             fields={"result": payload, "round": result.rounds},
         )
+        if done:
+            usage = result.usage
+            tokens = {
+                "prompt": usage.prompt_tokens,
+                "completion": usage.completion_tokens,
+                "cached": usage.cached_tokens,
+            }
+            observe_debate(config.protocol, result.rounds, job.owner, tokens)
         return "completed" if done else "skipped:finished-elsewhere"
 
     async def _build_pool(self, job: JobRecord, config: DebateConfig) -> KnowledgePool:
@@ -294,7 +322,8 @@ class JobRunner:
             raise PoolUnavailable(f"retriever client not available: {exc}") from exc
         try:
             async with asyncio.timeout(self.rt.settings.pool_timeout_s):
-                return await builder.build_pool(job.question, k_wiki=config.k_wiki, k_web=config.k_web)
+                with telemetry.span("parley.pool", job_id=job.job_id, k_wiki=config.k_wiki):
+                    return await builder.build_pool(job.question, k_wiki=config.k_wiki, k_web=config.k_web)
         except TimeoutError as exc:
             raise PoolUnavailable(
                 f"retriever did not build a pool within {self.rt.settings.pool_timeout_s:.0f}s"
@@ -352,7 +381,9 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
     )
     def run_debate_task(job_id: str) -> str:
         try:
-            return run_job(runtime, job_id)
+            # The span continues the trace the publisher put into the message headers.
+            with telemetry.job_span(job_id, vars(run_debate_task.request)):
+                return run_job(runtime, job_id)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             # The job store is unreachable, so the job's state cannot be trusted or written: put the
             # message back (a failed task would be acked and the job left "debating" forever).

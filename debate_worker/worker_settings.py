@@ -7,6 +7,8 @@ applies to them word for word.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -40,6 +42,14 @@ class WorkerSettings(ParleySettings):
     # this adds no second retry layer, only the time budget for building one pool.
     pool_timeout_s: float = Field(default=120.0, gt=0)
 
+    # Prometheus: the main process serves /metrics for all its pool processes, which write their
+    # values to files in metrics_dir (emptied at start); 0 turns the endpoint off.
+    metrics_port: int = Field(default=9101, ge=0, le=65535, description="worker /metrics port; 0 = none")
+    metrics_host: str = Field(default="0.0.0.0", description="bind address of the worker's /metrics")
+    metrics_dir: Path | None = Field(
+        default=None, description="per-worker directory of metric files; unset = <tmp>/parley-worker-<port>"
+    )
+
     # --- Celery, by Celery's names -------------------------------------------------------------
     task_acks_late: bool = True
     task_reject_on_worker_lost: bool = True
@@ -72,6 +82,10 @@ class WorkerSettings(ParleySettings):
     @property
     def broker(self) -> str:
         return self.broker_url or self.redis_url
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.metrics_dir or Path(tempfile.gettempdir()) / f"parley-worker-{self.metrics_port}"
 
     def celery_conf(self) -> dict[str, Any]:
         """The ``app.conf.update`` mapping, keys exactly as Celery names them."""

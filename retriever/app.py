@@ -25,8 +25,12 @@ from retriever.indexer import IndexMissing
 from retriever.pools import MAX_K, InvalidRequest
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings, SearchMode
+from services import telemetry
 from services.jvm import JVMUnavailable
 from services.knowledge import KnowledgePool
+from services.logging_setup import configure_logging
+from services.metrics import instrument_app, observe_pool
+from services.settings import ObservabilitySettings
 from services.vector_store import VectorStoreError
 
 log = logging.getLogger("parley.retriever")
@@ -81,12 +85,20 @@ async def _sweeper(rt: RetrieverRuntime, every_s: float) -> None:
         await asyncio.sleep(every_s)
 
 
-def create_app(settings: RetrieverSettings | None = None) -> FastAPI:
+def create_app(
+    settings: RetrieverSettings | None = None, *, observability: ObservabilitySettings | None = None
+) -> FastAPI:
     """The retriever app; long-lived resources open in its lifespan (run it under uvicorn)."""
     settings = settings or RetrieverSettings()
+    observability = observability or ObservabilitySettings()
+    telemetry.configure_tracing(observability, "parley-retriever")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if observability.log_format == "json":
+            # Here, not in create_app: uvicorn has configured its loggers by now, and this routes
+            # them through the JSON handler too.
+            configure_logging("json", settings.log_level, service="retriever")
         rt = await asyncio.to_thread(RetrieverRuntime.open, settings)
         try:
             if settings.warmup:
@@ -138,7 +150,9 @@ def create_app(settings: RetrieverSettings | None = None) -> FastAPI:
     @app.post("/v1/pools", response_model=KnowledgePool)
     async def create_pool(body: PoolRequest, request: Request) -> KnowledgePool:
         """Build (or fetch from cache) SKPool(question)."""
-        return await _runtime(request).pools.build_pool(body.question, body.k_wiki, body.k_web)
+        pool = await _runtime(request).pools.build_pool(body.question, body.k_wiki, body.k_web)
+        observe_pool(pool.cached, pool.timings_ms)
+        return pool
 
     @app.get("/v1/pools/{pool_id}", response_model=KnowledgePool)
     async def get_pool(pool_id: str, request: Request) -> Any:
@@ -177,6 +191,9 @@ def create_app(settings: RetrieverSettings | None = None) -> FastAPI:
             ],
             timings_ms=timings,
         )
+
+    instrument_app(app, "retriever")
+    telemetry.instrument_fastapi(app)
 
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROLES = ("debater", "judge", "summarizer")
@@ -82,3 +82,22 @@ class RetrieverClientSettings(ParleySettings):
     url: str | None = Field(default=None, description="retriever base URL; unset = in-process retrieval")
     client_timeout_s: float = Field(default=30.0, gt=0)
     client_max_attempts: int = Field(default=3, ge=1, le=10)
+
+
+class ObservabilitySettings(ParleySettings):
+    """Logs and traces, the same for every process (``PARLEY_LOG_FORMAT``, ``PARLEY_TRACE_PROMPTS``
+    and OpenTelemetry's own ``OTEL_EXPORTER_OTLP_ENDPOINT``); each process's settings embed one."""
+
+    model_config = SettingsConfigDict(env_prefix="PARLEY_", frozen=True, extra="ignore")
+
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text for people, json for one JSON object per line (job ids included)"
+    )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otlp_endpoint"),
+        description="OTEL_EXPORTER_OTLP_ENDPOINT: OTLP/HTTP collector base URL; unset = no traces",
+    )
+    trace_prompts: bool = Field(
+        default=False, description="put prompt and reply text into LLM call spans (off: ids and counts only)"
+    )

@@ -16,7 +16,9 @@ from typing import Any, Protocol
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.result import TranscriptRecord, Usage
 from services.knowledge import KnowledgePool
-from services.llm import ChatCompletion, ChatMessage, ChatModel
+from services.llm import ChatCompletion, ChatMessage, ChatModel, LLMError
+from services.metrics import observe_llm_call, observe_llm_error
+from services.telemetry import RoundSpans
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
 
@@ -76,8 +78,12 @@ class DebateContext:
         self.transcript: list[TranscriptRecord] = list(transcript)
         self._seq = itertools.count(len(self.transcript))
         self._order: dict[int, int] = {id(r): i for i, r in enumerate(self.transcript)}
+        # Trace spans per round (no-ops unless tracing is configured), under the caller's span.
+        self._spans = RoundSpans()
 
     async def emit(self, event: str, data: dict[str, Any]) -> None:
+        if event == "round.completed":
+            self._spans.end_round(int(data.get("round", 0)))
         if self._on_event is None:
             return
         maybe = self._on_event(event, data)
@@ -98,14 +104,36 @@ class DebateContext:
     ) -> TranscriptRecord:
         """Run one LLM call and record it; ``parse`` turns the completion into record fields."""
         seq = next(self._seq)
-        model = self.models.for_role(ROLE_ENDPOINT.get(role, "debater"), agent)
-        completion = await model.complete(
-            messages,
-            temperature=self.config.temperature if temperature is None else temperature,
-            max_tokens=self.config.max_tokens,
-            json_schema=json_schema,
-            seed=None if self.config.seed is None else self.config.seed + seq,
-        )
+        endpoint = ROLE_ENDPOINT.get(role, "debater")
+        model = self.models.for_role(endpoint, agent)
+        # Metrics and the call's span are labelled with the endpoint's name, never its URL.
+        with self._spans.llm_call(round, role, agent, model.model, endpoint, messages) as span:
+            try:
+                completion = await model.complete(
+                    messages,
+                    temperature=self.config.temperature if temperature is None else temperature,
+                    max_tokens=self.config.max_tokens,
+                    json_schema=json_schema,
+                    seed=None if self.config.seed is None else self.config.seed + seq,
+                )
+            except LLMError as exc:
+                observe_llm_error(role, model.model, endpoint, exc)
+                raise
+            observe_llm_call(
+                role,
+                model.model,
+                endpoint,
+                latency_s=completion.latency_ms / 1000,
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
+                cached_tokens=completion.cached_tokens,
+            )
+            span.record(
+                text=completion.text,
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
+                attempts=completion.attempts,
+            )
         fields = parse(completion)
         record = TranscriptRecord(
             round=round,
