@@ -79,11 +79,12 @@ class JobContextFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         job = _current_job.get()
-        if not hasattr(record, "job_id") or record.job_id is None:
-            record.job_id = job.job_id if job else None
-        if not hasattr(record, "batch_id") or record.batch_id is None:
-            record.batch_id = job.batch_id if job else None
-        record.job_tag = f" [job {record.job_id}]" if record.job_id else ""
+        # An explicit ``extra={"job_id": ...}`` wins over the context.
+        job_id = getattr(record, "job_id", None) or (job.job_id if job else None)
+        batch_id = getattr(record, "batch_id", None) or (job.batch_id if job else None)
+        record.job_id = job_id
+        record.batch_id = batch_id
+        record.job_tag = f" [job {job_id}]" if job_id else ""
         return True
 
 

@@ -1,0 +1,175 @@
+"""Retrieval metrics and the trace of one debate, with the retriever app over HTTP on a small real index.
+
+Traces: the gateway, a Celery worker and the retriever run in this process (the worker as Celery's
+in-process test worker on the real Redis broker), all exporting to one in-memory exporter, so the whole
+tree of one debate can be checked: the gateway's request → ``parley.job`` (through the Celery message
+headers) → ``parley.pool`` → the retriever's request (through the HTTP headers), and
+``parley.round`` → ``parley.llm`` for every call of the transcript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from api.guards import hash_key
+from api.settings import ApiSettings
+from debate_worker.celery_app import create_worker_app
+from debate_worker.tasks import WorkerRuntime
+from debate_worker.worker_settings import WorkerSettings
+from services import telemetry
+from services.settings import LLMSettings, ObservabilitySettings, RetrieverClientSettings
+from tests.api.support import SELECT, ApiServer, RedisServer, running_redis, wait_status
+from tests.services.test_metrics_integration import Scrape
+from tests.support.scripted_llm import ScriptedLLM
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TITLES = ["Mona Lisa", "Leonardo da Vinci", "Tokyo", "Mount Everest"]
+KEY = "trace-test-key"
+
+
+@pytest.fixture(scope="module")
+def exporter() -> InMemorySpanExporter:
+    """Tracing on for this process (before any app is built), exporting to memory."""
+    spans = InMemorySpanExporter()
+    assert telemetry.configure_tracing(ObservabilitySettings(), "parley-test", exporter=spans, batch=False)
+    return spans
+
+
+@pytest.fixture(scope="module")
+def retriever_url(exporter: InMemorySpanExporter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    support = pytest.importorskip("tests.retriever.support")
+    from retriever.app import create_app
+
+    settings = support.build_slice_index(tmp_path_factory.mktemp("retriever") / "index", TITLES)
+    with support.AppServer(create_app(settings)) as server:
+        yield str(server.url).rstrip("/")
+
+
+def test_pool_cache_miss_then_hit_and_stage_latencies(retriever_url: str) -> None:
+    url = f"{retriever_url}/metrics"
+    before = Scrape.get(url)
+    body = {"question": "who painted the mona lisa", "k_wiki": 2, "k_web": 0}
+    first = httpx.post(f"{retriever_url}/v1/pools", json=body, timeout=60)
+    second = httpx.post(f"{retriever_url}/v1/pools", json=body, timeout=60)
+    assert first.status_code == second.status_code == 200
+    assert (first.json()["cached"], second.json()["cached"]) == (False, True)
+    bad = httpx.post(f"{retriever_url}/v1/pools", json={"question": ""}, timeout=10)
+    assert bad.status_code == 422
+    after = Scrape.get(url)
+
+    assert after.delta(before, "parley_pool_requests_total", cache="miss") == 1
+    assert after.delta(before, "parley_pool_requests_total", cache="hit") == 1
+    # One observation per stage the retriever timed: the build's stages once, the cache lookup
+    # once, the total twice.
+    timings = [first.json()["timings_ms"], second.json()["timings_ms"]]
+    stages = set(timings[0]) | set(timings[1])
+    assert {"total_ms", "cache_ms", "dense_ms"} <= stages
+    for stage in stages:
+        expected = sum(stage in t for t in timings)
+        source = stage.removesuffix("_ms")
+        assert after.delta(before, "parley_retrieval_seconds_count", source=source) == expected, source
+    assert after.delta(before, "parley_http_requests_total", service="retriever", route="/v1/pools") == 3
+    assert after.delta(before, "parley_http_requests_total", route="/v1/pools", status="422") == 1
+
+
+@pytest.fixture(scope="module")
+def stack(
+    exporter: InMemorySpanExporter, retriever_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ApiServer, ScriptedLLM]]:
+    from celery.contrib.testing.worker import start_worker
+
+    redis_gen = running_redis(tmp_path_factory.mktemp("redis"))
+    redis: RedisServer = next(redis_gen)
+    try:
+        with ScriptedLLM(latency_s=0.01) as llm:
+            llm.on(SELECT, "The most helpful knowledge is [1].")
+            llm.on("respond with [Yes]", "[Yes]")
+            llm.on("summarize the final answer", "The final answer is [Leonardo da Vinci].")
+            llm.on("Question:", "The answer is [Leonardo da Vinci].")
+            settings = WorkerSettings(redis_url=redis.url, worker_pool="solo")
+            runtime = WorkerRuntime(
+                settings,
+                LLMSettings(base_url=llm.base_url, model="scripted", structured_output="off"),
+                RetrieverClientSettings(url=retriever_url),
+            )
+            app = create_worker_app(settings, runtime)
+            api_settings = ApiSettings(redis_url=redis.url, keys={"tracer": hash_key(KEY)})
+            with (
+                ApiServer(api_settings) as api,
+                start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30),
+            ):
+                yield api, llm
+    finally:
+        next(redis_gen, None)
+
+
+def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
+
+
+def test_one_debate_is_one_trace_from_request_to_each_llm_call(
+    stack: tuple[ApiServer, ScriptedLLM], exporter: InMemorySpanExporter
+) -> None:
+    api, _ = stack
+    exporter.clear()
+    config: dict[str, Any] = {"knowledge": "wikipedia", "k_wiki": 2, "k_web": 0}
+    with httpx.Client(base_url=api.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as client:
+        accepted = client.post(
+            "/v1/debates", json={"question": "who painted the mona lisa", "config": config}
+        )
+        job_id = accepted.json()["job_id"]
+        job = wait_status(client, job_id, {"completed", "failed"}, timeout_s=120)
+    assert job["status"] == "completed", job
+    telemetry.flush()
+    spans = list(exporter.get_finished_spans())
+
+    [job_span] = [s for s in spans if s.name == "parley.job" and s.attributes["parley.job_id"] == job_id]
+    trace_spans = [s for s in spans if s.context.trace_id == job_span.context.trace_id]
+    by_id = {s.context.span_id: s for s in trace_spans}
+    assert job_span.kind == SpanKind.CONSUMER
+
+    # request → job: the gateway's server span published the task.
+    assert job_span.parent is not None
+    request = by_id[job_span.parent.span_id]
+    assert request.kind == SpanKind.SERVER and request.name == "POST /v1/debates"
+    assert request.parent is None
+
+    # job → pool → the retriever's own request span.
+    [pool] = [s for s in _children(trace_spans, job_span) if s.name == "parley.pool"]
+    assert pool.attributes["parley.job_id"] == job_id
+    retriever_requests = [s for s in _children(trace_spans, pool) if s.kind == SpanKind.SERVER]
+    assert [s.name for s in retriever_requests] == ["POST /v1/pools"]
+
+    # job → round → one span per LLM call of the transcript, in that round.
+    transcript = job["result"]["transcript"]
+    rounds = [s for s in _children(trace_spans, job_span) if s.name == "parley.round"]
+    assert sorted(s.attributes["parley.round"] for s in rounds) == list(range(1, job["result"]["rounds"] + 1))
+    llm_spans = [s for s in trace_spans if s.name == "parley.llm"]
+    assert len(llm_spans) == len(transcript)
+    for s in llm_spans:
+        parent = by_id[s.parent.span_id] if s.parent else None
+        assert parent is not None and parent.name in ("parley.round", "parley.job")
+        if parent.name == "parley.round":
+            assert parent.attributes["parley.round"] == s.attributes["parley.round"]
+        assert s.attributes["parley.endpoint"] in ("debater", "judge", "summarizer")
+        assert s.attributes["gen_ai.usage.input_tokens"] > 0
+        # Prompt text stays out unless the operator turns it on.
+        assert "parley.prompt" not in s.attributes and "parley.reply" not in s.attributes
+    roles_in_round_1 = {
+        s.attributes["parley.role"]
+        for r in rounds
+        if r.attributes["parley.round"] == 1
+        for s in _children(trace_spans, r)
+    }
+    assert {"select", "debater", "judge"} <= roles_in_round_1
+    assert sorted(str(s.attributes["parley.role"]) for s in llm_spans) == sorted(
+        r["role"] for r in transcript
+    )
