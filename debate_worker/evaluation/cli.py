@@ -77,17 +77,49 @@ def parse_config(config: str | None, sets: list[str] | None) -> dict[str, Any]:
 
 
 def eval_command(
-    out: Annotated[Path, typer.Option(help="output folder; rerun with the same folder to resume")],
-    dataset: Annotated[
-        Path | None, typer.Option(help="JSONL dataset (NQ, FEVER, multiple choice or KKS)")
+    out: Annotated[
+        Path | None, typer.Option(help="output folder; rerun with the same folder to resume")
     ] = None,
-    protocols: Annotated[str, typer.Option(help="comma-separated protocols, first = baseline")] = "madke",
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            help="dataset: JSON lines or a JSON array (NQ, FEVER, multiple choice, KKS, MADKE, CIAR)"
+        ),
+    ] = None,
+    protocols: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated protocols, first = baseline (default madke; with --preset: baselines)"
+        ),
+    ] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="a paper's setup (see --list-presets); --set still overrides")
+    ] = None,
+    list_presets: Annotated[
+        bool, typer.Option("--list-presets", help="list the presets and where their numbers come from")
+    ] = False,
+    benchmark: Annotated[
+        str | None,
+        typer.Option(
+            help="benchmark name for the papers' published figures (default: guessed from the path)"
+        ),
+    ] = None,
+    pool: Annotated[
+        str, typer.Option(help="knowledge: file (the dataset's own pools), retriever, or auto")
+    ] = "auto",
+    same_budget: Annotated[
+        bool,
+        typer.Option(
+            "--same-budget",
+            help="add a self-consistency vote per debate run, given that debate's tokens per question",
+        ),
+    ] = False,
     prompt_styles: Annotated[
         str | None,
         typer.Option(help="comma-separated prompt styles, e.g. paper,robust (labels protocol-style)"),
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N usable items")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="auto|nq|fever|mc|kks")] = "auto",
+    fmt: Annotated[str, typer.Option("--format", help="auto|nq|fever|mc|kks|madke|ciar|numeric")] = "auto",
     on_error: Annotated[str, typer.Option(help="bad dataset lines: skip (reported) or fail")] = "skip",
     config: Annotated[str | None, typer.Option(help="base DebateConfig as a JSON file or JSON text")] = None,
     set_: Annotated[
@@ -131,6 +163,11 @@ def eval_command(
     from debate_worker.evaluation.store import WorkspaceError
 
     console = Console(stderr=True)
+    if list_presets:
+        _print_presets()
+        return
+    if out is None:
+        raise typer.BadParameter("is required", param_hint="--out")
     settings = EvalSettings()
     if on_error not in ("skip", "fail"):
         raise typer.BadParameter("must be skip or fail", param_hint="--on-error")
@@ -149,7 +186,7 @@ def eval_command(
         request = EvalRequest(
             dataset=dataset,
             out=out,
-            protocols=_csv(protocols),
+            protocols=_csv(protocols) if protocols is not None or preset else ["madke"],
             prompt_styles=_csv(prompt_styles) or None,
             limit=limit,
             fmt=fmt,
@@ -164,6 +201,10 @@ def eval_command(
             plots=not no_plots,
             progress=not no_progress,
             max_consecutive_failures=settings.max_consecutive_failures,
+            preset=preset,
+            benchmark=benchmark,
+            pool=pool,
+            same_budget=same_budget,
         )
         with sigterm_as_interrupt():
             outcome = asyncio.run(
@@ -192,6 +233,11 @@ def eval_command(
         raise typer.Exit(3) from None
     for problem in outcome.dataset.problems:
         console.print(f"[yellow]dataset {problem}[/yellow] (skipped)")
+    if outcome.dataset.pool_items_dropped:
+        console.print(
+            f"[yellow]{outcome.dataset.pool_items_dropped} pool entries without text dropped[/yellow] "
+            f"(pools of {outcome.dataset.items_with_pools} items)"
+        )
     _print_summary(console, outcome.report, out)
     failed = sum(t.failed for t in outcome.tallies)
     if failed:
@@ -210,9 +256,8 @@ async def _evaluate(
     api_key: str | None,
 ) -> Any:
     """Build the real dependencies (LLM, pools, judge or the API client) and run the harness."""
-    from debate_worker.evaluation.harness import PlanError, evaluate, plan_runs
+    from debate_worker.evaluation.harness import PlanError, evaluate
     from debate_worker.evaluation.judge import LLMJudge
-    from debate_worker.evaluation.runner import needs_pool
     from services.llm import OpenAIChatClient
 
     judge = None
@@ -243,28 +288,32 @@ async def _evaluate(
                 )
             finally:
                 await client.aclose()
-        return await _evaluate_in_process(request, console, judge, plan_runs, needs_pool, evaluate)
+        return await _evaluate_in_process(request, console, judge, evaluate)
     finally:
         if judge_client is not None:
             await judge_client.aclose()
 
 
-async def _evaluate_in_process(
-    request: Any, console: Any, judge: Any, plan_runs: Any, needs_pool: Any, evaluate: Any
-) -> Any:
-    """The configured LLM endpoint (or the embedded model) and, if any run uses knowledge, the
-    retriever (service or in-process index) — the same resolution ``parley ask`` uses."""
+async def _evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: Any) -> Any:
+    """The configured LLM endpoint (or the embedded model) and, if any run needs a pool the dataset
+    does not carry, the retriever (service or in-process index) — the same resolution ``parley ask``
+    uses. A dataset with its own pools (``--pool file``) never starts the retriever."""
     import contextlib
 
     from debate_worker.ask_cli import llm_endpoint, pool_builder
+    from debate_worker.evaluation.datasets import load_dataset
+    from debate_worker.evaluation.harness import plan_request, resolve_pool_source
+    from debate_worker.evaluation.runner import needs_retriever
     from services.llm_factory import build_role_models
     from services.settings import LLMSettings
 
-    specs = plan_runs(request.protocols, request.prompt_styles, request.base_config)
+    specs = plan_request(request)
+    dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
+    pool_source = resolve_pool_source(request.pool, dataset)
     llm_settings = LLMSettings()
     async with contextlib.AsyncExitStack() as stack:
         builder = None
-        if any(needs_pool(s) for s in specs):
+        if needs_retriever(specs, dataset.items, pool_source):
             builder = await stack.enter_async_context(pool_builder(console))
         served = stack.enter_context(llm_endpoint(llm_settings, console))
         models = build_role_models(
@@ -276,6 +325,20 @@ async def _evaluate_in_process(
         )
         stack.push_async_callback(models.aclose)
         return await evaluate(request, models=models, pool_builder=builder, judge=judge)
+
+
+def _print_presets() -> None:
+    """``--list-presets``: name, what it runs, the paper and where its settings and figures come from."""
+    from debate_worker.evaluation.presets import PRESETS
+
+    for p in PRESETS.values():
+        typer.echo(f"{p.name}: {p.summary}")
+        typer.echo(f"    paper: {p.paper}")
+        typer.echo(f"    source: {p.source}")
+        typer.echo(f"    metric: {p.metric}; benchmarks with figures: {', '.join(p.benchmarks)}")
+        typer.echo(f"    baselines (--protocols): {', '.join(p.baselines)}")
+        for d in p.deviations:
+            typer.echo(f"    differs: {d}")
 
 
 def _print_summary(console: Any, report: dict[str, Any], out: Path) -> None:

@@ -14,13 +14,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from debate_worker.engine.config import DebateConfig
+from debate_worker.engine.config import SINGLE_AGENT_PROTOCOLS, DebateConfig
 from debate_worker.engine.context import RoleModels
 from debate_worker.evaluation.api_client import BatchClient, run_via_api
 from debate_worker.evaluation.datasets import Dataset, OnError, load_dataset
 from debate_worker.evaluation.judge import AnswerJudge
+from debate_worker.evaluation.presets import UnknownPreset, get_preset, shared_settings
+from debate_worker.evaluation.published import guess_benchmark
 from debate_worker.evaluation.report import build_report
-from debate_worker.evaluation.runner import EvalOptions, RunTally, judge_pass, run_in_process
+from debate_worker.evaluation.runner import (
+    EvalOptions,
+    PoolSource,
+    RunTally,
+    budget_label,
+    judge_pass,
+    run_in_process,
+    vote_config,
+)
 from debate_worker.evaluation.scoring import PrimaryMetric
 from debate_worker.evaluation.store import Manifest, RunSpec, Workspace, check_label
 from services.knowledge import PoolBuilder
@@ -50,6 +60,10 @@ class EvalRequest:
     progress: bool = True
     max_consecutive_failures: int = 10
     judge_model: str | None = None
+    preset: str | None = None
+    benchmark: str | None = None
+    pool: str = "auto"  # auto: the dataset's own pools when it has them; file; retriever
+    same_budget: bool = False
 
 
 @dataclass
@@ -102,6 +116,74 @@ def plan_runs(protocols: Sequence[str], styles: Sequence[str] | None, base: dict
     return specs
 
 
+def _validation_message(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
+
+
+def plan_request(request: EvalRequest) -> list[RunSpec]:
+    """The runs of a request: a preset's run (and any ``--protocols`` next to it as baselines with the
+    preset's shared settings) or the protocols × styles, plus a same-budget vote run per debate."""
+    if request.preset is None:
+        specs = plan_runs(request.protocols, request.prompt_styles, request.base_config)
+    else:
+        specs = plan_preset(request.preset, request.protocols, request.prompt_styles, request.base_config)
+    if request.same_budget:
+        debates = [s for s in specs if s.protocol not in SINGLE_AGENT_PROTOCOLS]
+        if not debates:
+            raise PlanError("--same-budget needs a multi-agent run to take the budget from")
+        for spec in debates:
+            config = vote_config(spec.config)
+            specs.append(
+                RunSpec(
+                    label=check_label(budget_label(spec.label)),
+                    protocol="self_consistency",
+                    prompt_style=str(config["prompt_style"]),
+                    config=config,
+                    budget_of=spec.label,
+                )
+            )
+    labels = [s.label for s in specs]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise PlanError(f"runs planned twice: {', '.join(dupes)}")
+    return specs
+
+
+def plan_preset(
+    name: str, protocols: Sequence[str], styles: Sequence[str] | None, overrides: dict[str, Any]
+) -> list[RunSpec]:
+    """The preset's run labelled with its name (``name-style`` per prompt style when styles are
+    given), then ``protocols`` as baselines sharing the preset's temperature, style and (for RAG)
+    knowledge; ``--config``/``--set`` values apply to every run that uses them."""
+    try:
+        preset = get_preset(name)
+    except UnknownPreset as exc:
+        raise PlanError(str(exc)) from None
+    specs: list[RunSpec] = []
+    style_list: list[str | None] = list(styles) if styles else [None]
+    for style in style_list:
+        values = dict(overrides)
+        if style is not None:
+            values["prompt_style"] = style
+        try:
+            cfg = preset.debate_config(values)
+        except ValidationError as exc:
+            raise PlanError(f"invalid run configuration:\n  {name}: {_validation_message(exc)}") from None
+        label = check_label(f"{name}-{style}" if style is not None else name)
+        specs.append(
+            RunSpec(
+                label=label,
+                protocol=cfg.protocol,
+                prompt_style=cfg.prompt_style,
+                config=cfg.model_dump(mode="json"),
+            )
+        )
+    for protocol in protocols:
+        base = {**shared_settings(preset.config, protocol), **shared_settings(overrides, protocol)}
+        specs.extend(plan_runs([protocol], styles, base))
+    return specs
+
+
 def check_compare(pairs: Sequence[tuple[str, str]], labels: Sequence[str]) -> None:
     unknown = sorted({x for pair in pairs for x in pair if x not in labels})
     if unknown:
@@ -121,7 +203,9 @@ async def evaluate(
     ``pool_builder`` for knowledge protocols); ``batch_client`` sends the work to the gateway instead."""
     if request.primary == "judge" and judge is None:
         raise PlanError("--primary judge needs the LLM judge (set PARLEY_EVAL_JUDGE_BASE_URL or --judge-url)")
-    specs = plan_runs(request.protocols, request.prompt_styles, request.base_config)
+    specs = plan_request(request)
+    if batch_client is not None and any(s.budget_of for s in specs):
+        raise PlanError("--same-budget runs in-process only (it sizes each vote from the debate's tokens)")
     labels = [s.label for s in specs]
     if request.fresh and request.out.exists():
         shutil.rmtree(request.out)
@@ -132,6 +216,12 @@ async def evaluate(
     report_labels = labels + [r.label for r in (earlier.runs if earlier else []) if r.label not in labels]
     check_compare(request.compare, report_labels)
     dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
+    pool_source = resolve_pool_source(request.pool, dataset)
+    if batch_client is not None and pool_source == "file" and dataset.items_with_pools:
+        raise PlanError(
+            "the dataset's own pools are used in-process only; run without --api, or with --pool retriever"
+        )
+    benchmark = request.benchmark or guess_benchmark(request.dataset, dataset.items, dataset.format)
     manifest = ws.merge_manifest(
         Manifest(
             dataset=str(request.dataset),
@@ -141,7 +231,11 @@ async def evaluate(
             runs=specs,
             judge_model=request.judge_model,
             problems=[str(p) for p in dataset.problems],
-            compare=list(request.compare),
+            compare=list(request.compare) + [(s.budget_of, s.label) for s in specs if s.budget_of],
+            preset=request.preset,
+            benchmark=benchmark,
+            pool_source=pool_source,
+            pool_items_dropped=dataset.pool_items_dropped,
         )
     )
     ws.save_items(dataset.items)
@@ -150,6 +244,7 @@ async def evaluate(
         primary=request.primary,
         max_consecutive_failures=request.max_consecutive_failures,
         progress=request.progress,
+        pool_source=pool_source,
     )
     if batch_client is not None:
         tallies = await run_via_api(
@@ -174,12 +269,23 @@ async def evaluate(
         manifest,
         dataset.items,
         report_labels,
-        compare=request.compare,
+        compare=manifest.compare,
         samples=request.bootstrap_samples,
         seed=request.bootstrap_seed,
         plots=request.plots,
     )
     return EvalOutcome(dataset, manifest, labels, tallies, report)
+
+
+def resolve_pool_source(requested: str, dataset: Dataset) -> PoolSource:
+    """``auto`` is the dataset's own pools when it has any (the paper's inputs), else the retriever."""
+    if requested not in ("auto", "file", "retriever"):
+        raise PlanError(f"--pool must be auto, file or retriever, not {requested!r}")
+    if requested == "file" and not dataset.items_with_pools:
+        raise PlanError(f"--pool file: {dataset.path} carries no knowledge pools ({dataset.format} format)")
+    if requested == "auto":
+        return "file" if dataset.items_with_pools else "retriever"
+    return "file" if requested == "file" else "retriever"
 
 
 def rebuild_report(

@@ -18,7 +18,7 @@ from typing import Any
 
 from debate_worker.engine.prompts import paper
 from debate_worker.engine.result import DebateResult, TranscriptRecord
-from debate_worker.evaluation import metrics
+from debate_worker.evaluation import metrics, published
 from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.scoring import PrimaryMetric, is_correct
 from debate_worker.evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
@@ -233,6 +233,15 @@ def run_metrics(
         "judge_rule": judge_rule_agreement(trans.values()),
         "accuracy_by_round": accuracy_by_round(by_id, trans, primary),
         "failures": [{"id": r.id, "error": r.error, "attempt": r.attempt} for r in failed],
+        "models": sorted({rec.model for res in trans.values() for rec in res.transcript if rec.model}),
+        "numeric": avg(s.numeric for s in scores if s.numeric is not None)
+        if any(s.numeric is not None for s in scores)
+        else None,
+        "budget_of": spec.budget_of,
+        "budget_tokens_per_q": avg(r.budget_tokens for r in ok if r.budget_tokens is not None)
+        if spec.budget_of
+        else None,
+        "samples_per_q": avg(r.samples for r in ok if r.samples is not None) if spec.budget_of else None,
     }
     return out
 
@@ -272,6 +281,12 @@ def compare_runs(
     }
 
 
+def _preset(name: str | None) -> Any:
+    from debate_worker.evaluation.presets import PRESETS
+
+    return PRESETS.get(name) if name else None
+
+
 def build_report(
     ws: Workspace,
     manifest: Manifest,
@@ -296,9 +311,16 @@ def build_report(
         if pair not in pairs:
             pairs.append(pair)
     comparisons = [compare_runs(a, b, all_results, order, samples=samples, seed=seed) for a, b in pairs]
+    preset = _preset(manifest.preset)
     report: dict[str, Any] = {
         "dataset": manifest.dataset,
         "format": manifest.format,
+        "preset": manifest.preset,
+        "preset_source": preset.source if preset else None,
+        "preset_deviations": list(preset.deviations) if preset else [],
+        "benchmark": manifest.benchmark,
+        "pool_source": manifest.pool_source,
+        "pool_items_dropped": manifest.pool_items_dropped,
         "items": len(items),
         "primary": manifest.primary,
         "judge_model": manifest.judge_model,
@@ -307,6 +329,12 @@ def build_report(
         "runs": runs,
         "comparisons": comparisons,
         "configs": {label: specs[label].config for label in labels},
+        "published": published.comparison_rows(
+            manifest.preset,
+            manifest.benchmark,
+            [r for r in runs if not r["budget_of"]],
+            {r["label"]: r["models"] for r in runs},
+        ),
     }
     (ws.root / "metrics.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     if plots:
@@ -338,6 +366,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         + (f"; judge model `{report['judge_model']}`" if report.get("judge_model") else "")
         + ". Percentages are over finished (ok) items.",
         "",
+        *_setup_lines(report),
         "| run | ok | failed | pending | accuracy % | EM % | F1 % | contains % | judge % | Co2 % | Cons % "
         "| rounds | calls/q | tokens/q | out tok/q | s/q |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -355,6 +384,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["", "| run | KKS strict % | KKS smooth % |", "|---|---|---|"]
         for r in report["runs"]:
             lines.append(f"| {r['label']} | {_fmt(r['kks_strict'], True)} | {_fmt(r['kks_smooth'], True)} |")
+    lines += _budget_lines(report)
+    lines += _published_lines(report)
     if report["comparisons"]:
         lines += [
             "",
@@ -424,3 +455,82 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append("")
             lines.append("Failed items are retried when the same command is run again.")
     return "\n".join(lines) + "\n"
+
+
+def _setup_lines(report: dict[str, Any]) -> list[str]:
+    """Preset, knowledge source and models: what a reader needs before comparing with a paper."""
+    out: list[str] = []
+    if report.get("preset"):
+        out.append(f"Preset **{report['preset']}**: {report.get('preset_source')}.")
+        out += [f"- differs from the paper: {d}" for d in report.get("preset_deviations", [])]
+        out.append("")
+    if report.get("pool_source") == "file":
+        dropped = report.get("pool_items_dropped") or 0
+        out.append(
+            "Knowledge: the dataset's own pools (cut to each run's k_wiki/k_web)"
+            + (f"; {dropped} pool entries without text were dropped." if dropped else ".")
+        )
+        out.append("")
+    models = {r["label"]: r.get("models") or [] for r in report["runs"]}
+    if any(models.values()):
+        out.append("Models: " + "; ".join(f"{k}: {', '.join(v) or '–'}" for k, v in models.items()) + ".")
+        out.append("")
+    return out
+
+
+def _budget_lines(report: dict[str, Any]) -> list[str]:
+    runs = [r for r in report["runs"] if r.get("budget_of")]
+    if not runs:
+        return []
+    by_label = {r["label"]: r for r in report["runs"]}
+    lines = [
+        "",
+        "## Same-budget vote baseline",
+        "",
+        "Self-consistency (independent chain-of-thought samples, majority vote) given, question by "
+        "question, the prompt + completion tokens its debate used: one sample measures the cost, then as "
+        "many more as fit are drawn. If the debate is not better than this vote, debating bought nothing "
+        'that voting does not (Choi et al., 2025, "Debate or Vote").',
+        "",
+        "| debate | debate % | vote run | vote % | debate tok/q | vote tok/q | samples/q |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        d = by_label.get(r["budget_of"], {})
+        lines.append(
+            f"| {r['budget_of']} | {_fmt(d.get('accuracy'), True)} | {r['label']} "
+            f"| {_fmt(r['accuracy'], True)} "
+            f"| {_fmt(r.get('budget_tokens_per_q'), digits=0)} | {_fmt(r['tokens_per_q'], digits=0)} "
+            f"| {_fmt(r.get('samples_per_q'), digits=1)} |"
+        )
+    return lines
+
+
+def _published_lines(report: dict[str, Any]) -> list[str]:
+    """Parley's number next to the paper's, with the model behind each."""
+    if not report.get("preset"):
+        return []
+    lines = ["", "## Published figures", ""]
+    rows = report.get("published") or []
+    if not rows:
+        bench = report.get("benchmark")
+        lines.append(
+            f"The paper gives no figure for benchmark `{bench}` and these runs."
+            if bench
+            else "Benchmark unknown: pass `--benchmark NAME` to compare with the paper's figures."
+        )
+        return lines
+    lines += [
+        f"Benchmark `{report.get('benchmark')}`. The paper's models are not Parley's: expect a large gap "
+        "with a small local model. The GPT-4 score is compared with Parley's LLM judge (`--judge`).",
+        "",
+        "| run | Parley model | Parley % | metric | paper method | paper model | paper % | source |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['run']} | {', '.join(row['parley_models']) or '–'} | {_fmt(row['parley_value'], True)} "
+            f"| {published.METRIC_NAMES.get(row['metric'], row['metric'])} | {row['paper_method']} "
+            f"| {row['paper_model']} | {_fmt(row['paper_value'], True)} | {row['source']} |"
+        )
+    return lines

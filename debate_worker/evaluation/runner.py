@@ -1,23 +1,28 @@
 """In-process evaluation: every run (protocol × prompt style) over the same items and the same pools.
 
 Pools are built once per item and cached in the output folder, so every protocol debates on equal
-terms and a resumed or extended evaluation does not query the retriever again. Each item's result is
-scored and appended as soon as it finishes; a failed item (LLM down, bad question) is recorded with
-its reason and retried on the next invocation. When many items fail in a row the run stops early:
-the endpoint is most likely down, and burning through the dataset would only record failures.
+terms and a resumed or extended evaluation does not query the retriever again. An item that came with
+its own pool (MADKE's published files) debates on that pool, cut to each run's k_wiki/k_web, unless
+the evaluation asks for the retriever (``pool_source="retriever"``); the cache never replaces it.
+Each item's result is scored and appended as soon as it finishes; a failed item (LLM down, bad
+question) is recorded with its reason and retried on the next invocation. When many items fail in a
+row the run stops early: the endpoint is most likely down, and burning through the dataset would only
+record failures.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from debate_worker.engine.answers import answers_agree, majority_vote
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import RoleModels
 from debate_worker.engine.registry import KNOWLEDGE_FREE
-from debate_worker.engine.result import DebateResult
+from debate_worker.engine.result import DebateResult, TranscriptRecord, Usage
 from debate_worker.engine.runner import run_debate
 from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.judge import AnswerJudge, JudgeVerdict
@@ -27,6 +32,7 @@ from debate_worker.evaluation.store import ResultRecord, RunSpec, Workspace
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
 
 ProgressFactory = Callable[[str, int, int], Any]
+PoolSource = Literal["file", "retriever"]
 
 
 class EvalAborted(RuntimeError):
@@ -39,6 +45,7 @@ class EvalOptions:
     primary: PrimaryMetric = "em"
     max_consecutive_failures: int = 10
     progress: bool = True
+    pool_source: PoolSource = "file"
 
 
 @dataclass
@@ -60,6 +67,29 @@ def make_progress(desc: str, total: int, initial: int, enabled: bool = True) -> 
 def needs_pool(spec: RunSpec) -> bool:
     cfg = DebateConfig.model_validate(spec.config)
     return cfg.protocol not in KNOWLEDGE_FREE and cfg.uses_knowledge
+
+
+def own_pool_ids(items: Sequence[Item], pool_source: PoolSource) -> set[str]:
+    """Items that debate on the pool published with them (``--pool file``)."""
+    return {it.id for it in items if it.pool is not None} if pool_source == "file" else set()
+
+
+def needs_retriever(specs: Sequence[RunSpec], items: Sequence[Item], pool_source: PoolSource) -> bool:
+    """Whether any run needs a pool that only the retriever can build."""
+    if not any(needs_pool(s) for s in specs):
+        return False
+    own = own_pool_ids(items, pool_source)
+    return any(it.id not in own for it in items)
+
+
+def pool_for_run(
+    item: Item, config: DebateConfig, pools: dict[str, KnowledgePool], own: set[str]
+) -> KnowledgePool:
+    """The pool a run debates on: the item's own pool cut to the run's k_wiki/k_web (the reference
+    code's wiki_num/google_num), else the built (or cached) one."""
+    if item.id in own and item.pool is not None:
+        return item.pool.limited(config.k_wiki, config.k_web)
+    return pools[item.id]
 
 
 def result_record(
@@ -169,14 +199,16 @@ async def run_in_process(
     opts = options or EvalOptions()
     pools: dict[str, KnowledgePool] = {}
     pool_errors: dict[str, str] = {}
-    knowledge_runs = [s for s in runs if needs_pool(s)]
-    if knowledge_runs:
+    own = own_pool_ids(items, opts.pool_source)
+    knowledge_runs = [s for s in runs if needs_pool(s) and s.budget_of is None]
+    to_retrieve = [it for it in items if it.id not in own]
+    if knowledge_runs and to_retrieve:
         if pool_builder is None:
             raise ValueError("these protocols use knowledge, but no pool builder was given")
         cfgs = [DebateConfig.model_validate(s.config) for s in knowledge_runs]
         pools, pool_errors = await ensure_pools(
             ws,
-            items,
+            to_retrieve,
             pool_builder,
             k_wiki=max(c.k_wiki for c in cfgs),
             k_web=max(c.k_web for c in cfgs),
@@ -184,11 +216,22 @@ async def run_in_process(
             progress=opts.progress,
         )
     tallies = []
-    for spec in runs:
+    # Same-budget vote runs spend what their debate spent, so they run after every debate.
+    for spec in sorted(runs, key=lambda s: s.budget_of is not None):
+        if spec.budget_of is not None:
+            tallies.append(await run_same_budget(ws, items, spec, models, judge, opts))
+            continue
         tallies.append(
-            await _run_one(ws, items, spec, models, pools, pool_errors, needs_pool(spec), judge, opts)
+            await _run_one(ws, items, spec, models, pools, pool_errors, needs_pool(spec), judge, opts, own)
         )
     return tallies
+
+
+# What a run produces for one item: the debate's result (or None) and the reason it failed, plus
+# fields for the results line (same-budget runs record their budget and samples).
+Produced = tuple[DebateResult | None, str | None, dict[str, Any]]
+Producer = Callable[[Item], Any]  # async (item) -> Produced
+SKIP = "skip"  # a producer's error meaning "not yet": the item stays pending, nothing is written
 
 
 async def _run_one(
@@ -201,8 +244,32 @@ async def _run_one(
     uses_pool: bool,
     judge: AnswerJudge | None,
     opts: EvalOptions,
+    own: set[str] | None = None,
 ) -> RunTally:
     config = DebateConfig.model_validate(spec.config)
+    own_ids = own or set()
+
+    async def debate(item: Item) -> Produced:
+        if uses_pool and item.id not in pools and item.id not in own_ids:
+            return None, f"knowledge pool: {pool_errors.get(item.id, 'not built')}", {}
+        pool = pool_for_run(item, config, pools, own_ids) if uses_pool else empty_pool(item.question)
+        try:
+            return await run_debate(item.question, pool, config, models, gold=item.answers), None, {}
+        except Exception as exc:  # recorded with its reason and retried on resume
+            return None, describe_error(exc), {}
+
+    return await _run_items(ws, items, spec, debate, judge, opts)
+
+
+async def _run_items(
+    ws: Workspace,
+    items: Sequence[Item],
+    spec: RunSpec,
+    produce: Producer,
+    judge: AnswerJudge | None,
+    opts: EvalOptions,
+) -> RunTally:
+    """Run ``produce`` over the items without an ok result: score, write, count failures in a row."""
     existing = ws.load_results(spec.label)
     todo = [(i, it) for i, it in enumerate(items) if getattr(existing.get(it.id), "status", None) != "ok"]
     tally = RunTally(spec.label, done_before=len(items) - len(todo))
@@ -218,16 +285,9 @@ async def _run_one(
                 return
             prev = existing.get(item.id)
             attempt = (prev.attempt + 1) if prev is not None else 1
-            result: DebateResult | None = None
-            error: str | None = None
-            if uses_pool and item.id not in pools:
-                error = f"knowledge pool: {pool_errors.get(item.id, 'not built')}"
-            else:
-                pool = pools[item.id] if uses_pool else empty_pool(item.question)
-                try:
-                    result = await run_debate(item.question, pool, config, models, gold=item.answers)
-                except Exception as exc:  # recorded with its reason and retried on resume
-                    error = describe_error(exc)
+            result, error, extra = await produce(item)
+            if error == SKIP:
+                return
             verdict = await grade(judge, item, result.answer) if result is not None else None
             record = result_record(
                 item,
@@ -239,6 +299,8 @@ async def _run_one(
                 judge=verdict,
                 attempt=attempt,
             )
+            if extra:
+                record = record.model_copy(update=extra)
             ws.write_result(record, result)
             if record.status == "ok":
                 tally.ok += 1
@@ -263,6 +325,102 @@ async def _run_one(
             "Finished items are kept; fix the cause and rerun the same command to resume."
         )
     return tally
+
+
+# ------------------------------------------------------------------------------ same-budget vote
+def max_samples() -> int:
+    """The most samples ``self_consistency`` accepts (``DebateConfig.samples``' bound)."""
+    bound = DebateConfig.model_json_schema()["properties"]["samples"].get("maximum", 20)
+    return int(bound)
+
+
+def budget_label(debate_label: str) -> str:
+    return f"vote-budget-{debate_label}"
+
+
+def vote_config(debate: dict[str, Any]) -> dict[str, Any]:
+    """The vote baseline's configuration: self-consistency with the debate's sampling settings
+    (temperature, prompt style, token cap, seed); the sample count is set per question."""
+    keep = ("temperature", "prompt_style", "max_tokens", "seed")
+    return DebateConfig.model_validate(
+        {"protocol": "self_consistency", **{k: debate[k] for k in keep if k in debate}}
+    ).model_dump(mode="json")
+
+
+def merge_votes(
+    question: str, parts: Sequence[DebateResult], config: dict[str, Any], budget: int
+) -> DebateResult:
+    """One self-consistency result from a pilot sample and the samples bought with the rest of the
+    budget: all transcripts (samples renumbered), usage summed, majority vote over every sample."""
+    transcript: list[TranscriptRecord] = []
+    for part in parts:
+        for rec in part.transcript:
+            transcript.append(rec.model_copy(update={"agent": len(transcript)}))
+    answers = [r.answer for r in transcript if r.role == "sample"]
+    answer, votes = majority_vote(answers)
+    usage = Usage()
+    by_role: dict[str, Usage] = {}
+    for rec in transcript:
+        usage.add(rec)
+        by_role.setdefault(rec.role, Usage()).add(rec)
+    used = usage.prompt_tokens + usage.completion_tokens
+    return DebateResult(
+        question=question,
+        protocol="self_consistency",
+        answer=answer,
+        answer_source=f"majority of {len(answers)} samples ({votes} votes), {used} of the debate's "
+        f"{budget} tokens",
+        rounds=1,
+        consensus=answers_agree(answers),
+        pool=parts[0].pool,
+        transcript=transcript,
+        usage=usage,
+        usage_by_role=by_role,
+        final_answers=answers,
+        wall_ms=sum(p.wall_ms for p in parts),
+        config={**config, "samples": len(answers)},
+    )
+
+
+async def run_same_budget(
+    ws: Workspace,
+    items: Sequence[Item],
+    spec: RunSpec,
+    models: RoleModels,
+    judge: AnswerJudge | None,
+    opts: EvalOptions,
+) -> RunTally:
+    """Self-consistency given, question by question, the tokens its debate used (Choi et al.'s
+    "Debate or Vote" control): one pilot sample measures what a sample costs on this question, then
+    as many more as fit in the rest of the debate's prompt + completion tokens are drawn at once
+    (capped at ``max_samples``), and the majority of all of them answers. A question whose debate has
+    not finished yet is left pending; it runs when the debate has a result."""
+    assert spec.budget_of is not None
+    debate_results = ws.load_results(spec.budget_of)
+    base = DebateConfig.model_validate(spec.config)
+    cap = max_samples()
+
+    async def vote(item: Item) -> Produced:
+        reference = debate_results.get(item.id)
+        if reference is None or reference.status != "ok":
+            return None, SKIP, {}
+        budget = reference.prompt_tokens + reference.completion_tokens
+        pool = empty_pool(item.question)
+        try:
+            pilot_cfg = base.model_copy(update={"samples": 1})
+            pilot = await run_debate(item.question, pool, pilot_cfg, models, gold=item.answers)
+            cost = max(1, pilot.usage.prompt_tokens + pilot.usage.completion_tokens)
+            total = max(1, min(cap, math.floor(budget / cost)))
+            parts = [pilot]
+            if total > 1:
+                rest_cfg = base.model_copy(update={"samples": total - 1})
+                parts.append(await run_debate(item.question, pool, rest_cfg, models, gold=item.answers))
+        except Exception as exc:  # recorded with its reason and retried on resume
+            return None, describe_error(exc), {}
+        merged = merge_votes(item.question, parts, spec.config, budget)
+        return merged, None, {"budget_tokens": budget, "samples": len(merged.final_answers)}
+
+    return await _run_items(ws, items, spec, vote, judge, opts)
 
 
 async def judge_pass(

@@ -2,7 +2,8 @@
 
 Every kind gets EM/F1/contains (they are cheap and make runs comparable across kinds); ``correct`` is
 the kind's own accuracy: the chosen primary metric for generative QA (EM by default, or contains, or
-the LLM judge), the label for FEVER, the option for multiple choice, Strict for KKS.
+the LLM judge), the label for FEVER, the option for multiple choice, Strict for KKS, and numeric
+equivalence for arithmetic (``math``: ``3/2``, ``1.5`` and ``1.5 m/s`` are one answer).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pydantic import BaseModel
 
 from debate_worker.evaluation import metrics
 from debate_worker.evaluation.datasets import Item
+from debate_worker.evaluation.equivalence import numeric_match
 
 PrimaryMetric = Literal["em", "contains", "judge"]
 
@@ -27,6 +29,7 @@ class Scores(BaseModel):
     strict: float | None = None
     smooth: float | None = None
     judge: bool | None = None
+    numeric: float | None = None
 
 
 def score_answer(
@@ -45,6 +48,9 @@ def score_answer(
         idx = metrics.mc_choice(answer, choices)
         letter = None if idx is None else metrics.CHOICE_LETTERS[idx]
         return Scores(em=em, f1=f1, contains=contains, correct=float(letter == gold[0]), choice=letter)
+    if item.kind == "math":
+        numeric = numeric_match(answer, gold)
+        return Scores(em=em, f1=f1, contains=contains, correct=max(numeric, em), numeric=numeric)
     if item.kind == "kks":
         solution: dict[str, str] = dict(item.meta.get("solution", {}))
         predicted = parse_roles(answer, list(solution))

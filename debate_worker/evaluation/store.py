@@ -42,6 +42,10 @@ class RunSpec(BaseModel):
     protocol: str
     prompt_style: str
     config: dict[str, Any]
+    budget_of: str | None = Field(
+        default=None,
+        description="same-budget vote baseline: the run whose per-question token use this run may spend",
+    )
 
 
 class Manifest(BaseModel):
@@ -53,6 +57,12 @@ class Manifest(BaseModel):
     judge_model: str | None = None
     problems: list[str] = Field(default_factory=list, description="dataset lines skipped, with numbers")
     compare: list[tuple[str, str]] = Field(default_factory=list, description="extra --compare pairs")
+    preset: str | None = Field(default=None, description="the paper preset the runs were planned from")
+    benchmark: str | None = Field(default=None, description="benchmark name for the published figures")
+    pool_source: str = Field(
+        default="retriever", description="file: the dataset's own pools; retriever: pools built by Parley"
+    )
+    pool_items_dropped: int = Field(default=0, description="published pool entries without text, dropped")
     created_at: str = Field(default_factory=lambda: now_iso())
     updated_at: str = Field(default_factory=lambda: now_iso())
 
@@ -82,6 +92,8 @@ class ResultRecord(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    budget_tokens: int | None = Field(default=None, description="same-budget runs: the debate's tokens")
+    samples: int | None = Field(default=None, description="same-budget runs: votes sampled")
     transcript_ref: str | None = None
     attempt: int = 1
     finished_at: str = Field(default_factory=lambda: now_iso())
@@ -166,6 +178,11 @@ class Workspace:
         if old.primary != new.primary:
             raise WorkspaceError(
                 f"{self.root} was scored with --primary {old.primary}; use that, or a new --out"
+            )
+        if old.pool_source != new.pool_source:
+            raise WorkspaceError(
+                f"{self.root} was run with --pool {old.pool_source}; its answers used other knowledge "
+                f"than --pool {new.pool_source} would; use that, or a new --out"
             )
         runs = {r.label: r for r in old.runs}
         for spec in new.runs:

@@ -1,0 +1,209 @@
+"""Paper presets end to end against the scripted LLM: the dataset's own pools, published figures next
+to Parley's, the same-budget vote baseline, and the CLI's preset listing and errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from debate_worker.cli import app
+from debate_worker.evaluation.harness import EvalRequest, PlanError, evaluate
+from debate_worker.evaluation.presets import PRESETS
+from debate_worker.evaluation.store import Workspace
+from services.knowledge import KnowledgeItem, KnowledgePool
+from tests.debate_worker.evaluation.conftest import QUESTIONS, FixedPools, models_for
+from tests.debate_worker.evaluation.test_cli import env_for
+from tests.support.scripted_llm import ScriptedLLM, request_text
+
+pytestmark = pytest.mark.integration
+runner = CliRunner()
+
+
+def madke_file(folder: Path) -> Path:
+    """The four conftest questions in MADKE's layout, each with a pool only this file has; the path
+    names the benchmark the way MADKE's repository does (data/nq/…)."""
+    records: list[dict[str, Any]] = []
+    for q in QUESTIONS:
+        records.append(
+            {
+                "question": q["question"],
+                "answer": q["answers"],
+                "wiki_retrieval": [
+                    {"id": "w1", "contents": f"Wiki one\nFILE PASSAGE about {q['question']}.", "score": 9.0},
+                    {"id": "w2", "contents": "Wiki two\nSecond FILE PASSAGE.", "score": 8.0},
+                    {"id": "w3", "contents": "Empty\n"},
+                ],
+                "google_retrieval": [{"contents": "Web one\nFILE SNIPPET."}],
+            }
+        )
+    path = folder / "data" / "nq" / "test_all_retrieval_500.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(records, indent=4))
+    return path
+
+
+def request(dataset: Path, out: Path, **kw: Any) -> EvalRequest:
+    defaults: dict[str, Any] = {"progress": False, "bootstrap_samples": 200, "plots": False, "protocols": []}
+    defaults.update(kw)
+    return EvalRequest(dataset=dataset, out=out, **defaults)
+
+
+def sent(llm: ScriptedLLM, text: str) -> int:
+    return sum(1 for body in llm.requests if text in request_text(body))
+
+
+async def test_madke_preset_debates_on_the_files_pools(scripted: ScriptedLLM, tmp_path: Path) -> None:
+    data = madke_file(tmp_path)
+    out = tmp_path / "out"
+    # A cached pool from an earlier retriever run must not replace the file's pool.
+    Workspace(out).save_pool(
+        "index-0",
+        KnowledgePool(
+            pool_id="cached",
+            question=QUESTIONS[0]["question"],
+            items=[KnowledgeItem(n=1, source="wikipedia", title="Cache", text="CACHED PASSAGE")],
+        ),
+    )
+    outcome = await evaluate(request(data, out, preset="madke"), models=models_for(scripted.base_url))
+    report = outcome.report
+    (run,) = report["runs"]
+    assert run["label"] == "madke" and run["ok"] == 4
+    assert run["accuracy"] == pytest.approx(0.5)  # Paris, Shakespeare right; Saturn, "3" wrong
+    config = report["configs"]["madke"]
+    assert (config["agents"], config["rounds"], config["k_wiki"], config["k_web"]) == (2, 3, 5, 5)
+    assert (config["prompt_style"], config["judge"], config["temperature"]) == ("paper", "llm", 0.5)
+    # The agents saw the file's passages, never the cache; the textless entry was dropped.
+    assert sent(scripted, "FILE PASSAGE about what is the capital of france") > 0
+    assert sent(scripted, "CACHED PASSAGE") == 0
+    transcripts = Workspace(out).load_transcripts("madke")
+    assert [k.title for k in transcripts["index-0"].pool.items] == ["Wiki one", "Wiki two", "Web one"]
+    assert report["pool_source"] == "file" and report["pool_items_dropped"] == 4
+    # The paper's figures for NQ next to Parley's, with the model behind each.
+    assert report["benchmark"] == "nq"
+    rows = report["published"]
+    assert {(r["paper_model"], r["metric"]) for r in rows} >= {
+        ("Qwen1.5-72B-Chat", "f1"),
+        ("GPT-3.5-Turbo", "judge_accuracy"),
+    }
+    f1_72b = next(r for r in rows if r["paper_model"] == "Qwen1.5-72B-Chat" and r["metric"] == "f1")
+    assert f1_72b["paper_value"] == pytest.approx(0.479) and f1_72b["parley_value"] == run["f1"]
+    assert f1_72b["parley_models"] == ["scripted"]
+    md = (out / "report.md").read_text()
+    assert "## Published figures" in md and "MADKE Table 2" in md and "| madke | scripted |" in md
+    assert "Preset **madke**" in md and "4 pool entries without text were dropped" in md
+
+
+async def test_preset_overrides_baselines_and_retriever_pools(scripted: ScriptedLLM, tmp_path: Path) -> None:
+    data = madke_file(tmp_path)
+    pools = FixedPools()
+    outcome = await evaluate(
+        request(
+            data,
+            tmp_path / "out",
+            preset="madke",
+            protocols=["single", "rag"],
+            base_config={"k_web": 0},
+            pool="retriever",
+            benchmark="triviaqa",
+        ),
+        models=models_for(scripted.base_url),
+        pool_builder=pools,
+    )
+    assert [r["label"] for r in outcome.report["runs"]] == ["madke", "single", "rag"]
+    configs = outcome.report["configs"]
+    assert configs["madke"]["k_web"] == 0 and configs["rag"]["k_web"] == 0  # --set reaches every run
+    assert configs["single"]["temperature"] == 0.5  # shared with the preset
+    # --pool retriever: pools built by Parley for every question, the file's ignored.
+    assert len(pools.calls) == len(QUESTIONS) and sent(scripted, "FILE PASSAGE") == 0
+    assert sent(scripted, "Facts about who wrote hamlet") > 0
+    methods = {(r["run"], r["paper_method"]) for r in outcome.report["published"]}
+    assert ("single", "SP") in methods and ("rag", "RAG") in methods and ("madke", "MADKE") in methods
+    plain = tmp_path / "nq.jsonl"
+    plain.write_text(json.dumps(QUESTIONS[0]) + "\n")
+    with pytest.raises(PlanError, match="carries no knowledge pools"):
+        await evaluate(
+            request(plain, tmp_path / "o2", preset="madke", pool="file"), models=models_for(scripted.base_url)
+        )
+
+
+async def test_same_budget_vote_spends_the_debates_tokens(scripted: ScriptedLLM, tmp_path: Path) -> None:
+    data = madke_file(tmp_path)
+    out = tmp_path / "out"
+    outcome = await evaluate(
+        request(data, out, preset="madke", same_budget=True), models=models_for(scripted.base_url)
+    )
+    labels = [r["label"] for r in outcome.report["runs"]]
+    assert labels == ["madke", "vote-budget-madke"]
+    ws = Workspace(out)
+    debate = ws.load_results("madke")
+    votes = ws.load_results("vote-budget-madke")
+    cap = 20
+    for item_id, vote in votes.items():
+        budget = debate[item_id].prompt_tokens + debate[item_id].completion_tokens
+        assert vote.status == "ok" and vote.budget_tokens == budget
+        used = vote.prompt_tokens + vote.completion_tokens
+        per_sample = used / vote.samples
+        # As many samples as the debate's tokens buy (the scripted server's cost is the same for each
+        # sample of a question), never more than self-consistency allows.
+        assert vote.samples == max(1, min(cap, math.floor(budget / per_sample)))
+        assert used <= budget or vote.samples == 1
+        assert vote.samples > 1
+    vote_run = next(r for r in outcome.report["runs"] if r["label"] == "vote-budget-madke")
+    assert vote_run["protocol"] == "self_consistency" and vote_run["budget_of"] == "madke"
+    pairs = [(c["a"], c["b"]) for c in outcome.report["comparisons"]]
+    assert pairs == [("madke", "vote-budget-madke")]
+    md = (out / "report.md").read_text()
+    assert "## Same-budget vote baseline" in md and "| madke |" in md
+    # The vote run is not matched with the paper's SC row: it is not the paper's self-consistency.
+    assert all(r["run"] != "vote-budget-madke" for r in outcome.report["published"])
+
+
+def test_cli_lists_presets_and_refuses_unknown(scripted: ScriptedLLM, tmp_path: Path) -> None:
+    listed = runner.invoke(app, ["eval", "--list-presets"])
+    assert listed.exit_code == 0, listed.output
+    for name in PRESETS:
+        assert f"{name}:" in listed.output
+    assert "source: MADKE §4.4" in listed.output
+    assert "differs: the paper's Table 1 uses 10 agents" in listed.output
+    data = madke_file(tmp_path)
+    unknown = runner.invoke(
+        app,
+        ["eval", "--preset", "madk", "--dataset", str(data), "--out", str(tmp_path / "x")],
+        env=env_for(scripted),
+    )
+    assert unknown.exit_code == 2
+    assert "unknown preset 'madk'" in unknown.output and "mad-ciar" in unknown.output
+
+
+def test_cli_preset_run_needs_no_retriever(scripted: ScriptedLLM, tmp_path: Path) -> None:
+    data = madke_file(tmp_path)
+    out = tmp_path / "cli"
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "--preset",
+            "madke",
+            "--dataset",
+            str(data),
+            "--out",
+            str(out),
+            "--set",
+            "k_wiki=1",
+            "--no-progress",
+            "--no-plots",
+        ],
+        env=env_for(scripted),
+    )
+    assert result.exit_code == 0, result.output
+    assert "4 pool entries without text dropped" in result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["preset"] == "madke" and metrics["runs"][0]["ok"] == 4
+    # The file's pool cut to the run's k_wiki=1 and k_web=5, as the reference code's wiki_num/google_num.
+    pool = Workspace(out).load_transcripts("madke")["index-2"].pool
+    assert [(k.n, k.title) for k in pool.items] == [(1, "Wiki one"), (2, "Web one")]
