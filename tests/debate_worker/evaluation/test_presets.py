@@ -207,3 +207,66 @@ def test_cli_preset_run_needs_no_retriever(scripted: ScriptedLLM, tmp_path: Path
     # The file's pool cut to the run's k_wiki=1 and k_web=5, as the reference code's wiki_num/google_num.
     pool = Workspace(out).load_transcripts("madke")["index-2"].pool
     assert [(k.n, k.title) for k in pool.items] == [(1, "Wiki one"), (2, "Web one")]
+
+
+CIAR = [
+    {
+        "question": "Alice walks up a hill at 1 m/s and down at 3 m/s. What is her average speed in m/s?",
+        "answer": ["1.5", "3/2"],
+        "explanation": "Equal distances: harmonic mean.",
+        "incorrect answer": ["2"],
+        "incorrect explanation": "The arithmetic mean.",
+    },
+    {
+        "question": "A train covers half a trip at 30 km/h and half at 60 km/h. What is its average speed?",
+        "answer": ["40"],
+        "explanation": "Harmonic mean.",
+        "incorrect answer": ["45"],
+        "incorrect explanation": "The arithmetic mean.",
+    },
+]
+# The moderator's answer per question: another form of the right value, then the intuitive wrong one.
+MODERATOR = {"Alice walks up": "3/2 m/s", "A train covers": "45 km/h"}
+
+
+def mad_reply(body: dict[str, Any]) -> str:
+    text = request_text(body)
+    if "Whether there is a preference" in text:
+        answer = next(a for q, a in MODERATOR.items() if q in text)
+        return json.dumps(
+            {
+                "Whether there is a preference": "Yes",
+                "Supported Side": "Negative",
+                "Reason": "The negative side computed total distance over total time.",
+                "debate_answer": answer,
+            }
+        )
+    return "Average speed is total distance over total time. Therefore, the answer is [1.5 m/s]."
+
+
+async def test_mad_ciar_preset_scores_numbers_by_value(tmp_path: Path) -> None:
+    data = tmp_path / "data" / "CounterintuitiveQA" / "CIAR.json"
+    data.parent.mkdir(parents=True)
+    data.write_text(json.dumps(CIAR, indent=4))
+    with ScriptedLLM() as llm:
+        llm.on(lambda body: True, mad_reply)
+        outcome = await evaluate(
+            request(data, tmp_path / "out", preset="mad-ciar"), models=models_for(llm.base_url)
+        )
+    assert outcome.dataset.format == "ciar"
+    (run,) = outcome.report["runs"]
+    assert run["label"] == "mad-ciar" and run["protocol"] == "mad" and run["ok"] == 2
+    # "3/2 m/s" is the published "1.5"; "45 km/h" is CIAR's intuitive wrong answer.
+    assert run["accuracy"] == pytest.approx(0.5) and run["numeric"] == pytest.approx(0.5)
+    assert run["em"] == 0.0  # no string match: only equivalence by value scores it
+    assert run["avg_rounds"] == 1.0  # the moderator's preference ends the debate (adaptive break)
+    config = outcome.report["configs"]["mad-ciar"]
+    assert (
+        config["mad"]["tit_for_tat"] == 2
+        and config["mad"]["adaptive_break"]
+        and config["knowledge"] == "none"
+    )
+    (row,) = [r for r in outcome.report["published"] if r["paper_model"] == "GPT-3.5-Turbo"]
+    assert outcome.report["benchmark"] == "ciar"
+    assert (row["paper_method"], row["paper_value"], row["parley_value"]) == ("MAD", pytest.approx(0.37), 0.5)
+    assert row["source"] == "Liang et al. Table 3"
