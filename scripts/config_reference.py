@@ -31,7 +31,6 @@ from typing import Any
 import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,7 +97,7 @@ DESCRIPTIONS: dict[str, str] = {
     "RetrieverSettings.passage_words": "passage length in words",
     "RetrieverSettings.embed_batch_size": "passages embedded per batch while indexing",
     "RetrieverSettings.upsert_batch_size": "points written per batch while indexing",
-    "RetrieverSettings.dedupe_cosine": "near-duplicate threshold: items this similar to a kept one are dropped",
+    "RetrieverSettings.dedupe_cosine": "near-duplicate threshold: items this close to a kept one are dropped",
     "RetrieverSettings.max_question_chars": "longer questions are refused with 422",
     "RetrieverSettings.pool_ttl_s": "lifetime of a cached pool",
     "RetrieverSettings.web_provider": "web search provider; none = Wikipedia-only pools",
@@ -159,7 +158,8 @@ def import_packages(packages: Iterable[str] = PACKAGES) -> list[str]:
     return failed
 
 
-def _all_subclasses(cls: type) -> Iterator[type]:
+def _all_subclasses(cls: type[BaseSettings]) -> Iterator[type[BaseSettings]]:
+    sub: type[BaseSettings]
     for sub in cls.__subclasses__():
         yield sub
         yield from _all_subclasses(sub)
@@ -177,8 +177,9 @@ def _model_types(annotation: Any) -> list[type[BaseModel]]:
 def settings_classes(module_prefixes: Iterable[str] = PACKAGES) -> list[type[BaseSettings]]:
     """Settings classes defined in the given modules, excluding bases without fields and nested models.
 
-    A settings class used as a field type of another one (``EndpointOverride`` in ``LLMSettings``) is
-    documented where it is nested, under the outer class's prefix, not on its own.
+    A settings class without a prefix of its own that is used as a field type of another one
+    (``EndpointOverride`` in ``LLMSettings``) is documented where it is nested, under the outer class's
+    prefix, not on its own.
     """
     prefixes = tuple(p if p.endswith(".") else p + "." for p in module_prefixes)
     found = {
@@ -187,11 +188,12 @@ def settings_classes(module_prefixes: Iterable[str] = PACKAGES) -> list[type[Bas
         if (cls.__module__ + ".").startswith(prefixes) and cls.model_fields
     }
     nested = {m for cls in found for f in cls.model_fields.values() for m in _model_types(f.annotation)}
-    classes = [cls for cls in found if cls not in nested]
+    # A nested class with a prefix of its own is also read on its own, so it keeps its own section.
+    classes = [cls for cls in found if cls not in nested or _env_prefix(cls)]
     return sorted(classes, key=lambda c: (_env_prefix(c), c.__module__, c.__qualname__))
 
 
-def _env_prefix(cls: type[BaseSettings]) -> str:
+def _env_prefix(cls: type[BaseModel]) -> str:
     return str(cls.model_config.get("env_prefix") or "").upper()
 
 
@@ -277,9 +279,12 @@ def _description(owner: type[BaseModel], name: str, field: FieldInfo) -> str:
     return " ".join(text.split())
 
 
-def _cell(text: str) -> str:
+def _cell(text: str, code: bool = False) -> str:
     """Table-safe Markdown: pipes escaped; outside code spans, angle brackets shown, not read as HTML."""
-    parts = text.replace("|", "\\|").split("`")
+    text = text.replace("|", "\\|")
+    if code:
+        return f"`{text}`"
+    parts = text.split("`")
     for i in range(0, len(parts), 2):
         parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
     return "`".join(parts)
@@ -299,8 +304,11 @@ def rows_for(cls: type[BaseSettings]) -> list[Row]:
             description = (description + "; " if description else "") + (
                 f"a JSON object, or each field as `{prefix}{name.upper()}{delimiter}FIELD`"
             )
+        # A nested model's default is its fields' defaults, listed below it; building it could read the
+        # environment (a nested settings class does), which would make the page depend on the machine.
+        default = "see below" if models and delimiter else default_text(field)
         for env in _env_names(prefix, name, field):
-            rows.append(Row(env, f"{cls.__name__}.{name}", type_text, default_text(field), description))
+            rows.append(Row(env, f"{cls.__name__}.{name}", type_text, default, description))
             if not (models and delimiter):
                 continue
             for model in models:
@@ -371,10 +379,6 @@ def generate(classes: Iterable[type[BaseSettings]] | None = None) -> str:
     """The complete Markdown of the reference for ``classes`` (default: every class Parley defines)."""
     if classes is None:
         classes = settings_classes()
-    classes = list(classes)
-    stale = stale_descriptions(classes)
-    if stale:
-        raise SystemExit(f"scripts/config_reference.py DESCRIPTIONS names fields that do not exist: {stale}")
     out = [HEADER]
     for cls in classes:
         prefix = _env_prefix(cls)
@@ -383,9 +387,8 @@ def generate(classes: Iterable[type[BaseSettings]] | None = None) -> str:
         out.append("| variable | type | default | description |")
         out.append("|---|---|---|---|")
         for row in rows_for(cls):
-            out.append(
-                f"| `{row.env}` | `{_cell(row.type)}` | {_cell(row.default)} | {_cell(row.description)} |"
-            )
+            cells = (_cell(row.type, code=True), _cell(row.default), _cell(row.description))
+            out.append(f"| `{row.env}` | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -408,17 +411,19 @@ def check(reference: Path = REFERENCE) -> list[str]:
     classes = settings_classes()
     fresh = generate(classes)
     current = reference.read_text(encoding="utf-8") if reference.exists() else ""
-    if current == fresh:
-        return []
-    problems = [
-        f"no line for {row.field} ({row.env})" for row in missing_rows(current, classes)
+    stale = [
+        f"DESCRIPTIONS in scripts/config_reference.py names a field that is gone: {key}"
+        for key in stale_descriptions(classes)
     ]
+    if current == fresh:
+        return stale
+    problems = [f"no line for {row.field} ({row.env})" for row in missing_rows(current, classes)]
     diff = difflib.unified_diff(
         current.splitlines(), fresh.splitlines(), "committed", "generated", n=0, lineterm=""
     )
     problems.append("the reference differs from a fresh generation:\n" + "\n".join(list(diff)[:60]))
     problems.append(f"run `{GENERATE_COMMAND}` (or `make docs`) and commit {reference.relative_to(REPO)}")
-    return problems
+    return stale + problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -432,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     for failure in import_packages():
         print(f"warning: could not import {failure}", file=sys.stderr)
     if args.write:
+        for key in stale_descriptions(settings_classes()):
+            print(f"warning: DESCRIPTIONS names a field that is gone: {key}", file=sys.stderr)
         REFERENCE.parent.mkdir(parents=True, exist_ok=True)
         REFERENCE.write_text(generate(), encoding="utf-8")
         print(f"wrote {REFERENCE.relative_to(REPO)}")
