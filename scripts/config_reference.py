@@ -406,6 +406,10 @@ def missing_rows(markdown: str, classes: Iterable[type[BaseSettings]]) -> list[R
     return [row for cls in classes for row in rows_for(cls) if row.env not in documented]
 
 
+def _display(path: Path) -> str:
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
+
+
 def check(reference: Path = REFERENCE) -> list[str]:
     """Problems of the committed reference against a fresh generation; empty when it is up to date."""
     classes = settings_classes()
@@ -422,7 +426,7 @@ def check(reference: Path = REFERENCE) -> list[str]:
         current.splitlines(), fresh.splitlines(), "committed", "generated", n=0, lineterm=""
     )
     problems.append("the reference differs from a fresh generation:\n" + "\n".join(list(diff)[:60]))
-    problems.append(f"run `{GENERATE_COMMAND}` (or `make docs`) and commit {reference.relative_to(REPO)}")
+    problems.append(f"run `{GENERATE_COMMAND}` (or `make docs`) and commit {_display(reference)}")
     return stale + problems
 
 
