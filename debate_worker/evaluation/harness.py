@@ -28,6 +28,7 @@ from debate_worker.evaluation.runner import (
     RunTally,
     budget_label,
     judge_pass,
+    needs_pool,
     run_in_process,
     vote_config,
 )
@@ -217,7 +218,12 @@ async def evaluate(
     check_compare(request.compare, report_labels)
     dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
     pool_source = resolve_pool_source(request.pool, dataset)
-    if batch_client is not None and pool_source == "file" and dataset.items_with_pools:
+    if (
+        batch_client is not None
+        and pool_source == "file"
+        and dataset.items_with_pools
+        and any(needs_pool(s) for s in specs)
+    ):
         raise PlanError(
             "the dataset's own pools are used in-process only; run without --api, or with --pool retriever"
         )

@@ -51,7 +51,7 @@ class Preset:
 
 MADKE = Preset(
     name="madke",
-    paper="Wang et al., MADKE (Apollo's Oracle), knowledge-enhanced debate",
+    paper="MADKE, Multi-Agent Debate with Knowledge-Enhanced framework (FutureForMe/MADKE, Apollo's Oracle)",
     source="MADKE §4.4 (2 agents, ≤3 rounds, temperature 0.5, 5 Wikipedia + 5 Google items), "
     "Algorithm 1 and prompts 3.1-3.5; figures: Table 2 (F1, GPT-4 score, FEVER EM), Table 4 (MMLU-Med EM)",
     summary="2 debaters, up to 3 rounds, adaptive selection of ≤3 items from 5 wiki + 5 web, "

@@ -3,8 +3,9 @@
 Layout::
 
     OUT/eval.json                 manifest: dataset, runs (label, protocol, style, config), primary metric
-    OUT/items.jsonl               the items evaluated (the report can be rebuilt without the dataset)
-    OUT/pools.jsonl               one knowledge pool per item, built once, shared by every run
+    OUT/items.jsonl               the items evaluated (the report can be rebuilt without the dataset),
+                                  with the pools published with them (MADKE's files)
+    OUT/pools.jsonl               one retrieved pool per item, built once, shared by every run
     OUT/results/<label>.jsonl     one line per item: answer, gold, scores, rounds, calls, tokens, seconds
     OUT/transcripts/<label>.jsonl the full DebateResult per item (``transcript_ref`` points here)
     OUT/api/<label>.json          the batch id of an ``--api`` run, so a resumed run keeps polling it

@@ -270,3 +270,17 @@ async def test_mad_ciar_preset_scores_numbers_by_value(tmp_path: Path) -> None:
     assert outcome.report["benchmark"] == "ciar"
     assert (row["paper_method"], row["paper_value"], row["parley_value"]) == ("MAD", pytest.approx(0.37), 0.5)
     assert row["source"] == "Liang et al. Table 3"
+
+
+async def test_api_mode_refuses_what_only_runs_in_process(tmp_path: Path) -> None:
+    """File pools and same-budget votes are in-process features: an --api run says so before it sends
+    anything (the client below would fail on any call)."""
+    data = madke_file(tmp_path)
+    no_gateway: Any = object()
+    with pytest.raises(PlanError, match="in-process only"):
+        await evaluate(request(data, tmp_path / "a", preset="madke"), batch_client=no_gateway)
+    with pytest.raises(PlanError, match="--same-budget runs in-process only"):
+        await evaluate(
+            request(data, tmp_path / "b", preset="madke", same_budget=True, pool="retriever"),
+            batch_client=no_gateway,
+        )
