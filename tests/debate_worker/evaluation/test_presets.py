@@ -284,3 +284,66 @@ async def test_api_mode_refuses_what_only_runs_in_process(tmp_path: Path) -> Non
             request(data, tmp_path / "b", preset="madke", same_budget=True, pool="retriever"),
             batch_client=no_gateway,
         )
+
+
+async def test_kks_wu_preset_on_controlmad_puzzles(tmp_path: Path) -> None:
+    """Wu et al.'s setup on their published layout: the team solves the first puzzle and gets one role
+    of the second wrong; Strict/Smooth against text_solution, and Table 3's figure for size 4."""
+    from debate_worker.kks.generator import generate_dataset
+    from debate_worker.kks.puzzle import game_text
+
+    puzzles = list(generate_dataset([4], per_size=2, seed=5))
+    codes = {"knight": 1, "knave": 2, "spy": 3}
+    data = tmp_path / "groundtruth" / "4.jsonl"
+    data.parent.mkdir()
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "game_id": k,
+                    "num_player": 4,
+                    "raw_solution": [codes[p.solution[n]] for n in p.players],
+                    "text_game": game_text(p.players, p.statements) + "\n",
+                    "text_solution": "".join(f"{n} is a {p.solution[n]}.\n" for n in p.players),
+                }
+            )
+            + "\n"
+            for k, p in enumerate(puzzles, start=1)
+        )
+    )
+    first, second = puzzles
+    wrong = dict(second.solution)
+    flipped = second.players[0]
+    wrong[flipped] = "spy" if wrong[flipped] != "spy" else "knight"
+
+    def solution_for(text: str) -> dict[str, str]:
+        return first.solution if game_text(first.players, first.statements) in text else wrong
+
+    def assignment(body: dict[str, Any]) -> str:
+        sol = solution_for(request_text(body))
+        return json.dumps({"players": [{"name": p, "role": r} for p, r in sol.items()], "explanation": "e"})
+
+    def role_reply(body: dict[str, Any]) -> str:
+        text = request_text(body)
+        player = text.split("We are debating the role of ", 1)[1].split(".", 1)[0]
+        return json.dumps(
+            {"player_role": player, "role": solution_for(text)[player], "agree_reasoning": "ok"}
+        )
+
+    with ScriptedLLM() as llm:
+        llm.on("CURRENT FOCUS: We are debating", role_reply)
+        llm.on(lambda body: True, assignment)
+        outcome = await evaluate(
+            request(data, tmp_path / "out", preset="kks-wu"), models=models_for(llm.base_url)
+        )
+    assert outcome.dataset.format == "kks" and outcome.report["benchmark"] == "kks-4"
+    (run,) = outcome.report["runs"]
+    assert run["protocol"] == "kks" and run["ok"] == 2
+    assert run["kks_strict"] == pytest.approx(0.5) and run["kks_smooth"] == pytest.approx((1 + 3 / 4) / 2)
+    (row,) = outcome.report["published"]
+    assert (row["paper_method"], row["paper_value"], row["metric"]) == (
+        "debate",
+        pytest.approx(0.6933),
+        "kks_strict",
+    )
+    assert row["parley_value"] == pytest.approx(0.5)
