@@ -28,10 +28,12 @@ install: $(VENV)/.installed
 # Services the integration tests start themselves (redis-server) and the compose validator.
 system-deps:
 	@if ! command -v redis-server >/dev/null || ! command -v docker-compose >/dev/null \
-	  || ! command -v promtool >/dev/null; then \
+	  || ! command -v promtool >/dev/null \
+	  || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
-	    apt-get install -y -qq --no-install-recommends redis-server docker-compose prometheus; \
-	  else echo "need redis-server, docker-compose and promtool: sudo apt-get install redis-server docker-compose prometheus"; exit 1; fi; \
+	    apt-get install -y -qq --no-install-recommends redis-server docker-compose prometheus \
+	      chromium chromium-driver fonts-liberation; \
+	  else echo "need redis-server, docker-compose, promtool and chromium: sudo apt-get install redis-server docker-compose prometheus chromium chromium-driver fonts-liberation"; exit 1; fi; \
 	fi
 
 demo: install

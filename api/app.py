@@ -19,6 +19,8 @@ from api.guards import BodyLimitMiddleware, Idempotency, KeyRing, RateLimiter
 from api.problems import install_problem_handlers, problem_response, unavailable
 from api.routes_batches import router as batches_router
 from api.routes_debates import router as debates_router
+from api.routes_listing import router as listing_router
+from api.routes_ui import router as ui_router
 from api.settings import ApiSettings
 from debate_worker.celery_app import create_publisher
 from debate_worker.worker_settings import QUEUE_BATCH, QUEUE_INTERACTIVE
@@ -107,6 +109,8 @@ def create_app(
     )
     app.include_router(debates_router)
     app.include_router(batches_router)
+    app.include_router(listing_router)
+    app.include_router(ui_router)
     # Queue depth is read from the broker at scrape time; a blocking client is fine there because
     # /metrics runs in the thread pool.
     timeout = settings.redis_timeout_s

@@ -257,6 +257,17 @@ class JobRunner:
                     "cached": pool.cached,
                     "warnings": pool.warnings,
                     "timings_ms": pool.timings_ms,
+                    # The cards a live view shows; snippets only, the result carries whole texts.
+                    "pool": [
+                        {
+                            "n": it.n,
+                            "source": it.source,
+                            "title": it.title,
+                            "text": it.text[:300],
+                            "url": it.url,
+                        }
+                        for it in pool.items
+                    ],
                 },
             )
         ok = await self.store.transition(job_id, "debating", ("retrieving",), fields={"attempts": attempts})

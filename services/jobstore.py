@@ -16,6 +16,8 @@ status change)::
     {p}:batch:{id}            hash   the batch record
     {p}:batch:{id}:jobs       list   job ids in input order
     {p}:owner:{owner}:active  set    the owner's jobs that are not finished (per-key queue limits)
+    {p}:owner:{owner}:jobs    zset   the owner's recent job ids by created_at (listing; trimmed)
+    {p}:owner:{owner}:batches zset   the owner's recent batch ids by created_at (listing; trimmed)
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ TERMINAL_EVENTS = frozenset({"job.completed", "job.failed", "job.cancelled"})
 
 # A stream per job stays small (a debate emits tens of events); the cap guards against a runaway loop.
 EVENTS_MAXLEN = 10_000
+# The per-owner listing indexes keep this many newest ids: enough for a page of recent work (one
+# 10,000-item batch fits), bounded so an index never grows with a key's whole history.
+OWNER_INDEX_MAX = 20_000
 
 
 class JobRecord(BaseModel):
@@ -137,6 +142,10 @@ class JobStore(Protocol):
     async def batch_counts(self, batch_id: str) -> dict[str, int]: ...
 
     async def active_count(self, owner: str) -> int: ...
+
+    async def list_jobs(self, owner: str, limit: int, before: str | None = None) -> list[JobRecord]: ...
+
+    async def list_batches(self, owner: str, limit: int, before: str | None = None) -> list[BatchRecord]: ...
 
 
 def _dump(value: Any) -> str:
@@ -251,6 +260,12 @@ class RedisJobStore:
     def k_active(self, owner: str) -> str:
         return f"{self.prefix}:owner:{owner}:active"
 
+    def k_owner_jobs(self, owner: str) -> str:
+        return f"{self.prefix}:owner:{owner}:jobs"
+
+    def k_owner_batches(self, owner: str) -> str:
+        return f"{self.prefix}:owner:{owner}:batches"
+
     # -- basics ----------------------------------------------------------------------------------
     async def ping(self) -> None:
         await self.redis.ping()
@@ -277,6 +292,9 @@ class RedisJobStore:
                 for i in range(0, len(ids), 1000):
                     pipe.rpush(self.k_batch_jobs(batch.batch_id), *ids[i : i + 1000])
                 pipe.expire(self.k_batch_jobs(batch.batch_id), ttl)
+                pipe.zadd(self.k_owner_batches(batch.owner), {batch.batch_id: batch.created_at or now})
+                pipe.zremrangebyrank(self.k_owner_batches(batch.owner), 0, -OWNER_INDEX_MAX - 1)
+                pipe.expire(self.k_owner_batches(batch.owner), ttl)
             for job in jobs:
                 record = job.model_copy(update={"created_at": job.created_at or now, "updated_at": now})
                 mapping: dict[str | bytes, bytes | float | int | str] = {
@@ -292,8 +310,14 @@ class RedisJobStore:
                 )
                 pipe.expire(self.k_events(job.job_id), ttl)
                 pipe.sadd(self.k_active(job.owner), job.job_id)
+            # ZADD in chunks like RPUSH above; ids with equal scores (one batch) order by id.
+            for i in range(0, len(jobs), 1000):
+                chunk = jobs[i : i + 1000]
+                pipe.zadd(self.k_owner_jobs(chunk[0].owner), {j.job_id: j.created_at or now for j in chunk})
             if jobs:
                 pipe.expire(self.k_active(jobs[0].owner), ttl)
+                pipe.zremrangebyrank(self.k_owner_jobs(jobs[0].owner), 0, -OWNER_INDEX_MAX - 1)
+                pipe.expire(self.k_owner_jobs(jobs[0].owner), ttl)
             await pipe.execute()
 
     async def get_job(self, job_id: str) -> JobRecord | None:
@@ -469,6 +493,61 @@ class RedisJobStore:
     async def active_count(self, owner: str) -> int:
         return int(await self.redis.scard(self.k_active(owner)))
 
+    async def _newest_ids(self, key: str, limit: int, before: str | None, offset: int) -> list[str] | None:
+        """Up to ``limit`` ids of a listing index, newest first, after ``offset`` ids older than ``before``.
+
+        ``None`` when ``before`` is not (or no longer) in the index: the page it came from expired.
+        """
+        start = offset
+        if before is not None:
+            rank = await self.redis.zrevrank(key, before)
+            if rank is None:
+                return None
+            start += int(rank) + 1
+        return list(await self.redis.zrevrange(key, start, start + limit - 1))
+
+    async def list_jobs(self, owner: str, limit: int, before: str | None = None) -> list[JobRecord]:
+        """The owner's jobs newest first, at most ``limit``, older than job ``before`` when given.
+
+        Ids whose record has expired are dropped from the index as they are met, so a page is filled
+        from the ids after them instead of coming back short.
+        """
+        key = self.k_owner_jobs(owner)
+        out: list[JobRecord] = []
+        offset = 0
+        while len(out) < limit:
+            ids = await self._newest_ids(key, limit - len(out), before, offset)
+            if not ids:
+                return out
+            found = await self.get_jobs(ids)
+            gone = [job_id for job_id, f in zip(ids, found, strict=True) if f is None]
+            out += [f.job for f in found if f is not None and f.job.owner == owner]
+            offset += len(ids) - len(gone)
+            if gone:
+                await self.redis.zrem(key, *gone)
+        return out
+
+    async def list_batches(self, owner: str, limit: int, before: str | None = None) -> list[BatchRecord]:
+        """The owner's batches newest first, at most ``limit``, older than batch ``before`` when given."""
+        key = self.k_owner_batches(owner)
+        out: list[BatchRecord] = []
+        offset = 0
+        while len(out) < limit:
+            ids = await self._newest_ids(key, limit - len(out), before, offset)
+            if not ids:
+                return out
+            gone = []
+            for batch_id in ids:
+                batch = await self.get_batch(batch_id)
+                if batch is None:
+                    gone.append(batch_id)
+                elif batch.owner == owner:
+                    out.append(batch)
+            offset += len(ids) - len(gone)
+            if gone:
+                await self.redis.zrem(key, *gone)
+        return out
+
     async def delete_jobs(self, job_ids: Sequence[str], batch_id: str | None = None) -> None:
         """Remove jobs that were stored but could not be queued (the batch is then not accepted)."""
         owner = None
@@ -479,8 +558,11 @@ class RedisJobStore:
                 pipe.delete(self.k_job(job_id), self.k_events(job_id))
                 if owner:
                     pipe.srem(self.k_active(owner), job_id)
+                    pipe.zrem(self.k_owner_jobs(owner), job_id)
             if batch_id:
                 pipe.delete(self.k_batch(batch_id), self.k_batch_jobs(batch_id))
+                if owner:
+                    pipe.zrem(self.k_owner_batches(owner), batch_id)
             await pipe.execute()
 
 

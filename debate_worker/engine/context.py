@@ -147,6 +147,7 @@ class DebateContext:
             completion_tokens=completion.completion_tokens,
             cached_tokens=completion.cached_tokens,
             latency_ms=round_ms(completion.latency_ms),
+            messages=[{"role": m["role"], "content": m["content"]} for m in messages],
             **fields,
         )
         self._order[id(record)] = seq
@@ -161,6 +162,13 @@ class DebateContext:
                 "selected": record.selected,
                 "verdict": record.verdict,
                 "parse_error": record.parse_error,
+                # What a live view shows of the call, the reply cut so a long-winded model cannot
+                # bloat the event stream; the transcript keeps the whole text.
+                "text": record.text[:2000],
+                "knowledge": record.knowledge,
+                "prompt_tokens": record.prompt_tokens,
+                "completion_tokens": record.completion_tokens,
+                "latency_ms": record.latency_ms,
             },
         )
         return record

@@ -40,6 +40,9 @@ class TranscriptRecord(BaseModel):
     completion_tokens: int = 0
     cached_tokens: int | None = None
     latency_ms: float = 0.0
+    messages: list[dict[str, str]] | None = Field(
+        default=None, description="the prompt messages sent ({role, content}); for inspecting a call"
+    )
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
