@@ -7,6 +7,7 @@ tests fail when a field was added (or changed) without regenerating it, and name
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,17 @@ def test_check_command_passes_on_the_committed_reference() -> None:
         [sys.executable, str(SCRIPT), "--check"], cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_every_compose_variable_is_documented() -> None:
+    """docker-compose.yml's own variables (`${NAME:-default}`) have a row in the deployment docs."""
+    compose = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
+    used = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", compose))
+    page = (REPO / "docs" / "gateway-and-operations.md").read_text(encoding="utf-8")
+    section = page.split("## Deploying with docker compose", 1)[-1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]*)`", section))
+    missing = sorted(used - documented)
+    assert not missing, (
+        f"docker-compose.yml reads {missing} but the compose table of docs/gateway-and-operations.md "
+        "('Deploying with docker compose') has no row for them"
+    )
