@@ -77,6 +77,9 @@ MADKE = Preset(
         "the paper's backbones are GPT-3.5-Turbo and Qwen1.5-32B/72B-Chat; the GPT-4 score needs --judge "
         "with a strong judge model",
         "MADKE's published files carry the paper's own pools; other files use Parley's retriever",
+        "MADKE's reference code has a one-shot example per dataset (FEVER labels, MMLU-Med options); "
+        "Parley's paper style uses one open-domain example, and FEVER/MMLU-Med questions name their "
+        "labels or options",
     ),
 )
 
