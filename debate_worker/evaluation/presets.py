@@ -192,7 +192,11 @@ def mallm_preset(decision: MallmDecision) -> Preset:
         metric="accuracy (multiple choice by option letter)",
         benchmarks=("mmlu", "mmlu-pro", "gpqa", "strategyqa"),
         baselines=("cot",),
-        deviations=("the paper's agents are Llama 3 8B (and 70B, in figures only)",)
+        deviations=(
+            "the paper's agents are Llama 3 8B (and 70B, in figures only)",
+            "the paper generates three expert personas per question with the same model; Parley's agents "
+            "have none unless `team` gives them personas",
+        )
         + (
             ("approval voting has no figure in the paper's text (Figure 2 only)",)
             if decision == "approval"
