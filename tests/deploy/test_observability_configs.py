@@ -128,7 +128,7 @@ def test_compose_profile_observability_mounts_the_deploy_configs() -> None:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "GRAFANA_PASSWORD": "s3cret"},
+        env={"PATH": "/usr/bin:/bin", "GRAFANA_PASSWORD": "s3cret", "PARLEY_API_KEYS": "{}"},
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
