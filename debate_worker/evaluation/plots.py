@@ -18,11 +18,41 @@ def _pyplot() -> Any:
 def write_plots(report: dict[str, Any], folder: Path) -> list[Path]:
     """Accuracy vs output tokens, accuracy by round, and selection behaviour; returns the files written."""
     folder.mkdir(parents=True, exist_ok=True)
-    return [
+    written = [
         accuracy_vs_tokens(report, folder / "accuracy_vs_tokens.png"),
         accuracy_by_round(report, folder / "accuracy_by_round.png"),
         selection_behaviour(report, folder / "selection.png"),
     ]
+    if any(row["parley_value"] is not None for row in report.get("published") or []):
+        written.append(published_comparison(report, folder / "published.png"))
+    return written
+
+
+def published_comparison(report: dict[str, Any], path: Path) -> Path:
+    """Parley's value next to each published figure it is compared with (one pair of bars per row)."""
+    plt = _pyplot()
+    rows = [r for r in report["published"] if r["parley_value"] is not None]
+    fig, ax = plt.subplots(figsize=(7.5, 0.5 * len(rows) + 1.6))
+    ys = list(range(len(rows)))
+    paper = [100 * r["paper_value"] for r in rows]
+    parley = [100 * r["parley_value"] for r in rows]
+    ax.barh([y + 0.2 for y in ys], paper, height=0.4, color="tab:gray", label="paper (its model)")
+    ax.barh([y - 0.2 for y in ys], parley, height=0.4, color="tab:blue", label="Parley (its model)")
+    ax.set_yticks(ys)
+    ax.set_yticklabels(
+        [f"{r['run']} · {r['metric']}\nvs {r['paper_method']}, {r['paper_model']}" for r in rows], fontsize=7
+    )
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("%")
+    models = sorted({m for r in rows for m in r["parley_models"]})
+    ax.set_title(f"{report.get('benchmark')}: Parley ({', '.join(models) or 'model unknown'}) vs the paper")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def accuracy_vs_tokens(report: dict[str, Any], path: Path) -> Path:

@@ -69,8 +69,11 @@ async def test_madke_preset_debates_on_the_files_pools(scripted: ScriptedLLM, tm
             items=[KnowledgeItem(n=1, source="wikipedia", title="Cache", text="CACHED PASSAGE")],
         ),
     )
-    outcome = await evaluate(request(data, out, preset="madke"), models=models_for(scripted.base_url))
+    outcome = await evaluate(
+        request(data, out, preset="madke", plots=True), models=models_for(scripted.base_url)
+    )
     report = outcome.report
+    assert (out / "plots" / "published.png").read_bytes()[:4] == b"\x89PNG"
     (run,) = report["runs"]
     assert run["label"] == "madke" and run["ok"] == 4
     assert run["accuracy"] == pytest.approx(0.5)  # Paris, Shakespeare right; Saturn, "3" wrong
