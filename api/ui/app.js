@@ -190,49 +190,79 @@
   }
 
   // --------------------------------------------------------------------------------- config form
-  function configFields() {
-    const select = (name, options, value) =>
-      el("select", { name }, options.map((o) => el("option", { value: o, selected: o === value, text: o })));
-    const number = (name, value, min, max) => el("input", { type: "number", name, value, min, max, required: true });
-    const field = (label, control) => el("label", { class: "field" }, el("span", { text: label }), control);
+  // The form's choices and defaults come from the API's own OpenAPI document (DebateConfig), so a
+  // new protocol or a changed default shows up here without touching the page; these are the
+  // fallback when the document cannot be read.
+  const CONFIG_FIELDS = [
+    ["protocol", "protocol"],
+    ["agents", "agents"],
+    ["rounds", "rounds"],
+    ["knowledge", "knowledge"],
+    ["prompt_style", "prompt style"],
+    ["judge", "judge"],
+  ];
+  const FALLBACK_SPEC = {
+    protocol: { enum: PROTOCOLS, default: "madke" },
+    agents: { type: "integer", minimum: 1, maximum: 8, default: 2 },
+    rounds: { type: "integer", minimum: 1, maximum: 10, default: 3 },
+    knowledge: { enum: ["all", "wikipedia", "web", "none"], default: "all" },
+    prompt_style: { enum: ["paper", "robust"], default: "paper" },
+    judge: { enum: ["llm", "rule", "both", "auto"], default: "auto" },
+  };
+  let configSpecPromise = null;
+
+  function configSpec() {
+    if (!configSpecPromise) {
+      configSpecPromise = fetch("/openapi.json")
+        .then((r) => (r.ok ? r.json() : Promise.reject(new Error(r.statusText))))
+        .then((doc) => {
+          const props = doc.components.schemas.DebateConfig.properties;
+          return Object.fromEntries(CONFIG_FIELDS.map(([name]) => [name, props[name] || FALLBACK_SPEC[name]]));
+        })
+        .catch(() => FALLBACK_SPEC);
+    }
+    return configSpecPromise;
+  }
+
+  function configFields(spec) {
+    const control = (name, p) =>
+      p.enum
+        ? el("select", { name, title: p.description }, p.enum.map((o) => el("option", { value: o, selected: o === p.default, text: o })))
+        : el("input", { type: "number", name, value: p.default, min: p.minimum, max: p.maximum, required: true, title: p.description });
     return el(
       "fieldset",
       { class: "config" },
       el("legend", { text: "Debate settings" }),
-      field("protocol", select("protocol", PROTOCOLS, "madke")),
-      field("agents", number("agents", 2, 1, 8)),
-      field("rounds", number("rounds", 3, 1, 10)),
-      field("knowledge", select("knowledge", ["all", "wikipedia", "web", "none"], "all")),
-      field("prompt style", select("prompt_style", ["paper", "robust"], "paper")),
-      field("judge", select("judge", ["auto", "llm", "rule", "both"], "auto")),
+      CONFIG_FIELDS.map(([name, label]) => el("label", { class: "field" }, el("span", { text: label }), control(name, spec[name]))),
       el("p", { class: "muted hint", text: "Settings left at their defaults are not sent; the API refuses one the protocol does not use." }),
     );
   }
 
-  // DebateConfig's defaults: only settings that differ are sent, because the API refuses a setting
-  // the chosen protocol would ignore (rounds for "single", …) instead of dropping it silently.
-  const CONFIG_DEFAULTS = { agents: 2, rounds: 3, knowledge: "all", prompt_style: "paper", judge: "auto" };
-
-  function readConfig(form) {
+  // Only settings that differ from DebateConfig's defaults are sent, because the API refuses a
+  // setting the chosen protocol would ignore (rounds for "single", …) instead of dropping it.
+  function readConfig(form, spec) {
     const data = new FormData(form);
     const config = { protocol: data.get("protocol") };
-    for (const [name, fallback] of Object.entries(CONFIG_DEFAULTS)) {
+    for (const [name] of CONFIG_FIELDS.slice(1)) {
+      const p = spec[name];
       const raw = data.get(name);
-      const value = typeof fallback === "number" ? Number(raw) : raw;
-      if (value !== fallback) config[name] = value;
+      const value = p.enum ? raw : Number(raw);
+      if (value !== p.default) config[name] = value;
     }
     return config;
   }
 
   // ----------------------------------------------------------------------------------------- ask
-  function renderAsk() {
+  async function renderAsk(_id, v) {
+    const spec = await configSpec();
+    if (v.signal.aborted) return;
     const question = el("textarea", { name: "question", id: "question", rows: 3, maxlength: 2000, required: true, placeholder: "Ask a question…" });
     const form = el(
       "form",
       { id: "ask-form", class: "panel" },
       el("h2", { text: "Ask a question" }),
       question,
-      configFields(),
+      configFields(spec),
       el("button", { type: "submit", id: "ask-submit", text: "Ask" }),
     );
     form.addEventListener("submit", async (ev) => {
@@ -240,7 +270,7 @@
       const button = form.querySelector("button[type=submit]");
       button.disabled = true;
       try {
-        const body = { question: question.value, config: readConfig(form) };
+        const body = { question: question.value, config: readConfig(form, spec) };
         const accepted = await api("/v1/debates", { method: "POST", body });
         location.hash = `#/debate/${enc(accepted.job_id)}`;
       } catch (err) {
@@ -803,8 +833,8 @@
     return bar;
   }
 
-  function configForm(onSubmit, submitLabel, extra) {
-    const form = el("form", { class: "panel" }, extra, configFields(), el("button", { type: "submit", text: submitLabel }));
+  function configForm(spec, onSubmit, submitLabel, extra) {
+    const form = el("form", { class: "panel" }, extra, configFields(spec), el("button", { type: "submit", text: submitLabel }));
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
       const button = form.querySelector("button[type=submit]");
@@ -834,7 +864,10 @@
 
   async function renderBatches(_id, v) {
     const items = el("textarea", { id: "batch-items", rows: 5, required: true, placeholder: '{"question": "What is the capital of France?", "answers": ["Paris"]}\nWho wrote Hamlet?' });
+    const spec = await configSpec();
+    if (v.signal.aborted) return;
     const form = configForm(
+      spec,
       async (f) => {
         let parsed;
         try {
@@ -842,7 +875,7 @@
         } catch (err) {
           throw new Error(`a line is not JSON: ${err.message}`);
         }
-        const accepted = await api("/v1/batches", { method: "POST", body: { items: parsed, config: readConfig(f) } });
+        const accepted = await api("/v1/batches", { method: "POST", body: { items: parsed, config: readConfig(f, spec) } });
         location.hash = `#/batch/${enc(accepted.batch_id)}`;
       },
       "Submit batch",

@@ -345,6 +345,20 @@ def test_ask_and_watch_rounds_verdicts_and_answer_live(
     script_debate(scripted, ["They disagree on the wording. [No]", "The agents agree. [Yes]"])
     scripted.latency_s = 0.3
     enter_key(page, KEY_A)  # the page asks for the key once, up front
+    # The form offers what the API's own schema says: every protocol, DebateConfig's defaults.
+    schema = alice.get("/openapi.json").json()["components"]["schemas"]["DebateConfig"]["properties"]
+    offered = wait_for(
+        page,
+        lambda: js(
+            page,
+            "return [...document.querySelectorAll('#ask-form [name=protocol] option')].map(o => o.value)",
+        ),
+        "the ask form",
+    )
+    assert offered == schema["protocol"]["enum"]
+    assert js(page, "return document.querySelector('#ask-form [name=rounds]').value") == str(
+        schema["rounds"]["default"]
+    )
     job_id = ask(page, "What is the capital of France?", rounds="3")
 
     wait_for(page, lambda: count(page, "#pool .card") == 4, "the pool cards")
