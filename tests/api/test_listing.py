@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from services.jobstore import BatchRecord, JobRecord, RedisJobStore, new_id
 from tests.api.support import ApiServer, RedisServer
 
 pytestmark = pytest.mark.integration
@@ -149,3 +150,26 @@ def test_the_page_and_its_assets_are_served_with_a_strict_policy(api: ApiServer)
         missing = client.get("/ui/secrets.txt")
         assert missing.status_code == 404 and missing.headers["content-type"].startswith(PROBLEM)
         assert client.get("/ui/..%2Fsettings.py").status_code == 404
+
+
+async def test_jobs_and_batches_removed_after_a_failed_enqueue_leave_the_lists(
+    redis_server: RedisServer,
+) -> None:
+    """``delete_jobs`` (the rollback when queueing fails) takes the ids out of the listing indexes too."""
+    store = RedisJobStore.from_url(redis_server.url, prefix="rollback")
+    try:
+        jobs = [
+            JobRecord(job_id=new_id("job"), owner="carol", question=f"Q{i}?", batch_id="bat_x")
+            for i in range(3)
+        ]
+        await store.create_jobs(jobs, BatchRecord(batch_id="bat_x", owner="carol", total=3))
+        assert [j.job_id for j in await store.list_jobs("carol", 10)] == sorted(
+            (j.job_id for j in jobs), reverse=True
+        )
+        assert [b.batch_id for b in await store.list_batches("carol", 10)] == ["bat_x"]
+        await store.delete_jobs([j.job_id for j in jobs], "bat_x")
+        assert await store.list_jobs("carol", 10) == []
+        assert await store.list_batches("carol", 10) == []
+        assert await store.redis.zcard(store.k_owner_jobs("carol")) == 0
+    finally:
+        await store.aclose()
