@@ -45,6 +45,12 @@ class NumericAnswer:
         """Values the answer may stand for: a percentage is its fraction of one or the bare number."""
         return (self.value / 100, self.value) if self.percent else (self.value,)
 
+    def written(self) -> tuple[tuple[Fraction, int], ...]:
+        """Each candidate with the decimal places it was written to (``9.09%`` is 0.0909: four)."""
+        if self.percent:
+            return ((self.value / 100, self.decimals + 2), (self.value, self.decimals))
+        return ((self.value, self.decimals),)
+
 
 def _fraction(text: str) -> Fraction:
     return Fraction(text.replace(",", "").replace("−", "-"))
@@ -95,22 +101,28 @@ def parse_number(text: str | None) -> NumericAnswer | None:
         return None
 
 
-def _rounds_to(answer: NumericAnswer, gold: Fraction) -> bool:
-    """A decimal with two or more places matches a value it is the rounding of (0.33 for 1/3)."""
-    if answer.decimals < 2:
-        return False
-    scale = Fraction(10) ** answer.decimals
-    rounded = Fraction(round(gold * scale)) / scale
-    return any(rounded == v for v in answer.candidates())
+def _rounds_to(rounded: NumericAnswer, exact: Fraction) -> bool:
+    """A decimal written with two or more places matches a value it is the rounding of (0.33 for
+    1/3; 9.09% for 1/11)."""
+    for value, decimals in rounded.written():
+        if decimals < 2 or (rounded.decimals == 0 and not rounded.percent):
+            continue
+        scale = Fraction(10) ** decimals
+        if Fraction(round(exact * scale)) / scale == value:
+            return True
+    return False
 
 
 def numbers_equal(answer: NumericAnswer, gold: NumericAnswer) -> bool:
-    """Equal by value, allowing a percentage to stand for either of its readings and rounding."""
+    """Equal by value, allowing a percentage to stand for either of its readings, and a decimal to
+    stand for the value it rounds (whichever side is the rounded one: CIAR lists "0.0909" and "1/11")."""
     for a in answer.candidates():
         for g in gold.candidates():
             if a == g:
                 return True
-    return any(_rounds_to(answer, g) for g in gold.candidates())
+    return any(_rounds_to(answer, g) for g in gold.candidates()) or any(
+        _rounds_to(gold, a) for a in answer.candidates()
+    )
 
 
 def numeric_match(prediction: str | None, golds: Sequence[str]) -> float:

@@ -30,6 +30,11 @@ pytestmark = pytest.mark.unit
         ("12 cm^2", ["12"]),
         ("9.8 m/s²", ["9.8"]),
         ("40.", ["40"]),
+        # CIAR's own forms: a rounded gold and an exact answer, or the other way round.
+        ("1/11", ["0.0909"]),
+        ("9.09%", ["1/11"]),
+        ("0.4138", ["41%"]),
+        ("86.5%", ["0.865"]),
     ],
 )
 def test_same_value_matches(answer: str, golds: list[str]) -> None:
@@ -48,6 +53,8 @@ def test_same_value_matches(answer: str, golds: list[str]) -> None:
         (None, ["0"]),
         ("45", ["40"]),
         ("1/0", ["1"]),
+        ("1/3", ["0.3"]),  # 0.3 is not written precisely enough to stand for 1/3
+        ("0.5", ["48%"]),
     ],
 )
 def test_different_or_unreadable_does_not_match(answer: str | None, golds: list[str]) -> None:
