@@ -179,7 +179,8 @@ def test_any_json_array_and_numeric_format(tmp_path: Path) -> None:
 def test_controlmad_solution_fields_must_agree(tmp_path: Path) -> None:
     game = (
         "---\nPlayer name: Ada\nPlayer statement: I am a knight.\n"
-        "---\nPlayer name: Ben\nPlayer statement: Ada is lying.\n---\n"
+        "---\nPlayer name: Ben\nPlayer statement: Among the following two statements, exactly one is true: "
+        "\n (1). I am a knave.\n (2). Ada is lying.\n---\n"
     )
     good = {
         "game_id": 7,
@@ -198,6 +199,7 @@ def test_controlmad_solution_fields_must_agree(tmp_path: Path) -> None:
     ds = load_dataset(write_jsonl(tmp_path / "2.jsonl", [good, wrong_raw, stranger]))
     assert [it.id for it in ds.items] == ["7"]
     assert ds.items[0].meta["solution"] == {"Ada": "knight", "Ben": "spy"}
+    assert "\n (2). Ada is lying." in ds.items[0].question  # ControlMAD's multi-line statements kept
     assert [p.line for p in ds.problems] == [2, 3]
     assert "raw_solution" in ds.problems[0].reason and "the game has Ada, Ben" in ds.problems[1].reason
 
