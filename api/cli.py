@@ -123,7 +123,15 @@ def run_worker(
         from services.metrics import serve_metrics
 
         # In the main process, before the pool forks: it stays up while children are recycled.
-        serve_metrics(settings.metrics_port, settings.metrics_host)
+        try:
+            serve_metrics(settings.metrics_port, settings.metrics_host)
+        except OSError as exc:
+            # A second worker on this host: it still runs jobs; its metrics need a port of its own.
+            typer.echo(
+                f"worker /metrics not served on port {settings.metrics_port} ({exc.strerror}); "
+                "give each worker on a host its own PARLEY_WORKER_METRICS_PORT",
+                err=True,
+            )
     argv = ["worker", f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]
     argv.append(f"--queues={queues or ','.join(settings.queues)}")
     if observability.log_format == "json":
@@ -146,13 +154,13 @@ def observe_worker(settings: WorkerSettings) -> ObservabilitySettings:
     traces when an OTLP endpoint is set, and JSON logs through Celery's own logging hook."""
     from services import telemetry
     from services.logging_setup import bind_celery_task_logs, configure_logging
-    from services.metrics import enable_multiprocess
+    from services.metrics import enable_multiprocess, worker_metrics_dir
     from services.settings import ObservabilitySettings
 
     observability = ObservabilitySettings()
     bind_celery_task_logs()
     if settings.metrics_port:
-        enable_multiprocess(settings.metrics_path)
+        enable_multiprocess(settings.metrics_dir or worker_metrics_dir())
     telemetry.configure_tracing(observability, "parley-worker")
     if observability.log_format == "json":
         from celery.signals import setup_logging

@@ -7,7 +7,6 @@ applies to them word for word.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +46,9 @@ class WorkerSettings(ParleySettings):
     metrics_port: int = Field(default=9101, ge=0, le=65535, description="worker /metrics port; 0 = none")
     metrics_host: str = Field(default="0.0.0.0", description="bind address of the worker's /metrics")
     metrics_dir: Path | None = Field(
-        default=None, description="per-worker directory of metric files; unset = <tmp>/parley-worker-<port>"
+        default=None,
+        description="this worker's folder of metric files, emptied at start; unset = a folder per "
+        "worker process under <tmp>/parley-worker-metrics",
     )
 
     # --- Celery, by Celery's names -------------------------------------------------------------
@@ -82,10 +83,6 @@ class WorkerSettings(ParleySettings):
     @property
     def broker(self) -> str:
         return self.broker_url or self.redis_url
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.metrics_dir or Path(tempfile.gettempdir()) / f"parley-worker-{self.metrics_port}"
 
     def celery_conf(self) -> dict[str, Any]:
         """The ``app.conf.update`` mapping, keys exactly as Celery names them."""

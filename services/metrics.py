@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,6 +209,26 @@ def enable_multiprocess(directory: Path) -> Path:
     # every metric above has labels, so none has a value yet.
     values.ValueClass = values.MultiProcessValue()
     return directory
+
+
+def worker_metrics_dir() -> Path:
+    """A fresh metrics folder for this worker process, ``<tmp>/parley-worker-metrics/<pid>``; the
+    folders of worker processes that are gone are removed (they would pile up across restarts)."""
+    parent = Path(tempfile.gettempdir()) / "parley-worker-metrics"
+    for old in parent.glob("*"):
+        if old.name.isdigit() and not _alive(int(old.name)):
+            shutil.rmtree(old, ignore_errors=True)
+    return parent / str(os.getpid())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
 
 
 def multiprocess_dir() -> str | None:

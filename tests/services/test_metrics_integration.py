@@ -10,6 +10,9 @@ scrape before and one after.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections import Counter as Tally
 from collections.abc import Iterator
@@ -22,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from api.guards import hash_key
 from api.settings import ApiSettings
 from tests.api.support import (
+    ROOT,
     ApiServer,
     RedisServer,
     WorkerProcess,
@@ -253,6 +257,67 @@ def test_rate_limit_refusals_are_counted_per_key_owner(redis_server: RedisServer
     assert after.delta(before, "parley_refusals_total", reason="rate_limit", key=OWNER) == refused
     assert after.delta(before, "parley_http_requests_total", status="429") == refused
     assert KEY not in after.text and hash_key(KEY) not in after.text
+
+
+def test_a_second_worker_on_a_taken_metrics_port_still_runs(
+    redis_server: RedisServer,
+    llm: ScriptedLLM,
+    worker_metrics: tuple[WorkerProcess, str, Path],
+    tmp_path: Path,
+) -> None:
+    _, worker_url, _ = worker_metrics
+    port = worker_url.rsplit(":", 1)[1].split("/")[0]
+    env = worker_env(
+        redis_server.url,
+        llm.base_url,
+        PARLEY_WORKER_METRICS_PORT=port,
+        PARLEY_WORKER_METRICS_HOST="127.0.0.1",
+    )
+    with WorkerProcess(env, tmp_path / "second.log", concurrency=1, name="w2") as second:
+        assert "not served on port" in second.log()
+    # The first worker's endpoint is untouched.
+    assert "parley_jobs_total" in Scrape.get(worker_url).text
+
+
+def test_gateway_with_two_uvicorn_workers_counts_every_request(redis_server: RedisServer) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    env.update({"PARLEY_API_REDIS_URL": redis_server.url, "PYTHONPATH": str(ROOT)})
+    args = [
+        sys.executable,
+        "-m",
+        "api.cli",
+        "api",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+    ]
+    proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "gateway did not start"
+            time.sleep(0.2)
+        before = Scrape.get(f"{base}/metrics")
+        with httpx.Client(base_url=base, timeout=10) as c:
+            for _ in range(20):
+                assert c.get("/healthz").status_code == 200
+        # Whichever process answers a scrape, it reports both processes' requests.
+        for _ in range(4):
+            after = Scrape.get(f"{base}/metrics")
+            assert after.delta(before, "parley_http_requests_total", route="/healthz", status="200") == 20
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
 
 
 def test_metrics_endpoint_itself_is_not_counted(api: ApiServer) -> None:

@@ -8,13 +8,18 @@ import io
 import json
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 from services.logging_setup import JsonFormatter, job_log_context, make_handler
-from services.metrics import QUEUE_DEPTH_NAME, QueueDepthCollector, exported_names, job_outcome
+from services.metrics import (
+    QUEUE_DEPTH_NAME,
+    QueueDepthCollector,
+    exported_names,
+    job_outcome,
+    worker_metrics_dir,
+)
 from services.settings import ObservabilitySettings
 from tests.api.support import RedisServer, running_redis
 
@@ -124,8 +129,22 @@ def test_observability_settings_read_the_standard_otel_variable(monkeypatch: pyt
     assert ObservabilitySettings().otlp_endpoint is None
 
 
-def test_worker_metrics_dir_defaults_per_port(tmp_path: Path) -> None:
-    from debate_worker.worker_settings import WorkerSettings
+def test_worker_metrics_dir_is_per_process_and_drops_dead_workers_folders() -> None:
+    import os
+    import subprocess
+    import sys
 
-    assert WorkerSettings(metrics_port=9200).metrics_path.name == "parley-worker-9200"
-    assert WorkerSettings(metrics_dir=tmp_path).metrics_path == tmp_path
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(gone.stdout)
+    parent = worker_metrics_dir().parent
+    stale = parent / str(dead_pid)
+    stale.mkdir(parents=True, exist_ok=True)
+    live = parent / str(os.getpid())  # this process: alive, kept
+    live.mkdir(parents=True, exist_ok=True)
+    try:
+        assert worker_metrics_dir().name == str(os.getpid())
+        assert not stale.exists() and live.exists()
+    finally:
+        live.rmdir()
