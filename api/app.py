@@ -15,12 +15,13 @@ from fastapi.responses import JSONResponse
 
 from api.deps import ApiState, State
 from api.enqueue import CeleryEnqueuer, Enqueuer
-from api.guards import BodyLimitMiddleware, Idempotency, KeyRing, RateLimiter
+from api.guards import AuthFailureLimiter, BodyLimitMiddleware, Idempotency, KeyRing, RateLimiter
 from api.problems import install_problem_handlers, problem_response, unavailable
 from api.routes_batches import router as batches_router
 from api.routes_debates import router as debates_router
 from api.routes_listing import router as listing_router
 from api.routes_ui import router as ui_router
+from api.routes_usage import router as usage_router
 from api.settings import ApiSettings
 from debate_worker.celery_app import create_publisher
 from debate_worker.worker_settings import QUEUE_BATCH, QUEUE_INTERACTIVE
@@ -70,6 +71,9 @@ def create_app(
             keys=keys,
             limiter=RateLimiter(store.redis, settings.key_prefix, settings.rate_limit_per_minute),
             idempotency=Idempotency(store.redis, settings.key_prefix, settings.idempotency_ttl_s),
+            auth_failures=AuthFailureLimiter(
+                store.redis, settings.key_prefix, settings.auth_failures_per_minute
+            ),
         )
         try:
             yield
@@ -109,6 +113,7 @@ def create_app(
     )
     app.include_router(debates_router)
     app.include_router(batches_router)
+    app.include_router(usage_router)
     app.include_router(listing_router)
     app.include_router(ui_router)
     # Queue depth is read from the broker at scrape time; a blocking client is fine there because

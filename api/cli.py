@@ -28,11 +28,15 @@ def serve_api(
     """Serve the API gateway (FastAPI under uvicorn); settings from PARLEY_API_*."""
     import uvicorn
 
-    from api.settings import ApiSettings
+    from api.settings import ApiSettings, exposure_error
 
     settings = ApiSettings()
     bind_host = host or settings.host
     bind_port = port or settings.port
+    refusal = exposure_error(settings, bind_host)
+    if refusal is not None:
+        typer.echo(f"parley api: {refusal}", err=True)
+        raise typer.Exit(2)
     logging_kw = _api_logging()
     if workers > 1:
         import tempfile

@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from api.enqueue import Enqueuer
-from api.guards import Idempotency, KeyRing, RateLimiter
+from api.guards import AuthFailureLimiter, Idempotency, KeyRing, RateLimiter
+from api.problems import Problem
 from api.settings import ApiSettings
 from services.jobstore import JobStore
 
@@ -23,6 +24,7 @@ class ApiState:
     keys: KeyRing
     limiter: RateLimiter
     idempotency: Idempotency
+    auth_failures: AuthFailureLimiter
 
 
 def get_state(request: Request) -> ApiState:
@@ -31,9 +33,20 @@ def get_state(request: Request) -> ApiState:
 
 
 async def get_owner(request: Request) -> str:
-    """Authenticate the caller and charge the request to its rate limit; returns the owner name."""
+    """Authenticate the caller and charge the request to its rate limit; returns the owner name.
+
+    Failed authentications count against the client address, which is refused for the rest of the
+    minute once it has failed too often.
+    """
     state = get_state(request)
-    owner = state.keys.owner(request.headers.get("authorization"))
+    address = request.client.host if request.client else "unknown"
+    if not state.keys.open:
+        await state.auth_failures.check(address)
+    try:
+        owner = state.keys.owner(request.headers.get("authorization"))
+    except Problem:
+        await state.auth_failures.failed(address)
+        raise
     await state.limiter.check(owner)
     return owner
 

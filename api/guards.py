@@ -79,6 +79,39 @@ class RateLimiter:
             )
 
 
+class AuthFailureLimiter:
+    """Failed authentications per client address in one-minute windows: past the limit the address
+    gets 429 (with ``Retry-After``) before its key is even looked at, so keys cannot be guessed fast."""
+
+    def __init__(self, redis: aioredis.Redis, prefix: str, per_minute: int) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._per_minute = per_minute
+
+    def _key(self, address: str, window: int) -> str:
+        return f"{self._prefix}:authfail:{address}:{window}"
+
+    async def check(self, address: str) -> None:
+        now = time.time()
+        window = int(now // 60)
+        failures = await self._redis.get(self._key(address, window))
+        if failures is not None and int(failures) >= self._per_minute:
+            REFUSALS.labels("auth_failures", "-").inc()
+            raise Problem(
+                429,
+                f"too many failed authentications from this address ({self._per_minute} per minute)",
+                type_="/problems/auth-rate-limited",
+                headers={"Retry-After": str(max(1, int((window + 1) * 60 - now) + 1))},
+            )
+
+    async def failed(self, address: str) -> None:
+        key = self._key(address, int(time.time() // 60))
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, 120)
+            await pipe.execute()
+
+
 @dataclass
 class StoredResponse:
     status: int

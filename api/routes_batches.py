@@ -17,10 +17,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
+from api.admission import admit_config, admit_pool
 from api.deps import ApiState, Owner, State
 from api.guards import StoredResponse
 from api.problems import Problem
-from api.routes_debates import check_capacity, fingerprint, idempotent
+from api.routes_debates import fingerprint, idempotent, submit_jobs
 from api.schemas import BatchAccepted, BatchItem, BatchView
 from debate_worker.engine.config import DebateConfig
 from debate_worker.worker_settings import QUEUE_BATCH
@@ -202,8 +203,11 @@ async def create_batch(
                 f"config.ordering: 'truth_last' needs 'answers' on every item (missing at {missing[:10]})"
             )
 
+    config = admit_config(config, state.settings)
+    for i, item in enumerate(items):
+        admit_pool(config, item.pool, field=f"items.{i}.pool")
+
     async def handler() -> StoredResponse:
-        await check_capacity(state, owner, len(items))
         batch_id = new_id("bat")
         cfg = config.model_dump(mode="json")
         jobs = [
@@ -213,6 +217,7 @@ async def create_batch(
                 question=item.question,
                 answers=item.answers,
                 config=cfg,
+                pool=[p.model_dump(mode="json") for p in item.pool] if item.pool is not None else None,
                 queue=QUEUE_BATCH,
                 batch_id=batch_id,
                 index=i,
@@ -222,12 +227,7 @@ async def create_batch(
             for i, item in enumerate(items)
         ]
         batch = BatchRecord(batch_id=batch_id, owner=owner, total=len(jobs), config=cfg)
-        await state.store.create_jobs(jobs, batch)
-        try:
-            await state.enqueuer.enqueue([j.job_id for j in jobs], QUEUE_BATCH)
-        except BaseException:
-            await state.store.delete_jobs([j.job_id for j in jobs], batch_id)
-            raise
+        await submit_jobs(state, owner, jobs, QUEUE_BATCH, batch)
         location = f"/v1/batches/{batch_id}"
         accepted = BatchAccepted(batch_id=batch_id, status="queued", total=len(jobs), location=location)
         return StoredResponse(202, accepted.model_dump(), {"Location": location})

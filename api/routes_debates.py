@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
@@ -11,12 +12,23 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 
+from api.admission import admit_config, admit_pool
 from api.deps import ApiState, Owner, State
 from api.guards import StoredResponse
 from api.problems import Problem
 from api.schemas import Accepted, DebateRequest, JobView, Progress
 from debate_worker.worker_settings import QUEUE_INTERACTIVE
-from services.jobstore import ACTIVE, TERMINAL, TERMINAL_EVENTS, JobFull, JobRecord, new_id
+from services.jobstore import (
+    ACTIVE,
+    TERMINAL,
+    TERMINAL_EVENTS,
+    BatchRecord,
+    JobFull,
+    JobRecord,
+    new_id,
+    usage_day,
+)
+from services.metrics import REFUSALS
 
 router = APIRouter(prefix="/v1/debates", tags=["debates"])
 
@@ -52,6 +64,51 @@ async def idempotent(
         raise
     await state.idempotency.finish(owner, key, fp, out)
     return JSONResponse(out.body, status_code=out.status, headers=out.headers)
+
+
+def seconds_to_next_day(now: float | None = None) -> int:
+    now = time.time() if now is None else now
+    return max(1, int(86400 - now % 86400) + 1)
+
+
+async def submit_jobs(
+    state: ApiState, owner: str, jobs: list[JobRecord], queue: str, batch: BatchRecord | None = None
+) -> list[JobRecord]:
+    """The one way jobs enter the system: limits checked, tokens reserved, stored, queued.
+
+    All or nothing: a refusal stores nothing, and a failure after storing removes the jobs and gives
+    their reservation back, so nothing is left waiting that no worker will ever run.
+    """
+    await check_capacity(state, owner, len(jobs))
+    day = usage_day()
+    per_job = int(jobs[0].config.get("budget_tokens") or 0) if jobs else 0
+    amount = per_job * len(jobs)
+    quota = state.settings.token_quota(owner)
+    if await state.store.reserve_tokens(owner, day, amount, quota) is None:
+        used = await state.store.usage(owner, day)
+        REFUSALS.labels("quota", owner).inc()
+        raise Problem(
+            429,
+            f"this key's daily token quota of {quota} would be exceeded: {used.tokens} used and "
+            f"{used.reserved} reserved today; this request reserves {amount} ({len(jobs)} job(s) x "
+            f"{per_job} budget tokens). Ask for a smaller budget_tokens or wait for the next UTC day.",
+            type_="/problems/quota-exceeded",
+            headers={"Retry-After": str(seconds_to_next_day())},
+        )
+    jobs = [j.model_copy(update={"reserved_tokens": per_job, "usage_day": day}) for j in jobs]
+    try:
+        await state.store.create_jobs(jobs, batch)
+    except BaseException:
+        await state.store.release_tokens(owner, day, amount)
+        raise
+    try:
+        await state.enqueuer.enqueue([j.job_id for j in jobs], queue)
+    except BaseException:
+        # Not queued means not accepted: remove the records so no job is left waiting forever.
+        await state.store.delete_jobs([j.job_id for j in jobs], batch.batch_id if batch else None)
+        await state.store.release_tokens(owner, day, amount)
+        raise
+    return jobs
 
 
 async def check_capacity(state: ApiState, owner: str, adding: int) -> None:
@@ -108,24 +165,21 @@ async def create_debate(
 ) -> JSONResponse:
     """Queue one debate; answers 202 with the job id and a ``Location`` to poll."""
 
+    config = admit_config(body.config, state.settings)
+    admit_pool(config, body.pool)
+
     async def handler() -> StoredResponse:
-        await check_capacity(state, owner, 1)
         job = JobRecord(
             job_id=new_id("job"),
             owner=owner,
             question=body.question,
             answers=body.answers,
-            config=body.config.model_dump(mode="json"),
+            config=config.model_dump(mode="json"),
+            pool=[item.model_dump(mode="json") for item in body.pool] if body.pool is not None else None,
             queue=QUEUE_INTERACTIVE,
-            rounds=body.config.rounds,
+            rounds=config.rounds,
         )
-        await state.store.create_jobs([job])
-        try:
-            await state.enqueuer.enqueue([job.job_id], QUEUE_INTERACTIVE)
-        except BaseException:
-            # Not queued means not accepted: remove the record so no job is left waiting forever.
-            await state.store.delete_jobs([job.job_id])
-            raise
+        await submit_jobs(state, owner, [job], QUEUE_INTERACTIVE)
         location = f"/v1/debates/{job.job_id}"
         accepted = Accepted(job_id=job.job_id, status="queued", location=location)
         return StoredResponse(202, accepted.model_dump(), {"Location": location})

@@ -8,6 +8,22 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from debate_worker.engine.config import MAX_QUESTION_CHARS, DebateConfig, validate_question
 from services.jobstore import JobStatus
+from services.knowledge import KnowledgeSource
+
+MAX_POOL_ITEMS = 50
+
+
+class PoolItem(BaseModel):
+    """A knowledge item brought with the question (e.g. a benchmark's precomputed pool), used instead
+    of retrieval. It is quoted into prompts as data, like every pool item (docs/security.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: KnowledgeSource
+    title: str = Field(default="", max_length=300)
+    text: str = Field(default="", max_length=4000, description="an item without text is dropped")
+    url: str | None = Field(default=None, max_length=2000)
+    score: float = Field(default=0.0, allow_inf_nan=False)
 
 
 class DebateRequest(BaseModel):
@@ -19,6 +35,12 @@ class DebateRequest(BaseModel):
     config: DebateConfig = Field(default_factory=DebateConfig)
     answers: list[str] | None = Field(
         default=None, max_length=50, description="gold answers, only for evaluation-only settings"
+    )
+    pool: list[PoolItem] | None = Field(
+        default=None,
+        max_length=MAX_POOL_ITEMS,
+        description="the knowledge pool to debate over instead of retrieving one (first k_wiki "
+        "Wikipedia and k_web web items are used)",
     )
 
     @field_validator("question")
@@ -42,6 +64,7 @@ class BatchItem(BaseModel):
     id: str | None = Field(default=None, max_length=200)
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
     answers: list[str] | None = Field(default=None, max_length=50)
+    pool: list[PoolItem] | None = Field(default=None, max_length=MAX_POOL_ITEMS)
 
     @field_validator("question")
     @classmethod

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import ipaddress
+
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.settings import ParleySettings
@@ -39,6 +41,67 @@ class ApiSettings(ParleySettings):
     sse_block_ms: int = Field(default=5000, ge=10)
     redis_timeout_s: float = Field(default=3.0, gt=0)
 
+    # Who may reach the service and what a client may ask for (see docs/security.md).
+    anonymous: bool = Field(
+        default=False,
+        description="serve without API keys on a non-loopback address (every caller is 'public')",
+    )
+    auth_failures_per_minute: int = Field(
+        default=20, ge=1, description="failed authentications per client address before 429"
+    )
+    llm_endpoints: list[str] = Field(
+        default_factory=list,
+        description="names of the LLM endpoints clients may choose (team: [{endpoint: NAME}]); the "
+        "workers' PARLEY_LLM_ENDPOINTS holds their URLs and keys, which the gateway never needs",
+    )
+    allow_client_urls: bool = Field(
+        default=False,
+        description="accept base_url/model in client configs; such agents are never sent an operator key",
+    )
+    budget_calls_default: int = Field(default=200, ge=1, description="LLM calls per job unless asked less")
+    budget_calls_max: int = Field(default=1000, ge=1, description="most LLM calls a client may ask for")
+    budget_tokens_default: int = Field(
+        default=200_000, ge=1, description="tokens per job unless the client asks for less"
+    )
+    budget_tokens_max: int = Field(default=2_000_000, ge=1, description="most tokens a client may ask for")
+    daily_token_quota: int | None = Field(
+        default=None, ge=1, description="tokens per key per UTC day (None = no quota)"
+    )
+    daily_token_quotas: dict[str, int] = Field(
+        default_factory=dict, description="per-key overrides of daily_token_quota, by key name"
+    )
+
+    @model_validator(mode="after")
+    def _budgets(self) -> ApiSettings:
+        if self.budget_calls_default > self.budget_calls_max:
+            raise ValueError("budget_calls_default must not exceed budget_calls_max")
+        if self.budget_tokens_default > self.budget_tokens_max:
+            raise ValueError("budget_tokens_default must not exceed budget_tokens_max")
+        return self
+
+    def token_quota(self, owner: str) -> int | None:
+        return self.daily_token_quotas.get(owner, self.daily_token_quota)
+
     @property
     def broker(self) -> str:
         return self.broker_url or self.redis_url
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_error(settings: ApiSettings, host: str) -> str | None:
+    """Why serving on ``host`` with these settings is refused, or None: closed by default."""
+    if settings.keys or settings.anonymous or is_loopback(host):
+        return None
+    return (
+        f"refusing to serve on {host} without API keys: set PARLEY_API_KEYS (hashes from "
+        "`parley api hash-key KEY`), bind a loopback address, or set PARLEY_API_ANONYMOUS=true to "
+        "serve everyone as one anonymous owner"
+    )

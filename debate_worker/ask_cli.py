@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Any
@@ -237,12 +238,22 @@ def ask(
     k_wiki: Annotated[int, typer.Option(help="Wikipedia items in the pool")] = 5,
     k_web: Annotated[int, typer.Option(help="web items in the pool")] = 5,
     seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
+    team: Annotated[
+        str | None,
+        typer.Option(
+            help='per-agent settings as JSON, e.g. \'[{"endpoint": "big"}, {"base_url": '
+            '"http://host:8000/v1", "model": "m", "temperature": 0.2}]\' (endpoint: a name from '
+            "PARLEY_LLM_ENDPOINTS)"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the whole DebateResult as JSON")] = False,
 ) -> None:
     """Debate one question and show the pool, every turn, the verdicts and the answer."""
     err = Console(stderr=True)
     llm_settings = LLMSettings()
-    prompt_style, judge = resolve_style(prompt_style, judge, embedded=not llm_settings.base_url)
+    # ``auto`` judge stays in the config (the engine resolves it by style), so a protocol without a
+    # judge is not handed a judge setting it would refuse.
+    prompt_style, _ = resolve_style(prompt_style, judge, embedded=not llm_settings.base_url)
     try:
         question = validate_question(question)
         config = DebateConfig.model_validate(
@@ -259,6 +270,7 @@ def ask(
                 "k_wiki": k_wiki,
                 "k_web": k_web,
                 "seed": seed,
+                **({"team": json.loads(team)} if team else {}),
             }
         )
     except (ValueError, ValidationError) as exc:

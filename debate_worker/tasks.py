@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -42,7 +43,7 @@ from debate_worker.engine.runner import run_debate
 from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
 from services import telemetry
 from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
-from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
+from services.knowledge import GivenKnowledge, KnowledgePool, PoolBuilder, empty_pool, pool_from_items
 from services.llm import LLMError, StructuredMode
 from services.logging_setup import job_log_context
 from services.metrics import observe_debate, observe_job, observe_started
@@ -215,7 +216,7 @@ class JobRunner:
             await self.fail(job_id, str(exc))
             return "failed"
         except LLMError as exc:
-            await self.fail(job_id, f"LLM error: {exc}")
+            await self.fail(job_id, f"LLM error: {type(exc).__name__}: {exc.reason}")
             return "failed"
         except ValueError as exc:
             await self.fail(job_id, f"invalid job: {exc}")
@@ -254,9 +255,9 @@ class JobRunner:
                 {
                     "pool_id": pool.pool_id,
                     "items": len(pool.items),
-                    "cached": pool.cached,
+                    # No "cached" or retrieval timings: a cache hit would tell this key that another
+                    # key asked the same question (the retriever's pool cache is shared).
                     "warnings": pool.warnings,
-                    "timings_ms": pool.timings_ms,
                     # The cards a live view shows; snippets only, the result carries whole texts.
                     "pool": [
                         {
@@ -300,7 +301,9 @@ class JobRunner:
             )
         finally:
             await models.aclose()
-        payload = result.model_dump(mode="json")
+        # The pool's cache flag and timings would tell this key whether another key asked the same
+        # question (the retriever's cache is shared), so results carry neither.
+        payload = result.model_dump(mode="json", exclude={"pool": {"cached", "timings_ms"}})
         done = await self.store.transition(
             job_id,
             "completed",
@@ -312,7 +315,15 @@ class JobRunner:
                 "consensus": result.consensus,
                 "usage": result.usage.model_dump(),
             },
-            fields={"result": payload, "round": result.rounds},
+            fields={
+                "result": payload,
+                "round": result.rounds,
+                # Charged to the owner's daily usage by the store when the job completes.
+                "used_tokens": result.usage.prompt_tokens + result.usage.completion_tokens,
+                "used_prompt_tokens": result.usage.prompt_tokens,
+                "used_completion_tokens": result.usage.completion_tokens,
+                "used_calls": result.usage.calls,
+            },
         )
         if done:
             usage = result.usage
@@ -327,6 +338,14 @@ class JobRunner:
     async def _build_pool(self, job: JobRecord, config: DebateConfig) -> KnowledgePool:
         if config.protocol in KNOWLEDGE_FREE or not config.uses_knowledge:
             return empty_pool(job.question)
+        if job.pool is not None:
+            # The client brought the pool (a benchmark's precomputed one): no retrieval.
+            given = [GivenKnowledge.model_validate(item) for item in job.pool]
+            pool, dropped = pool_from_items(job.question, given, pool_id=f"given-{job.job_id}")
+            pool = pool.limited(config.k_wiki, config.k_web)
+            if dropped:
+                pool.warnings.append(f"{dropped} given knowledge item(s) had no text and were dropped")
+            return pool
         try:
             builder = self.rt.pool_builder()
         except ImportError as exc:
@@ -353,10 +372,20 @@ class JobRunner:
             raise JobCancelled(job_id)
 
     async def fail(self, job_id: str, reason: str) -> bool:
+        """End the job as failed. The client sees the reason without internal addresses."""
         log.warning("job %s failed: %s", job_id, reason)
+        shown = client_safe(reason)
         return await self.store.transition(
-            job_id, "failed", ACTIVE, event="job.failed", data={"error": reason}, fields={"error": reason}
+            job_id, "failed", ACTIVE, event="job.failed", data={"error": shown}, fields={"error": shown}
         )
+
+
+_ADDRESS = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
+
+
+def client_safe(reason: str) -> str:
+    """A failure reason fit for the API's clients: URLs (and any credential in them) replaced."""
+    return _ADDRESS.sub("<internal address>", reason)[:1000]
 
 
 async def _with_store(runtime: WorkerRuntime, fn: Callable[[RedisJobStore], Awaitable[str]]) -> str:

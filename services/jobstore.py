@@ -66,6 +66,31 @@ class JobRecord(BaseModel):
     rounds: int = 0
     error: str | None = None
     worker: str | None = None
+    # Daily token quota: the tokens this job reserved on its owner's ``usage_day`` at submission;
+    # released (and the tokens it used charged) when it reaches a terminal status.
+    reserved_tokens: int = 0
+    usage_day: str | None = None
+    # A knowledge pool the client brought (items as given); None = the retriever builds one.
+    pool: list[dict[str, Any]] | None = None
+
+
+class Usage(BaseModel):
+    """One owner's token use on one UTC day: charged when jobs finish, reserved while they run."""
+
+    day: str
+    tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    reserved: int = 0
+    jobs_completed: int = 0
+    jobs_failed: int = 0
+    jobs_cancelled: int = 0
+
+
+def usage_day(at: float | None = None) -> str:
+    """The UTC day a job's tokens are charged to (the day it was submitted)."""
+    return time.strftime("%Y-%m-%d", time.gmtime(time.time() if at is None else at))
 
 
 class BatchRecord(BaseModel):
@@ -143,6 +168,12 @@ class JobStore(Protocol):
 
     async def active_count(self, owner: str) -> int: ...
 
+    async def reserve_tokens(self, owner: str, day: str, amount: int, quota: int | None) -> Usage | None: ...
+
+    async def release_tokens(self, owner: str, day: str, amount: int) -> None: ...
+
+    async def usage(self, owner: str, day: str) -> Usage: ...
+
     async def list_jobs(self, owner: str, limit: int, before: str | None = None) -> list[JobRecord]: ...
 
     async def list_batches(self, owner: str, limit: int, before: str | None = None) -> list[BatchRecord]: ...
@@ -160,7 +191,7 @@ def _dump(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-# KEYS: job hash, events stream, owner-active set, checkpoint, lease.
+# KEYS: job hash, events stream, owner-active set, checkpoint, lease, owner's usage hash of the day.
 # ARGV: to-status ('' = keep), allowed-from (comma list), event type ('' = none), event data,
 #       now, ttl seconds, job id, then field/value pairs.
 # Returns the event id (or "ok" when no event), or false when the job is missing or the transition
@@ -185,6 +216,19 @@ if to == 'completed' or to == 'failed' or to == 'cancelled' then
   redis.call('SREM', KEYS[3], ARGV[7])
   redis.call('HSET', KEYS[1], 'finished_at', ARGV[5])
   redis.call('DEL', KEYS[5])
+  -- Quota: give back the reservation and charge what the job used, exactly once (terminal states
+  -- are never left, so this branch runs once per job).
+  local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved_tokens') or '0') or 0
+  if reserved > 0 then
+    redis.call('HINCRBY', KEYS[6], 'reserved', -reserved)
+    redis.call('HSET', KEYS[1], 'reserved_tokens', '0')
+  end
+  for _, f in ipairs({'tokens', 'prompt_tokens', 'completion_tokens', 'calls'}) do
+    local v = tonumber(redis.call('HGET', KEYS[1], 'used_' .. f) or '0') or 0
+    if v > 0 then redis.call('HINCRBY', KEYS[6], f, v) end
+  end
+  redis.call('HINCRBY', KEYS[6], 'jobs_' .. to, 1)
+  redis.call('EXPIRE', KEYS[6], 8 * 86400)
 end
 if to ~= '' and ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
@@ -192,6 +236,21 @@ if to ~= '' and ttl > 0 then
   redis.call('EXPIRE', KEYS[4], ttl)
 end
 return out
+"""
+
+# KEYS: usage hash. ARGV: tokens to reserve, quota (0 = none). Reserves only if used + reserved +
+# the new reservation stay within the quota; 1 when reserved, 0 when refused.
+_RESERVE_LUA = """
+local quota = tonumber(ARGV[2])
+local amount = tonumber(ARGV[1])
+if quota > 0 then
+  local used = tonumber(redis.call('HGET', KEYS[1], 'tokens') or '0') or 0
+  local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0') or 0
+  if used + reserved + amount > quota then return 0 end
+end
+redis.call('HINCRBY', KEYS[1], 'reserved', amount)
+redis.call('EXPIRE', KEYS[1], 8 * 86400)
+return 1
 """
 
 # KEYS: lease. ARGV: token, ttl ms. Takes a free lease or renews our own; false if another holds it.
@@ -220,6 +279,7 @@ class RedisJobStore:
         self.ttl_s = ttl_s
         self._transition = redis.register_script(_TRANSITION_LUA)
         self._lease = redis.register_script(_LEASE_LUA)
+        self._reserve = redis.register_script(_RESERVE_LUA)
 
     @classmethod
     def from_url(
@@ -259,6 +319,9 @@ class RedisJobStore:
 
     def k_active(self, owner: str) -> str:
         return f"{self.prefix}:owner:{owner}:active"
+
+    def k_usage(self, owner: str, day: str) -> str:
+        return f"{self.prefix}:usage:{owner}:{day}"
 
     def k_owner_jobs(self, owner: str) -> str:
         return f"{self.prefix}:owner:{owner}:jobs"
@@ -387,7 +450,7 @@ class RedisJobStore:
         data: dict[str, Any] | None,
         fields: dict[str, Any] | None,
     ) -> str | None:
-        owner = await self.redis.hget(self.k_job(job_id), "owner")
+        owner, day = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day"])
         if owner is None:
             return None
         args: list[str] = [
@@ -407,6 +470,7 @@ class RedisJobStore:
             self.k_active(owner),
             self.k_checkpoint(job_id),
             self.k_lease(job_id),
+            self.k_usage(owner, day or usage_day()),
         ]
         out = await self._transition(keys=keys, args=args)
         return str(out) if out else None
@@ -492,6 +556,23 @@ class RedisJobStore:
 
     async def active_count(self, owner: str) -> int:
         return int(await self.redis.scard(self.k_active(owner)))
+
+    # -- daily token quotas ----------------------------------------------------------------------
+    async def reserve_tokens(self, owner: str, day: str, amount: int, quota: int | None) -> Usage | None:
+        """Reserve ``amount`` tokens of the owner's day; None (nothing reserved) if the quota is short.
+
+        Atomic, so two submissions racing for the last of a quota cannot both get it.
+        """
+        ok = await self._reserve(keys=[self.k_usage(owner, day)], args=[amount, quota or 0])
+        return None if not int(ok) else await self.usage(owner, day)
+
+    async def release_tokens(self, owner: str, day: str, amount: int) -> None:
+        """Give back a reservation whose jobs were never queued."""
+        await self.redis.hincrby(self.k_usage(owner, day), "reserved", -amount)
+
+    async def usage(self, owner: str, day: str) -> Usage:
+        raw = await self.redis.hgetall(self.k_usage(owner, day))
+        return Usage(day=day, **{k: int(v) for k, v in raw.items() if k in Usage.model_fields})
 
     async def _newest_ids(self, key: str, limit: int, before: str | None, offset: int) -> list[str] | None:
         """Up to ``limit`` ids of a listing index, newest first, after ``offset`` ids older than ``before``.
@@ -613,4 +694,7 @@ def _parse_job(raw: dict[str, str]) -> JobRecord:
         rounds=int(raw.get("rounds") or 0),
         error=raw.get("error") or None,
         worker=raw.get("worker") or None,
+        reserved_tokens=int(raw.get("reserved_tokens") or 0),
+        usage_day=raw.get("usage_day") or None,
+        pool=json.loads(raw["pool"]) if raw.get("pool") else None,
     )

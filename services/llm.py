@@ -49,11 +49,28 @@ class ChatCompletion:
 
 
 class LLMError(ParleyError):
-    """Base of all LLM client errors; carries the endpoint URL so messages say where it failed."""
+    """Base of all LLM client errors; carries the endpoint URL so messages say where it failed.
+
+    ``reason`` is the message without the URL: what a client of the API may be shown (an internal
+    address is the operator's business). The URL itself is kept without credentials or query.
+    """
 
     def __init__(self, message: str, *, url: str) -> None:
-        super().__init__(f"{message} ({url})")
-        self.url = url
+        safe = redact_url(url)
+        super().__init__(f"{message} ({safe})")
+        self.url = safe
+        self.reason = message
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user info, query or fragment, so no credential embedded in it is ever shown."""
+    try:
+        parts = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "<invalid URL>"
+    host = parts.host or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else "<invalid URL>"
 
 
 class LLMUnavailable(LLMError):

@@ -2,13 +2,19 @@
 
 Roles without an override share the global endpoint (and so its per-endpoint concurrency limit); a
 role with its own base URL, key or model gets its own client. All clients share one httpx pool.
+
+Credentials follow one rule: a key is sent only to the URL it was configured with. A team member that
+names an operator endpoint (``PARLEY_LLM_ENDPOINTS``) uses that endpoint's URL, model and key; one
+that gives a URL (the operator's CLI, or a client where the operator allows client URLs) is sent a key
+only if that exact URL is one the operator configured with it, and none otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
+from pydantic import SecretStr
 
 from services.llm import ChatModel, OpenAIChatClient, RetryPolicy, StructuredMode
 from services.settings import ROLES, LLMSettings
@@ -18,7 +24,11 @@ from services.settings import ROLES, LLMSettings
 class Endpoint:
     base_url: str
     model: str
-    api_key: str | None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line or a traceback
+
+
+class UnknownEndpoint(ValueError):
+    """A config names an LLM endpoint the operator did not configure."""
 
 
 class RoleModelsFromSettings:
@@ -45,11 +55,14 @@ class RoleModelsFromSettings:
         )
         self._structured: StructuredMode = structured_output or settings.structured_output
         self._max_concurrency = max_concurrency or settings.max_concurrency
-        default = Endpoint(
-            default_url,
-            model or settings.model,
-            settings.api_key.get_secret_value() if settings.api_key else None,
-        )
+        # The global key belongs to PARLEY_LLM_BASE_URL: a server started here (the embedded model)
+        # under another URL never receives it.
+        global_key = settings.api_key.get_secret_value() if settings.api_key else None
+        if base_url is not None and (
+            settings.base_url is None or _normal_url(base_url) != _normal_url(settings.base_url)
+        ):
+            global_key = None
+        default = Endpoint(default_url, model or settings.model, global_key)
         self._clients: dict[Endpoint, OpenAIChatClient] = {}
         self._by_role: dict[str, OpenAIChatClient] = {}
         for role in ROLES:
@@ -57,9 +70,18 @@ class RoleModelsFromSettings:
             endpoint = Endpoint(
                 override.base_url or default.base_url,
                 override.model or default.model,
-                override.api_key.get_secret_value() if override.api_key else default.api_key,
+                _role_key(override.api_key, override.base_url, default),
             )
             self._by_role[role] = self.client_for(endpoint)
+        self._named = {
+            name: Endpoint(e.base_url, e.model, e.api_key.get_secret_value() if e.api_key else None)
+            for name, e in settings.endpoints.items()
+        }
+        # Which key belongs to which configured URL (the only places a key may go).
+        self._key_by_url: dict[str, str] = {}
+        for e in [*self._clients, *self._named.values()]:
+            if e.api_key:
+                self._key_by_url.setdefault(_normal_url(e.base_url), e.api_key)
 
     def client_for(self, endpoint: Endpoint) -> OpenAIChatClient:
         """The shared client for ``endpoint`` (also used for per-agent models of heterogeneous teams)."""
@@ -83,13 +105,37 @@ class RoleModelsFromSettings:
     def for_role(self, role: str, agent: int | None = None) -> ChatModel:
         return self._by_role.get(role, self._by_role["debater"])
 
-    def agent_client(self, role: str, *, base_url: str | None, model: str | None) -> ChatModel:
-        """A client for one agent of a heterogeneous team: the role's endpoint with the agent's
-        base URL and/or model swapped in; the role's API key is reused (configs never carry keys)."""
+    @property
+    def endpoint_names(self) -> frozenset[str]:
+        return frozenset(self._named)
+
+    def agent_client(
+        self,
+        role: str,
+        *,
+        endpoint: str | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+    ) -> ChatModel:
+        """A client for one agent of a heterogeneous team.
+
+        ``endpoint``: the operator's named endpoint (its URL, model and key; ``model`` may replace the
+        model name). ``base_url``: that URL, with a key only if the operator configured this URL with
+        one. Only ``model``: the role's endpoint and key with the agent's model name.
+        """
+        if endpoint is not None:
+            named = self._named.get(endpoint)
+            if named is None:
+                known = ", ".join(sorted(self._named)) or "none configured"
+                raise UnknownEndpoint(f"team: no LLM endpoint named {endpoint!r} (known: {known})")
+            return self.client_for(Endpoint(named.base_url, model or named.model, named.api_key))
         role_client = self._by_role.get(role, self._by_role["debater"])
         role_endpoint = next(e for e, c in self._clients.items() if c is role_client)
+        if base_url is not None:
+            key = self._key_by_url.get(_normal_url(base_url))
+            return self.client_for(Endpoint(base_url, model or role_endpoint.model, key))
         return self.client_for(
-            Endpoint(base_url or role_endpoint.base_url, model or role_endpoint.model, role_endpoint.api_key)
+            Endpoint(role_endpoint.base_url, model or role_endpoint.model, role_endpoint.api_key)
         )
 
     async def aclose(self) -> None:
@@ -112,3 +158,18 @@ def build_role_models(
         structured_output=structured_output,
         max_concurrency=max_concurrency,
     )
+
+
+def _normal_url(url: str) -> str:
+    """The form URLs are compared in: no trailing slash, ``/v1`` as the client adds it."""
+    u = url.strip().rstrip("/")
+    return u if u.endswith("/v1") else u + "/v1"
+
+
+def _role_key(own: SecretStr | None, own_url: str | None, default: Endpoint) -> str | None:
+    """A role's key: its own, else the global key only when the role talks to the global URL."""
+    if own is not None:
+        return own.get_secret_value()
+    if own_url is None or _normal_url(own_url) == _normal_url(default.base_url):
+        return default.api_key
+    return None

@@ -8,10 +8,11 @@ Nothing else in the code base reads ``os.environ``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROLES = ("debater", "judge", "summarizer")
@@ -35,6 +36,24 @@ class EndpointOverride(ParleySettings):
     base_url: str | None = None
     api_key: SecretStr | None = None
     model: str | None = None
+
+
+ENDPOINT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class NamedEndpoint(BaseModel):
+    """An LLM endpoint the operator allows debates to use, referred to by name in configs.
+
+    The key is sent only to this endpoint's ``base_url``: a config names the endpoint, never a URL or
+    a key, so a client can choose among the operator's models without ever steering where a request
+    (and its credentials) goes.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str = Field(description="OpenAI-compatible base URL")
+    model: str = Field(description="model name sent to this endpoint")
+    api_key: SecretStr | None = None
 
 
 class LLMSettings(ParleySettings):
@@ -67,11 +86,24 @@ class LLMSettings(ParleySettings):
     debater: EndpointOverride = Field(default_factory=EndpointOverride)
     judge: EndpointOverride = Field(default_factory=EndpointOverride)
     summarizer: EndpointOverride = Field(default_factory=EndpointOverride)
+    endpoints: dict[str, NamedEndpoint] = Field(
+        default_factory=dict,
+        description='named endpoints configs may use (team: [{"endpoint": NAME}]), as JSON: '
+        '{"big": {"base_url": ..., "model": ..., "api_key": ...}}; each key goes only to its own URL',
+    )
     # Embedded model (used only when base_url is unset).
     embedded_model: Literal["qwen2.5-0.5b", "qwen2.5-1.5b"] = "qwen2.5-1.5b"
     embedded_threads: int | None = Field(default=None, ge=1)
     embedded_ctx: int = Field(default=4096, ge=512)
     cache_dir: Path = Field(default_factory=lambda: default_data_dir() / "models")
+
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoint_names(cls, value: dict[str, NamedEndpoint]) -> dict[str, NamedEndpoint]:
+        bad = [name for name in value if not re.match(ENDPOINT_NAME, name)]
+        if bad:
+            raise ValueError(f"endpoint names must match {ENDPOINT_NAME}: {bad}")
+        return value
 
 
 class RetrieverClientSettings(ParleySettings):

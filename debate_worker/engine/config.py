@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from services.settings import ENDPOINT_NAME
+
 MAX_AGENTS = 8
 MAX_ROUNDS = 10
 MAX_QUESTION_CHARS = 2000
@@ -29,16 +31,24 @@ VOTING_DECISIONS = frozenset({"simple", "ranked", "cumulative", "approval"})
 
 
 class AgentSpec(BaseModel):
-    """One member of a heterogeneous team (Wu et al.): its own model, endpoint and temperature.
+    """One member of a heterogeneous team (Wu et al.): its own endpoint, model, temperature, persona.
 
-    There is deliberately no API key here: a config travels through the API, job store and results,
-    so an agent on another endpoint uses the global key (``PARLEY_LLM_API_KEY``).
+    ``endpoint`` names an endpoint the operator configured (``PARLEY_LLM_ENDPOINTS``); its key goes
+    only to its own URL. ``base_url`` is for the operator (CLI, in-process evaluation): the API refuses
+    it unless the operator allows client URLs, and no operator key is ever sent to a URL that was not
+    configured with it. There is deliberately no key field: configs travel through the API, the job
+    store and results.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    endpoint: str | None = Field(
+        default=None, pattern=ENDPOINT_NAME, description="name of an operator-configured LLM endpoint"
+    )
     model: str | None = Field(default=None, max_length=200, description="model name; None = the role's")
-    base_url: str | None = Field(default=None, max_length=500, description="OpenAI-compatible URL")
+    base_url: str | None = Field(
+        default=None, max_length=500, description="OpenAI-compatible URL (operator use; refused over REST)"
+    )
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     persona: str | None = Field(default=None, max_length=300, description="optional role description")
 
@@ -48,6 +58,23 @@ class AgentSpec(BaseModel):
         if v is not None and not v.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://")
         return v
+
+    @field_validator("persona")
+    @classmethod
+    def _plain_persona(cls, v: str | None) -> str | None:
+        # A persona is quoted into the agent's system prompt: one line of plain text, no control
+        # characters, so it cannot start a line of its own or smuggle a chat-template token.
+        if v is None:
+            return None
+        cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in v).split())
+        cleaned = cleaned.replace("<|", "‹|").replace("|>", "|›")
+        return cleaned or None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> AgentSpec:
+        if self.endpoint is not None and self.base_url is not None:
+            raise ValueError("give an agent either endpoint (a configured name) or base_url, not both")
+        return self
 
 
 class MadSettings(BaseModel):
@@ -141,6 +168,16 @@ class DebateConfig(BaseModel):
     reasks: int = Field(default=1, ge=0, le=3, description="re-asks for an unreadable vote/verdict")
     mad: MadSettings = Field(default_factory=MadSettings)
     mallm: MallmSettings = Field(default_factory=MallmSettings)
+    # Budgets: the engine stops a debate that reaches either cap and answers from what it has.
+    budget_calls: int | None = Field(
+        default=None, ge=1, le=10_000, description="most LLM calls this debate may make; None = no cap"
+    )
+    budget_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=50_000_000,
+        description="most prompt + completion tokens this debate may use; None = no cap",
+    )
 
     @model_validator(mode="after")
     def _check_agents(self) -> DebateConfig:
@@ -159,6 +196,20 @@ class DebateConfig(BaseModel):
             )
         if self.team is not None and len(self.team) != self.agents:
             raise ValueError(f"team: {len(self.team)} agent specs for {self.agents} agents")
+        return self
+
+    @model_validator(mode="after")
+    def _honoured_settings(self) -> DebateConfig:
+        """Refuse a setting the protocol would ignore: no value is ever silently dropped.
+
+        A field counts as set when it differs from its default, so a config that went through
+        ``model_dump``/``model_validate`` (job store, results) validates the same way again.
+        """
+        ignored = ignored_settings(self)
+        if ignored:
+            users = {f: sorted(p for p, fs in HONOURED.items() if f in fs) for f in ignored}
+            detail = "; ".join(f"{f} (used by {', '.join(users[f]) or 'no protocol'})" for f in ignored)
+            raise ValueError(f"{ignored[0]}: protocol {self.protocol!r} does not use {detail}")
         return self
 
     @property
@@ -189,6 +240,55 @@ class DebateConfig(BaseModel):
         return {"all": {"wikipedia", "web"}, "wikipedia": {"wikipedia"}, "web": {"web"}, "none": set()}[
             self.knowledge
         ]
+
+
+# Which settings each protocol honours. A setting outside its protocol's set must keep its default
+# (``DebateConfig._honoured_settings``); the tests check each listed one takes effect.
+# ``sequential`` holds in every protocol: those with one call at a time (single, mad) satisfy it as is.
+_COMMON = frozenset(
+    {
+        "protocol",
+        "temperature",
+        "max_tokens",
+        "seed",
+        "prompt_style",
+        "budget_calls",
+        "budget_tokens",
+        "sequential",
+    }
+)
+_KNOWLEDGE = frozenset({"knowledge", "selection", "max_selected", "k_wiki", "k_web"})
+HONOURED: dict[str, frozenset[str]] = {
+    "madke": _COMMON | _KNOWLEDGE | {"agents", "rounds", "judge", "team", "ordering"},
+    "single": _COMMON,
+    "cot": _COMMON,
+    "rag": _COMMON | {"knowledge", "k_wiki", "k_web"},
+    "self_consistency": _COMMON | {"samples"},
+    "society": _COMMON
+    | _KNOWLEDGE
+    | {"agents", "rounds", "team", "ordering", "confidence", "speaking_order"},
+    "mad": _COMMON | _KNOWLEDGE | {"agents", "rounds", "team", "reasks", "mad"},
+    "mallm": _COMMON
+    | _KNOWLEDGE
+    | {"agents", "rounds", "team", "ordering", "speaking_order", "reasks", "mallm"},
+    "kks": _COMMON | {"agents", "team", "ordering", "confidence", "speaking_order", "depth", "reasks"},
+}
+
+
+def ignored_settings(config: DebateConfig) -> list[str]:
+    """Fields set to a non-default value that ``config.protocol`` would not use."""
+    honoured = HONOURED[config.protocol]
+    out = []
+    for name, field in DebateConfig.model_fields.items():
+        if name in honoured:
+            continue
+        default = field.get_default(call_default_factory=True)
+        value = getattr(config, name)
+        if name == "agents" and config.protocol in SINGLE_AGENT_PROTOCOLS and value == 1:
+            continue  # one agent is what a single-agent protocol runs anyway
+        if value != default:
+            out.append(name)
+    return out
 
 
 def validate_question(question: str) -> str:

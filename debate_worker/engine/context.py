@@ -60,6 +60,14 @@ class SingleModel:
 Parser = Callable[[ChatCompletion], dict[str, Any]]
 
 
+class BudgetExhausted(Exception):
+    """The debate reached its call or token budget; ``run_debate`` answers from what it has."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
 class DebateContext:
     def __init__(
         self,
@@ -77,6 +85,9 @@ class DebateContext:
         self._on_event = on_event
         self.transcript: list[TranscriptRecord] = list(transcript)
         self._seq = itertools.count(len(self.transcript))
+        # Budget accounting survives a resume: it is derived from the transcript carried over.
+        self._calls_started = len(self.transcript)
+        self._tokens_used = sum(r.prompt_tokens + r.completion_tokens for r in self.transcript)
         self._order: dict[int, int] = {id(r): i for i, r in enumerate(self.transcript)}
         # Trace spans per round (no-ops unless tracing is configured), under the caller's span.
         self._spans = RoundSpans()
@@ -102,7 +113,13 @@ class DebateContext:
         json_schema: dict[str, Any] | None = None,
         knowledge: Sequence[int] = (),
     ) -> TranscriptRecord:
-        """Run one LLM call and record it; ``parse`` turns the completion into record fields."""
+        """Run one LLM call and record it; ``parse`` turns the completion into record fields.
+
+        Raises ``BudgetExhausted`` instead of calling once the debate has used its budget (checked
+        before each call, so the call that crosses the token cap is the last one).
+        """
+        self._check_budget()
+        self._calls_started += 1
         seq = next(self._seq)
         endpoint = ROLE_ENDPOINT.get(role, "debater")
         model = self.models.for_role(endpoint, agent)
@@ -152,6 +169,7 @@ class DebateContext:
         )
         self._order[id(record)] = seq
         self.transcript.append(record)
+        self._tokens_used += record.prompt_tokens + record.completion_tokens
         await self.emit(
             "turn.completed",
             {
@@ -173,11 +191,29 @@ class DebateContext:
         )
         return record
 
+    def _check_budget(self) -> None:
+        cfg = self.config
+        if cfg.budget_calls is not None and self._calls_started >= cfg.budget_calls:
+            raise BudgetExhausted(f"call budget of {cfg.budget_calls} reached")
+        if cfg.budget_tokens is not None and self._tokens_used >= cfg.budget_tokens:
+            raise BudgetExhausted(
+                f"token budget of {cfg.budget_tokens} reached ({self._tokens_used} tokens used)"
+            )
+
     async def gather(self, calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
         """Run independent calls concurrently, or one after another with ``sequential``."""
         if self.config.sequential:
             return [await c() for c in calls]
-        return list(await asyncio.gather(*(c() for c in calls)))
+        tasks = [asyncio.ensure_future(c()) for c in calls]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            # One call failed (budget reached, LLM down, cancelled): stop its siblings too, so no
+            # orphaned call keeps running and recording after the debate has ended.
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     def ordered_transcript(self) -> list[TranscriptRecord]:
         """Calls grouped by round, agents in order within a round, then judge/summary calls."""

@@ -16,6 +16,7 @@ from debate_worker.engine.context import DebateContext
 from debate_worker.engine.outcome import Outcome, ProtocolRun
 from debate_worker.engine.parsing import parse_selection_json, parse_verdict_json
 from debate_worker.engine.prompts import PromptSet, get_prompts
+from debate_worker.engine.protocols.common import order_views, persona, view_seed, with_persona
 from debate_worker.engine.result import TranscriptRecord
 from services.knowledge import KnowledgeItem
 from services.llm import ChatCompletion
@@ -48,8 +49,11 @@ async def select_knowledge(
         round=round,
         role="select",
         agent=agent,
-        messages=prompts.select(ctx.question, items, previous_answer),
+        messages=with_persona(
+            prompts.select(ctx.question, items, previous_answer), persona(ctx.config, agent)
+        ),
         parse=parse,
+        temperature=ctx.config.agent_temperature(agent),
         json_schema=prompts.SELECT_SCHEMA,
     )
     by_n = ctx.pool.by_number()
@@ -134,14 +138,23 @@ async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         if r == 1:
             messages = prompts.simultaneous(ctx.question, knowledge)
         else:
-            others = [resp for j, resp in enumerate(responses[-1]) if j != i]
+            # The other agents' previous answers in the configured order (Zhang et al.'s factor).
+            order = order_views(
+                [j for j in range(cfg.agents) if j != i],
+                answers[-1],
+                cfg.ordering,
+                seed=view_seed(cfg, r, i),
+                gold=run.gold,
+            )
+            others = [responses[-1][j] for j in order]
             messages = prompts.orderly(ctx.question, knowledge, others, [h[i] for h in responses])
         return await ctx.call(
             round=r,
             role="debater",
             agent=i,
-            messages=messages,
+            messages=with_persona(messages, persona(cfg, i)),
             parse=parse_answer,
+            temperature=cfg.agent_temperature(i),
             json_schema=prompts.ANSWER_SCHEMA,
             knowledge=[k.n for k in knowledge],
         )

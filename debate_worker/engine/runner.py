@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
+from debate_worker.engine.answers import majority_vote
 from debate_worker.engine.config import DebateConfig, validate_question
-from debate_worker.engine.context import DebateContext, EventSink, RoleModels
-from debate_worker.engine.outcome import CheckpointSink, ProtocolRun
+from debate_worker.engine.context import BudgetExhausted, DebateContext, EventSink, RoleModels
+from debate_worker.engine.outcome import CheckpointSink, Outcome, ProtocolRun
+from debate_worker.engine.protocols.common import apply_team, require_gold
 from debate_worker.engine.registry import KNOWLEDGE_FREE, PROTOCOLS
 from debate_worker.engine.result import Checkpoint, DebateResult
 from services.knowledge import KnowledgePool, empty_pool
@@ -42,8 +44,14 @@ async def run_debate(
     ctx = DebateContext(
         question, used_pool, config, llm, on_event, transcript=resume.transcript if resume else ()
     )
+    # Set-up every protocol shares, done once here so no protocol can skip it.
+    require_gold(ctx, gold)
+    apply_team(ctx)
     protocol = PROTOCOLS[config.protocol]
-    outcome = await protocol(ctx, ProtocolRun(on_checkpoint, resume, gold))
+    try:
+        outcome = await protocol(ctx, ProtocolRun(on_checkpoint, resume, gold))
+    except BudgetExhausted as exc:
+        outcome = answer_within_budget(ctx, exc)
     usage, by_role = ctx.usage()
     return DebateResult(
         question=question,
@@ -60,3 +68,28 @@ async def run_debate(
         wall_ms=round((time.perf_counter() - started) * 1000, 1),
         config=config.model_dump(),
     )
+
+
+# Roles whose parsed answer is an agent's own answer to the question (not a vote or a verdict).
+AGENT_ANSWER_ROLES = frozenset(
+    {"debater", "answer", "sample", "affirmative", "negative", "propose", "adjust", "draft"}
+)
+
+
+def answer_within_budget(ctx: DebateContext, exc: BudgetExhausted) -> Outcome:
+    """The answer of a debate stopped by its budget: the majority of each agent's latest answer."""
+    latest: dict[int, tuple[int, str | None]] = {}
+    for rec in ctx.transcript:
+        agent = rec.agent
+        if rec.role not in AGENT_ANSWER_ROLES or agent is None or not rec.answer:
+            continue
+        if agent not in latest or rec.round >= latest[agent][0]:
+            latest[agent] = (rec.round, rec.answer)
+    finals = [latest[a][1] for a in sorted(latest)]
+    answer, votes = majority_vote(finals)
+    rounds = max((r.round for r in ctx.transcript), default=0)
+    if answer is None:
+        source = f"budget exhausted ({exc.what}) before any agent gave a usable answer"
+    else:
+        source = f"budget exhausted ({exc.what}): majority of the agents' latest answers ({votes} votes)"
+    return Outcome(answer=answer, answer_source=source, rounds=rounds, consensus=False, final_answers=finals)

@@ -136,6 +136,8 @@ def worker_env(
             "PARLEY_LLM_STRUCTURED_OUTPUT": "off",
             "PARLEY_LLM_MAX_ATTEMPTS": "2",
             "PARLEY_LLM_BACKOFF_BASE_S": "0.05",
+            # Each worker process its own metrics port: tests run several workers side by side.
+            "PARLEY_WORKER_METRICS_PORT": str(free_port()),
         }
     )
     if retriever_url:

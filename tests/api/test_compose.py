@@ -22,13 +22,28 @@ def compose_config(*profiles: str, env: dict[str, str] | None = None) -> dict[st
     args = [binary, "-f", str(ROOT / "docker-compose.yml")]
     for p in profiles:
         args += ["--profile", p]
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PARLEY_", "FLOWER_"))}
-    proc = subprocess.run(
-        [*args, "config"], capture_output=True, text=True, cwd=ROOT, env={**clean, **(env or {})}, timeout=60
-    )
+    proc = run_compose_config(args, {"PARLEY_API_KEYS": '{"ops": "' + "0" * 64 + '"}', **(env or {})})
     assert proc.returncode == 0, proc.stderr
     config: dict[str, Any] = yaml.safe_load(proc.stdout)
     return config
+
+
+def run_compose_config(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PARLEY_", "FLOWER_"))}
+    return subprocess.run(
+        [*args, "config"], capture_output=True, text=True, cwd=ROOT, env={**clean, **env}, timeout=60
+    )
+
+
+def test_compose_requires_api_keys() -> None:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (apt-get install -y docker-compose)")
+    proc = run_compose_config([binary, "-f", str(ROOT / "docker-compose.yml")], {})
+    assert proc.returncode != 0
+    assert "PARLEY_API_KEYS" in proc.stderr
+    api = compose_config()["services"]["api"]
+    assert api["command"][:3] == ["api", "--host", "0.0.0.0"]  # exposed, hence keys required
 
 
 def test_compose_file_validates_with_every_service_healthy_and_ordered() -> None:

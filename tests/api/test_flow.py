@@ -233,3 +233,31 @@ def test_batch_does_not_starve_a_single_request(
     ahead = sum(f < done["finished_at"] for f in finished)
     # FIFO would run all 16 batch items first; the queues alternate, so only a few finish before it.
     assert ahead <= 6, f"{ahead} batch items finished before the single debate"
+
+
+def test_a_debate_brings_its_own_pool(
+    worker: WorkerProcess, alice: httpx.Client, scripted: ScriptedLLM
+) -> None:
+    pool = [
+        {"source": "web", "title": "Snippet", "text": "Paris has been the capital since 987."},
+        {"source": "wikipedia", "title": "France", "text": "France's capital is Paris."},
+        {"source": "wikipedia", "title": "Empty", "text": "   "},
+    ]
+    resp = alice.post("/v1/debates", json={"question": "Capital of France?", "pool": pool})
+    assert resp.status_code == 202, resp.text
+    job = wait_status(alice, resp.json()["job_id"], {"completed", "failed"})
+    assert job["status"] == "completed", job
+    items = job["result"]["pool"]["items"]
+    # Wikipedia first, numbered from 1, the textless item dropped; no retriever was asked.
+    assert [(it["n"], it["title"]) for it in items] == [(1, "France"), (2, "Snippet")]
+    assert "cached" not in job["result"]["pool"]
+    assert any("France's capital is Paris." in json.dumps(r) for r in scripted.requests)
+    events = read_sse(alice, f"/v1/debates/{job['job_id']}/events")
+    ready = next(e for e in events if e["event"] == "pool.ready")
+    assert "1 given knowledge item(s) had no text" in ready["data"]["warnings"][0]
+    assert "cached" not in ready["data"] and "timings_ms" not in ready["data"]
+    # A pool the protocol would not use is refused, naming the field.
+    bad = alice.post(
+        "/v1/debates", json={"question": "Capital?", "pool": pool, "config": {"protocol": "single"}}
+    )
+    assert bad.status_code == 422 and "pool" in bad.json()["detail"]

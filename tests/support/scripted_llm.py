@@ -90,6 +90,8 @@ class ScriptedLLM:
         self.model = model
         self.port = port or free_port()
         self.requests: list[dict[str, Any]] = []
+        # The Authorization header of each request, in the same order (None when absent).
+        self.authorizations: list[str | None] = []
         self.failures: list[Failure] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -114,6 +116,7 @@ class ScriptedLLM:
     def reset(self) -> None:
         self.rules.clear()
         self.requests.clear()
+        self.authorizations.clear()
         self.failures.clear()
         self.max_in_flight = 0
 
@@ -137,6 +140,7 @@ class ScriptedLLM:
                 return JSONResponse({"error": {"message": "invalid JSON"}}, status_code=400)
             with self._lock:
                 self.requests.append(body)
+                self.authorizations.append(request.headers.get("authorization"))
                 failure = self.failures.pop(0) if self.failures else None
             if failure is not None:
                 return JSONResponse(

@@ -18,6 +18,7 @@ from debate_worker.engine.parsing import (
     parse_selection,
     parse_verdict,
 )
+from debate_worker.engine.prompts.untrusted import knowledge_block
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
 
@@ -67,10 +68,8 @@ EXAMPLE_ANSWERS = ("Bridget Driscoll", "Canberra")
 
 
 def render_knowledge(items: Sequence[KnowledgeItem]) -> str:
-    if not items:
-        return ""
-    lines = [f"[{it.n}] {it.title}: {it.text}" for it in items]
-    return "Knowledge:\n" + "\n".join(lines)
+    """The items as quoted data in a delimited block (``prompts.untrusted``)."""
+    return knowledge_block(items, "[{n}]")
 
 
 def _msgs(system: str, user: str) -> list[ChatMessage]:

@@ -32,6 +32,7 @@ from debate_worker.engine.parsing import (
     parse_verdict,
     parse_verdict_json,
 )
+from debate_worker.engine.prompts.untrusted import knowledge_block
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
 
@@ -94,9 +95,8 @@ MAX_ANSWER_WORDS = 12
 
 
 def render_knowledge(items: Sequence[KnowledgeItem]) -> str:
-    if not items:
-        return ""
-    return "Knowledge:\n" + "\n".join(f"(K{it.n}) {it.title}: {it.text}" for it in items)
+    """The items as quoted data in a delimited block (``prompts.untrusted``)."""
+    return knowledge_block(items, "(K{n})")
 
 
 def _msgs(system: str, user: str) -> list[ChatMessage]:

@@ -106,7 +106,14 @@ def view_seed(config: DebateConfig, round: int, agent: int) -> int:
 class AgentClientFactory(Protocol):
     """What ``services.llm_factory.RoleModelsFromSettings`` offers for per-agent endpoints."""
 
-    def agent_client(self, role: str, *, base_url: str | None, model: str | None) -> ChatModel: ...
+    def agent_client(
+        self,
+        role: str,
+        *,
+        endpoint: str | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+    ) -> ChatModel: ...
 
 
 class TeamModels:
@@ -121,23 +128,35 @@ class TeamModels:
         self._base = base
         self._team = list(team)
         self._cache: dict[tuple[str, int], ChatModel] = {}
-        needs_factory = any(s.model or s.base_url for s in self._team)
+        needs_factory = any(_routes_elsewhere(s) for s in self._team)
         if needs_factory and not hasattr(base, "agent_client"):
             raise ValueError(
                 "team: per-agent models or endpoints need role models that can open per-agent clients"
             )
+        if needs_factory:
+            # Resolve every agent once up front: an unknown endpoint name fails the debate before
+            # its first call, not in round 3.
+            for agent, spec in enumerate(self._team):
+                if _routes_elsewhere(spec):
+                    self.for_role("debater", agent)
 
     def for_role(self, role: str, agent: int | None = None) -> ChatModel:
         if agent is None or not 0 <= agent < len(self._team):
             return self._base.for_role(role, agent)
         spec = self._team[agent]
-        if not (spec.model or spec.base_url):
+        if not _routes_elsewhere(spec):
             return self._base.for_role(role, agent)
         key = (role, agent)
         if key not in self._cache:
             factory: AgentClientFactory = self._base  # type: ignore[assignment]
-            self._cache[key] = factory.agent_client(role, base_url=spec.base_url, model=spec.model)
+            self._cache[key] = factory.agent_client(
+                role, endpoint=spec.endpoint, base_url=spec.base_url, model=spec.model
+            )
         return self._cache[key]
+
+
+def _routes_elsewhere(spec: Any) -> bool:
+    return bool(spec.endpoint or spec.model or spec.base_url)
 
 
 def apply_team(ctx: DebateContext) -> None:
@@ -150,6 +169,17 @@ def persona(config: DebateConfig, agent: int) -> str | None:
     if config.team is not None and 0 <= agent < len(config.team):
         return config.team[agent].persona
     return None
+
+
+def with_persona(messages: list[ChatMessage], role: str | None) -> list[ChatMessage]:
+    """The messages with the agent's persona added to its system prompt (one sanitised line)."""
+    if not role:
+        return messages
+    line = f"Your role: {role}."
+    if messages and messages[0]["role"] == "system":
+        first: ChatMessage = {"role": "system", "content": f"{messages[0]['content']} {line}"}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": line}, *messages]
 
 
 # ------------------------------------------------------------------------------------- confidence

@@ -20,11 +20,9 @@ from debate_worker.engine.context import DebateContext
 from debate_worker.engine.outcome import Outcome, ProtocolRun
 from debate_worker.engine.protocols import kks_prompts as kp
 from debate_worker.engine.protocols.common import (
-    apply_team,
     call_with_reasks,
     order_views,
     parse_confidence,
-    require_gold,
     speaking_order,
     view_seed,
 )
@@ -75,8 +73,6 @@ def game_of(question: str) -> str:
 
 async def run_kks(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     cfg = ctx.config
-    apply_team(ctx)
-    require_gold(ctx, run.gold)
     style = cfg.prompt_style
     players = players_from_question(ctx.question)
     if not players:

@@ -22,7 +22,7 @@ from debate_worker.engine.madke import answer_parser, select_knowledge
 from debate_worker.engine.outcome import Outcome, ProtocolRun
 from debate_worker.engine.prompts import get_prompts, robust
 from debate_worker.engine.protocols import mad_prompts as mp
-from debate_worker.engine.protocols.common import apply_team, call_with_reasks, require_gold
+from debate_worker.engine.protocols.common import call_with_reasks
 from services.llm import ChatCompletion
 
 
@@ -121,8 +121,6 @@ def short(answer: str | None) -> str | None:
 
 async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     cfg = ctx.config
-    apply_team(ctx)
-    require_gold(ctx, run.gold)
     style = cfg.prompt_style
     prompts = get_prompts(style)
     parse_answer = answer_parser(prompts)

@@ -28,11 +28,9 @@ from debate_worker.engine.prompts import PromptSet, get_prompts
 from debate_worker.engine.protocols import decisions as dr
 from debate_worker.engine.protocols import mallm_prompts as mpr
 from debate_worker.engine.protocols.common import (
-    apply_team,
     call_with_reasks,
     order_views,
     persona,
-    require_gold,
     speaking_order,
     view_seed,
 )
@@ -114,8 +112,6 @@ def _ballot(record: TranscriptRecord, decision: str) -> Any:
 async def run_mallm(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     cfg = ctx.config
     ms = cfg.mallm
-    apply_team(ctx)
-    require_gold(ctx, run.gold)
     style = cfg.prompt_style
     prompts = get_prompts(style)
     parse_msg = discussion_parser(prompts)

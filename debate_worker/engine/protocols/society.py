@@ -17,11 +17,9 @@ from debate_worker.engine.outcome import Outcome, ProtocolRun
 from debate_worker.engine.prompts import get_prompts
 from debate_worker.engine.protocols import society_prompts as sp
 from debate_worker.engine.protocols.common import (
-    apply_team,
     order_views,
     parse_confidence,
     persona,
-    require_gold,
     speaking_order,
     view_seed,
 )
@@ -47,8 +45,6 @@ def views_for(
 
 async def run_society(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     cfg = ctx.config
-    apply_team(ctx)
-    require_gold(ctx, run.gold)
     prompts = get_prompts(cfg.prompt_style)
     parse_answer = answer_parser(prompts)
     responses: list[list[str]] = []
