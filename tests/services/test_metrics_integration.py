@@ -320,6 +320,41 @@ def test_gateway_with_two_uvicorn_workers_counts_every_request(redis_server: Red
         proc.wait(timeout=15)
 
 
+def test_gateway_json_logs_include_uvicorn_lines(redis_server: RedisServer, tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    env.update(
+        {"PARLEY_API_REDIS_URL": redis_server.url, "PYTHONPATH": str(ROOT), "PARLEY_LOG_FORMAT": "json"}
+    )
+    log = tmp_path / "api.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "api.cli", "api", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            cwd=ROOT,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    loggers = {e["logger"] for e in entries}
+    assert {"uvicorn.error", "uvicorn.access"} <= loggers, loggers
+    assert all(e["service"] == "api" for e in entries)
+    assert any("/healthz" in e["message"] for e in entries if e["logger"] == "uvicorn.access")
+
+
 def test_metrics_endpoint_itself_is_not_counted(api: ApiServer) -> None:
     url = f"{api.url}/metrics"
     before = Scrape.get(url)
