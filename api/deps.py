@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.enqueue import Enqueuer
 from api.guards import AuthFailureLimiter, Idempotency, KeyRing, RateLimiter
@@ -32,7 +33,14 @@ def get_state(request: Request) -> ApiState:
     return state
 
 
-async def get_owner(request: Request) -> str:
+# Declares the scheme in the OpenAPI document (every authenticated operation then lists it); the key
+# itself is checked by the KeyRing, which also knows the open mode without keys.
+BEARER = HTTPBearer(auto_error=False, scheme_name="apiKey", description="Authorization: Bearer <API key>")
+
+
+async def get_owner(
+    request: Request, _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
+) -> str:
     """Authenticate the caller and charge the request to its rate limit; returns the owner name.
 
     Failed authentications count against the client address, which is refused for the rest of the

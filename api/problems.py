@@ -1,7 +1,10 @@
 """RFC 9457 problem details: every error the API returns is ``application/problem+json``.
 
 Redis (or the broker) being down is a 503 with ``Retry-After``, never a 500: the request was fine and
-can simply be repeated later.
+can simply be repeated later. The OpenAPI document says the same: every 4xx/5xx response is
+documented as a ``Problem`` (``document_problems``), with the statuses every authenticated route, body
+and ``Idempotency-Key`` can produce, so a client generated from the schema (or a fuzzer checking
+responses against it) meets no undocumented status or content type.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError as KombuOperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("parley.api")
@@ -88,8 +92,104 @@ def unavailable(request: Request | None, retry_after_s: int, what: str) -> JSONR
     )
 
 
+def allowed_methods(request: Request) -> str:
+    """The ``Allow`` header of a 405: the methods of every route whose path matches the request's."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
+
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "type": "object",
+    "description": "RFC 9457 problem details; validation problems list each field in `errors`",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string", "description": "URI reference naming the kind of problem"},
+        "title": {"type": "string"},
+        "status": {"type": "integer", "minimum": 400, "maximum": 599},
+        "detail": {"type": "string"},
+        "instance": {"type": "string", "description": "the request path"},
+        "errors": {"type": "array", "items": {"type": "object"}},
+    },
+}
+
+# What each status means on this API, for responses a route does not describe itself.
+PROBLEM_DESCRIPTIONS = {
+    400: "malformed request: a body that is not JSON, or a header value this API cannot read",
+    401: "missing or unknown API key (WWW-Authenticate: Bearer)",
+    404: "unknown id, or one of another key",
+    409: "conflict with the resource's state, or an Idempotency-Key still in progress",
+    413: "request body over the size limit",
+    422: "invalid request; `errors` names each refused field",
+    429: "rate limit, active-job limit, daily token quota or failed-authentication limit (Retry-After)",
+    503: "the job store or broker is unavailable; retry after Retry-After seconds",
+}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "seconds to wait before retrying",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+
+
+def document_problems(openapi: dict[str, Any]) -> dict[str, Any]:
+    """Document the problem responses every operation can give, all as ``application/problem+json``.
+
+    Statuses come from what the request carries: a security requirement (401, 429), a body (400,
+    413, 422), an ``Idempotency-Key`` (400, 409, 422), parameters (422); every route reads Redis
+    (503). FastAPI's own ``HTTPValidationError`` 422 schema is replaced, since the handlers above
+    answer validation errors as problems.
+    """
+    components = openapi.setdefault("components", {}).setdefault("schemas", {})
+    components["Problem"] = PROBLEM_SCHEMA
+    problem_content = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for item in openapi.get("paths", {}).values():
+        for op in item.values():
+            if not isinstance(op, dict) or "responses" not in op:
+                continue
+            statuses = {503}
+            if op.get("security"):
+                statuses |= {401, 429}
+            if op.get("requestBody"):
+                statuses |= {400, 413, 422}
+            params = op.get("parameters", [])
+            if params:
+                statuses.add(422)
+            headers = {p.get("name", "").lower() for p in params if p.get("in") == "header"}
+            if "idempotency-key" in headers:
+                statuses |= {400, 409, 422}
+            responses = op["responses"]
+            for status in statuses:
+                responses.setdefault(str(status), {})
+            for code, response in responses.items():
+                if not code.isdigit() or int(code) < 400:
+                    continue
+                if response.get("description") in (None, "", "Additional Response"):
+                    response["description"] = PROBLEM_DESCRIPTIONS.get(int(code), "problem")
+                response["content"] = problem_content
+                if int(code) in (429, 503):
+                    response["headers"] = _RETRY_AFTER
+            op["responses"] = dict(sorted(responses.items()))
+    for unused in ("HTTPValidationError", "ValidationError"):
+        components.pop(unused, None)
+    return openapi
+
+
 def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
-    """Map every exception the app can raise to a problem document."""
+    """Map every exception the app can raise to a problem document, and say so in the schema."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document_problems(generate())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
@@ -105,7 +205,11 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return problem_response(request, exc.status_code, str(exc.detail), headers=dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route on the path; GET and DELETE are separate routes.
+            headers["Allow"] = allowed_methods(request)
+        return problem_response(request, exc.status_code, str(exc.detail), headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -141,3 +245,23 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
         return problem_response(request, 500, "internal error; see the server log")
+
+    async def _store_full(request: Request, exc: Exception) -> JSONResponse:
+        # Redis at maxmemory with noeviction refuses writes: the operator must act, so ERROR.
+        log.error("the job store (Redis) is full and refuses writes on %s: %s", request.url.path, exc)
+        return problem_response(
+            request,
+            503,
+            "the job store is full and accepts no new work; retry later",
+            type_="/problems/store-full",
+            headers={"Retry-After": str(retry_after_s)},
+        )
+
+    async def _redis_error_reply(request: Request, exc: Exception) -> JSONResponse:
+        # An OOM inside a script or a transaction arrives wrapped in a generic error reply.
+        if "OOM command not allowed" in str(exc):
+            return await _store_full(request, exc)
+        return await _unexpected(request, exc)
+
+    app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
+    app.add_exception_handler(redis.exceptions.ResponseError, _redis_error_reply)

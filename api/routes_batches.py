@@ -31,28 +31,28 @@ router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 MAX_REPORTED_ERRORS = 20
 
+
+def _item_schema() -> dict[str, Any]:
+    """BatchItem's JSON schema, its references pointing into the document's components (the models
+    it uses are there already, through DebateRequest)."""
+    schema = BatchItem.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return schema
+
+
 _BODY_DOC: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {
             "application/json": {
+                # What read_batch accepts: no other fields, at least one item, each a BatchItem.
                 "schema": {
                     "type": "object",
                     "required": ["items"],
+                    "additionalProperties": False,
                     "properties": {
-                        "items": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "required": ["question"],
-                                "properties": {
-                                    "id": {"type": "string"},
-                                    "question": {"type": "string"},
-                                    "answers": {"type": "array", "items": {"type": "string"}},
-                                },
-                            },
-                        },
-                        "config": {"type": "object", "description": "DebateConfig"},
+                        "items": {"type": "array", "minItems": 1, "items": _item_schema()},
+                        "config": {"$ref": "#/components/schemas/DebateConfig"},
                     },
                 }
             },
@@ -62,9 +62,10 @@ _BODY_DOC: dict[str, Any] = {
                     "required": ["file"],
                     "properties": {
                         "file": {"type": "string", "format": "binary", "description": "JSONL items"},
-                        "config": {"type": "string", "description": "DebateConfig as a JSON string"},
+                        "config": {"$ref": "#/components/schemas/DebateConfig"},
                     },
-                }
+                },
+                "encoding": {"config": {"contentType": "application/json"}},
             },
         },
     }
@@ -180,7 +181,12 @@ async def read_batch(request: Request, state: ApiState) -> tuple[list[BatchItem]
     status_code=202,
     response_model=BatchAccepted,
     openapi_extra=_BODY_DOC,
-    responses={422: {"description": "invalid items (nothing queued)"}, 429: {}, 503: {}},
+    responses={
+        415: {"description": "a body that is not JSON, JSONL or multipart"},
+        422: {"description": "invalid items (nothing queued)"},
+        429: {},
+        503: {},
+    },
 )
 async def create_batch(
     request: Request,

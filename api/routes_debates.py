@@ -230,7 +230,11 @@ async def cancel_debate(job_id: str, state: State, owner: Owner) -> Response:
 
 @router.get(
     "/{job_id}/events",
-    responses={200: {"content": {"text/event-stream": {}}}, 404: NOT_FOUND},
+    responses={
+        200: {"content": {"text/event-stream": {}}},
+        400: {"description": "Last-Event-ID (or after) is not an event id of this API"},
+        404: NOT_FOUND,
+    },
     response_class=EventSourceResponse,
 )
 async def debate_events(
