@@ -9,7 +9,11 @@ headers) → ``parley.pool`` → the retriever's request (through the HTTP heade
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,9 +29,17 @@ from debate_worker.tasks import WorkerRuntime
 from debate_worker.worker_settings import WorkerSettings
 from services import telemetry
 from services.settings import LLMSettings, ObservabilitySettings, RetrieverClientSettings
-from tests.api.support import SELECT, ApiServer, RedisServer, running_redis, wait_status
+from tests.api.support import (
+    SELECT,
+    ApiServer,
+    RedisServer,
+    WorkerProcess,
+    running_redis,
+    wait_status,
+    worker_env,
+)
 from tests.services.test_metrics_integration import Scrape
-from tests.support.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -173,3 +185,135 @@ def test_one_debate_is_one_trace_from_request_to_each_llm_call(
     assert sorted(str(s.attributes["parley.role"]) for s in llm_spans) == sorted(
         r["role"] for r in transcript
     )
+
+
+def test_trace_prompts_setting_adds_prompt_and_reply(exporter: InMemorySpanExporter) -> None:
+    exporter.clear()
+    previous = telemetry._state.trace_prompts
+    telemetry._state.trace_prompts = True
+    try:
+        spans = telemetry.RoundSpans()
+        with spans.llm_call(1, "debater", 0, "m", "debater", [{"role": "user", "content": "Q?"}]) as call:
+            call.record(text="A.", prompt_tokens=3, completion_tokens=1, attempts=1)
+        spans.end_round(1)
+    finally:
+        telemetry._state.trace_prompts = previous
+    [llm] = [s for s in exporter.get_finished_spans() if s.name == "parley.llm"]
+    assert llm.attributes["parley.prompt"] == '[{"role": "user", "content": "Q?"}]'
+    assert llm.attributes["parley.reply"] == "A."
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP trace collector (protobuf), enough to receive what a worker process exports."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+            ExportTraceServiceResponse,
+        )
+
+        self.spans: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                receiver.paths.append(self.path)
+                for resource_spans in request.resource_spans:
+                    service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+                    for scope in resource_spans.scope_spans:
+                        for span in scope.spans:
+                            attrs = {a.key: _any_value(a.value) for a in span.attributes}
+                            receiver.spans.append(
+                                {
+                                    "name": span.name,
+                                    "trace_id": span.trace_id.hex(),
+                                    "span_id": span.span_id.hex(),
+                                    "parent": span.parent_span_id.hex(),
+                                    "service": service.get("service.name"),
+                                    "attributes": attrs,
+                                }
+                            )
+                payload = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _any_value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    return getattr(value, kind) if kind else None
+
+
+def test_prefork_worker_exports_the_job_over_otlp_as_a_child_of_the_request(
+    exporter: InMemorySpanExporter, retriever_url: str, tmp_path: Path
+) -> None:
+    """The production path: a worker process (prefork) with OTEL_EXPORTER_OTLP_ENDPOINT, the trace
+    context travelling in a real Celery message and in the worker's HTTP call to the retriever."""
+    receiver = OtlpReceiver()
+    redis_gen = running_redis(tmp_path / "redis")
+    redis: RedisServer = next(redis_gen)
+    try:
+        with ScriptedLLM(latency_s=0.01) as llm:
+            llm.on(SELECT, "The most helpful knowledge is [1].")
+            llm.on("respond with [Yes]", "[Yes]")
+            llm.on("Question:", "The answer is [Leonardo da Vinci].")
+            env = worker_env(
+                redis.url,
+                llm.base_url,
+                retriever_url,
+                OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url,
+                PARLEY_WORKER_METRICS_PORT="0",
+            )
+            api_settings = ApiSettings(redis_url=redis.url, keys={"tracer": hash_key(KEY)})
+            with (
+                WorkerProcess(env, tmp_path / "worker.log", concurrency=1) as worker,
+                ApiServer(api_settings) as api,
+                httpx.Client(base_url=api.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as c,
+            ):
+                exporter.clear()
+                config = {"knowledge": "wikipedia", "k_wiki": 2, "k_web": 0}
+                job_id = c.post(
+                    "/v1/debates", json={"question": "who painted the mona lisa", "config": config}
+                ).json()["job_id"]
+                job = wait_status(c, job_id, {"completed", "failed"}, timeout_s=120)
+                assert job["status"] == "completed", (job, worker.log()[-2000:])
+                deadline = time.monotonic() + 20
+                while not any(s["name"] == "parley.job" for s in receiver.spans):
+                    assert time.monotonic() < deadline, worker.log()[-2000:]
+                    time.sleep(0.1)
+    finally:
+        next(redis_gen, None)
+        receiver.close()
+
+    assert set(receiver.paths) == {"/v1/traces"}
+    [job_span] = [s for s in receiver.spans if s["name"] == "parley.job"]
+    assert job_span["attributes"]["parley.job_id"] == job_id and job_span["service"] == "parley-worker"
+    local = list(exporter.get_finished_spans())
+    [request] = [s for s in local if s.name == "POST /v1/debates"]
+    assert job_span["trace_id"] == f"{request.context.trace_id:032x}"
+    assert job_span["parent"] == f"{request.context.span_id:016x}"
+    [pool] = [s for s in receiver.spans if s["name"] == "parley.pool"]
+    assert pool["parent"] == job_span["span_id"]
+    [retriever_request] = [s for s in local if s.name == "POST /v1/pools"]
+    assert (
+        retriever_request.parent is not None and f"{retriever_request.parent.span_id:016x}" == pool["span_id"]
+    )
+    llm_spans = [s for s in receiver.spans if s["name"] == "parley.llm"]
+    assert len(llm_spans) == len(job["result"]["transcript"])
+    assert all(s["trace_id"] == job_span["trace_id"] for s in llm_spans)
