@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROLES = ("debater", "judge", "summarizer")
@@ -118,17 +118,20 @@ class RetrieverClientSettings(ParleySettings):
 
 class ObservabilitySettings(ParleySettings):
     """Logs and traces, the same for every process (``PARLEY_LOG_FORMAT``, ``PARLEY_TRACE_PROMPTS``
-    and OpenTelemetry's own ``OTEL_EXPORTER_OTLP_ENDPOINT``); each process's settings embed one."""
+    and OpenTelemetry's own ``OTEL_EXPORTER_OTLP_ENDPOINT``); gateway, worker and retriever each read
+    them once at start-up."""
 
-    model_config = SettingsConfigDict(env_prefix="PARLEY_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="PARLEY_", frozen=True, extra="ignore", populate_by_name=True
+    )
 
     log_format: Literal["text", "json"] = Field(
         default="text", description="text for people, json for one JSON object per line (job ids included)"
     )
     otlp_endpoint: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otlp_endpoint"),
-        description="OTEL_EXPORTER_OTLP_ENDPOINT: OTLP/HTTP collector base URL; unset = no traces",
+        validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+        description="OTLP/HTTP collector base URL (spans go to its /v1/traces); unset = no traces",
     )
     trace_prompts: bool = Field(
         default=False, description="put prompt and reply text into LLM call spans (off: ids and counts only)"
