@@ -911,15 +911,19 @@
     if (!page.items.length) append(tbody, [el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No batches yet." }))]);
   }
 
-  async function plotPoints(current, currentStats, signal) {
+  async function plotPoints(current, currentStats, listed, signal) {
     // One point per batch of this key that carries gold answers: accuracy against mean tokens,
-    // coloured by protocol, so protocols compare at a glance.
+    // coloured by protocol, so protocols compare at a glance. Finished batches' results are read once
+    // per page load (batchStatsCache).
     const points = [];
     if (currentStats.gold && currentStats.accuracy !== null) {
       points.push({ batchId: current.batch_id, protocol: current.config.protocol || "madke", ...currentStats, current: true });
     }
-    const page = await api("/v1/batches?limit=20", { signal });
-    for (const b of page.items) {
+    // Listed again only while one of the others is unfinished (its point is still to come).
+    if (!listed.items || listed.items.some((b) => b.batch_id !== current.batch_id && b.status !== "completed")) {
+      listed.items = (await api("/v1/batches?limit=20", { signal })).items;
+    }
+    for (const b of listed.items) {
       if (b.batch_id === current.batch_id || b.status !== "completed") continue;
       if (!batchStatsCache.has(b.batch_id)) {
         const { rows } = await fetchResults(b.batch_id, signal);
@@ -979,6 +983,7 @@
     let resultsText = "";
     let seenFinished = -1;
     let plotted = false;
+    const listed = { items: null };
 
     const download = el("button", {
       type: "button",
@@ -1065,7 +1070,7 @@
           if (!s.gold) {
             fill(plotBox, el("h3", { text: "Accuracy against tokens" }), el("p", { class: "muted", text: "This batch carries no gold answers, so there is no accuracy to plot." }));
           } else {
-            const points = await plotPoints(batch, s, v.signal);
+            const points = await plotPoints(batch, s, listed, v.signal);
             fill(plotBox, el("h3", { text: "Accuracy against tokens, per protocol (this key's batches with gold answers)" }), points.length ? drawPlot(points) : el("p", { class: "muted", text: "no finished items yet" }));
           }
           plotted = batch.status === "completed";

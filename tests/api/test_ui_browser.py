@@ -538,6 +538,10 @@ def test_a_batch_reaches_100_percent_with_table_accuracy_and_plot(
     single = alice.post("/v1/batches", json={"items": other, "config": {"protocol": "single"}})
     assert single.status_code == 202, single.text
     single_id = single.json()["batch_id"]
+    deadline = time.monotonic() + WAIT_S
+    while alice.get(f"/v1/batches/{single_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline, "the single-agent batch did not finish"
+        time.sleep(0.2)
 
     enter_key(page, KEY_A)
     page.get(page.current_url.split("#")[0] + "#/batches")
