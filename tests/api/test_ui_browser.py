@@ -429,6 +429,7 @@ def test_a_dropped_stream_resumes_from_the_last_event_without_loss_or_repeats(
     job_id = ask(page, "What is the capital of France, really?", rounds="3")
     wait_for(page, lambda: count(page, '.round[data-round="1"] .verdict'), "round 1")
     assert text_of(page, "#status") == "debating"
+    assert count(page, "#pool .card") == 4  # from pool.ready, long before the result exists
     assert proxy.drop_all() >= 1  # the live stream (and any idle connection) is cut
     wait_for(
         page,
