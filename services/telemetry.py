@@ -109,7 +109,10 @@ def instrument_fastapi(app: FastAPI) -> None:
         return
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-    FastAPIInstrumentor.instrument_app(app, tracer_provider=_state.provider, excluded_urls=EXCLUDED_URLS)
+    # One server span per request; the ASGI receive/send sub-spans would only repeat its timing.
+    FastAPIInstrumentor.instrument_app(
+        app, tracer_provider=_state.provider, excluded_urls=EXCLUDED_URLS, exclude_spans=["receive", "send"]
+    )
     _state.instrumented.add(id(app))
 
 

@@ -153,6 +153,8 @@ def test_one_debate_is_one_trace_from_request_to_each_llm_call(
     request = by_id[job_span.parent.span_id]
     assert request.kind == SpanKind.SERVER and request.name == "POST /v1/debates"
     assert request.parent is None
+    # No ASGI send/receive sub-spans: one span per request.
+    assert not [s for s in trace_spans if s.name.endswith(("http send", "http receive"))]
 
     # job → pool → the retriever's own request span.
     [pool] = [s for s in _children(trace_spans, job_span) if s.name == "parley.pool"]
