@@ -149,7 +149,8 @@ class JobRunner:
             return "missing"
         # Every line logged while the job runs names it and its batch; the span does the same.
         with job_log_context(job.job_id, job.batch_id):
-            trace.get_current_span().set_attribute("parley.batch_id", job.batch_id or "")
+            if job.batch_id:
+                trace.get_current_span().set_attribute("parley.batch_id", job.batch_id)
             started = time.monotonic()
             status = await self._execute(job)
             observe_job(job.queue, status, time.monotonic() - started)
