@@ -191,6 +191,13 @@ def submit(
     api_url: Annotated[str | None, typer.Option("--api", help="API base URL (PARLEY_API_URL)")] = None,
     poll: Annotated[float, typer.Option(help="seconds between progress polls")] = 1.0,
     idempotency_key: Annotated[str | None, typer.Option(help="makes a repeated submit safe")] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="with --wait: stop waiting after this many seconds, write what finished, "
+            "list the unfinished items and exit 3"
+        ),
+    ] = None,
 ) -> None:
     """Submit a JSONL file as one batch; with --wait show progress and write the results."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -234,15 +241,31 @@ def submit(
                 detail = f"running {c['retrieving'] + c['debating']}, failed {c['failed']}"
                 progress.update(task, completed=done, detail=detail)
 
-            client.wait_batch(batch_id, poll_s=poll, on_progress=show)
+            try:
+                client.wait_batch(batch_id, poll_s=poll, on_progress=show, timeout_s=timeout)
+                timed_out = False
+            except TimeoutError:
+                timed_out = True
         target = out or file.with_suffix(".results.jsonl")
         n = failed = 0
+        unfinished: list[dict[str, Any]] = []
         with target.open("w") as fh:
             for row in client.iter_results(batch_id):
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                 n += 1
                 failed += row["status"] != "completed"
+                if row["status"] in ("queued", "retrieving", "debating"):
+                    unfinished.append(row)
         typer.echo(f"wrote {n} results to {target} ({failed} not completed)")
+        if timed_out:
+            typer.echo(
+                f"batch {batch_id} did not finish within {timeout:.0f}s; "
+                f"{len(unfinished)} item(s) unfinished:",
+                err=True,
+            )
+            for row in unfinished[:50]:
+                typer.echo(f"  {row['id']} ({row['job_id']}): {row['status']}", err=True)
+            raise typer.Exit(3)
 
 
 @app.command("hash-key")

@@ -66,6 +66,7 @@ async def pool_builder(console: Console) -> AsyncIterator[PoolBuilder]:
             client_settings.url,
             timeout_s=client_settings.client_timeout_s,
             max_attempts=client_settings.client_max_attempts,
+            retry_window_s=client_settings.client_retry_window_s,
         )
         try:
             yield client

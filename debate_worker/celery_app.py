@@ -74,7 +74,59 @@ def create_worker_app(settings: WorkerSettings, runtime: WorkerRuntime | None = 
     # httpx logs every LLM call at INFO; a debate makes dozens.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     register_tasks(app, runtime or WorkerRuntime.from_env(settings))
+    install_lifecycle(app, settings)
     return app
+
+
+def install_lifecycle(app: Celery, settings: WorkerSettings) -> None:
+    """What the worker's main process does around its pool: the sweep of jobs whose worker vanished
+    (from ``worker_ready``), and on shutdown (SIGTERM, ``docker compose restart``) a flag that makes
+    this node's running jobs hand themselves back to the queue at once, resuming from their last
+    checkpoint elsewhere instead of waiting out the stop grace period and the visibility timeout."""
+    from celery import signals
+
+    from debate_worker.sweeper import start_sweeping
+    from debate_worker.worker_settings import TASK_RUN_DEBATE
+    from services.jobstore import draining_key
+
+    stoppers: list[Any] = []
+
+    def publish(job_id: str, queue_name: str) -> None:
+        app.send_task(TASK_RUN_DEBATE, args=[job_id], queue=queue_name or QUEUE_INTERACTIVE)
+
+    def on_ready(sender: Any = None, **_: Any) -> None:
+        import redis
+
+        # A node restarted under the same name must not inherit its previous life's drain flag.
+        node = getattr(sender, "hostname", None)
+        if node:
+            client = redis.Redis.from_url(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
+            try:
+                client.delete(draining_key(settings.key_prefix, node))
+            except redis.RedisError:
+                logging.getLogger("parley.worker").exception("could not clear the drain flag of %s", node)
+            finally:
+                client.close()
+        stoppers.append(start_sweeping(settings, publish))
+
+    def on_shutdown(sender: Any = None, **_: Any) -> None:
+        import redis
+
+        for stop in stoppers:
+            stop.set()
+        node = str(sender) if sender else ""
+        if not node:
+            return
+        client = redis.Redis.from_url(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
+        try:
+            client.set(draining_key(settings.key_prefix, node), "1", ex=900)
+        except redis.RedisError:
+            logging.getLogger("parley.worker").exception("could not flag %s as draining", node)
+        finally:
+            client.close()
+
+    signals.worker_ready.connect(on_ready, weak=False, sender=None)
+    signals.worker_shutting_down.connect(on_shutdown, weak=False)
 
 
 def __getattr__(name: str) -> Any:

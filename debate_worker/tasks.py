@@ -68,6 +68,10 @@ class PoolUnavailable(Exception):
     """No knowledge pool could be built: the retriever is down or not configured."""
 
 
+class WorkerDraining(Exception):
+    """This worker is shutting down: the job went back to the queue and resumes elsewhere."""
+
+
 def _default_models(
     llm: LLMSettings,
     base_url: str | None,
@@ -85,12 +89,13 @@ def _default_models(
 def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBuilder:
     if not retriever.url:
         raise PoolUnavailable("PARLEY_RETRIEVER_URL is not set; workers reach knowledge only through it")
-    from services.retriever_client import RetrieverClient  # the retriever engineer's client
+    from services.retriever_client import RetrieverClient
 
     return RetrieverClient(
         retriever.url,
         timeout_s=retriever.client_timeout_s,
         max_attempts=retriever.client_max_attempts,
+        retry_window_s=retriever.client_retry_window_s,
         transport=telemetry.client_transport(),  # carries the job's trace to the retriever
     )
 
@@ -136,10 +141,13 @@ class WorkerRuntime:
 class JobRunner:
     """Runs one job from the store to a terminal state (or leaves it for redelivery)."""
 
-    def __init__(self, runtime: WorkerRuntime, store: JobStore) -> None:
+    def __init__(self, runtime: WorkerRuntime, store: JobStore, node: str | None = None) -> None:
         self.rt = runtime
         self.store = store
         self.token = f"{runtime.hostname}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        # The Celery node running this job: when it shuts down, the job goes back to the queue.
+        self.node = node
+        self.draining = False
 
     async def execute(self, job_id: str) -> str:
         """Run ``job_id``; returns the status it ended in (or why it was skipped)."""
@@ -210,6 +218,9 @@ class JobRunner:
         try:
             return await self._debate(job, config, attempts)
         except (JobCancelled, asyncio.CancelledError):
+            if self.draining:
+                await self._requeue_for_shutdown(job_id)
+                raise WorkerDraining(job_id) from None
             # Cancelled by the user (DELETE) or finished elsewhere; the store already says so.
             current = await self.store.get_job(job_id)
             return f"skipped:{current.status if current else 'missing'}"
@@ -242,6 +253,30 @@ class JobRunner:
             if job is None or job.status not in ACTIVE or not renewed:
                 runner.cancel()
                 return
+            if self.node is not None and await self._node_draining():
+                self.draining = True
+                runner.cancel()
+                return
+
+    async def _node_draining(self) -> bool:
+        try:
+            return await self.store.is_draining(self.node or "")
+        except Exception:  # a Redis blip is not a shutdown
+            return False
+
+    async def _requeue_for_shutdown(self, job_id: str) -> None:
+        """Hand the job back: queued again (resuming from its last checkpoint), the attempt not
+        counted, so a restarted or another worker picks it up at once instead of waiting for the
+        broker's visibility timeout."""
+        await self.store.transition(
+            job_id,
+            "queued",
+            ("retrieving", "debating"),
+            event="job.requeued",
+            data={"reason": "worker shutting down; resumes from the last completed round"},
+        )
+        await self.store.add_attempts(job_id, -1)
+        log.info("job %s handed back to the queue: worker %s is shutting down", job_id, self.node)
 
     async def _debate(self, job: JobRecord, config: DebateConfig, attempts: int) -> str:
         job_id = job.job_id
@@ -397,9 +432,9 @@ async def _with_store(runtime: WorkerRuntime, fn: Callable[[RedisJobStore], Awai
         await store.aclose()
 
 
-def run_job(runtime: WorkerRuntime, job_id: str) -> str:
+def run_job(runtime: WorkerRuntime, job_id: str, node: str | None = None) -> str:
     """Run one job to completion in a fresh event loop (what the Celery task does)."""
-    return asyncio.run(_with_store(runtime, lambda store: JobRunner(runtime, store).execute(job_id)))
+    return asyncio.run(_with_store(runtime, lambda store: JobRunner(runtime, store, node).execute(job_id)))
 
 
 def fail_job(runtime: WorkerRuntime, job_id: str, reason: str) -> None:
@@ -424,7 +459,9 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
         try:
             # The span continues the trace the publisher put into the message headers.
             with telemetry.job_span(job_id, vars(run_debate_task.request)):
-                return run_job(runtime, job_id)
+                return run_job(runtime, job_id, run_debate_task.request.hostname)
+        except WorkerDraining as exc:
+            raise Reject("worker shutting down; the job resumes elsewhere", requeue=True) from exc
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             # The job store is unreachable, so the job's state cannot be trusted or written: put the
             # message back (a failed task would be acked and the job left "debating" forever).
@@ -436,4 +473,15 @@ def register_tasks(app: Celery, runtime: WorkerRuntime) -> None:
                 job_id,
                 f"time limit exceeded: the debate ran longer than {settings.task_soft_time_limit:.0f}s",
             )
+            return "failed"
+        except Exception as exc:
+            # Anything else (a bug, an invalid URL, a Redis error reply): the job must still end, or it
+            # would stay "debating", its stream open, its batch unfinished and its quota slot taken.
+            log.exception("job %s raised %s", job_id, type(exc).__name__)
+            try:
+                fail_job(runtime, job_id, f"internal error: {type(exc).__name__}: {exc}")
+            except redis.exceptions.RedisError as store_exc:
+                # The store refuses writes too (out of memory, down): try again later, not in a hot loop.
+                time.sleep(settings.store_retry_delay_s)
+                raise Reject(f"job store error: {store_exc}", requeue=True) from exc
             return "failed"

@@ -39,7 +39,16 @@ class WorkerSettings(ParleySettings):
     lease_ttl_s: float = Field(default=15.0, gt=0.5)
     # Retriever calls: the client retries ``PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS`` times itself;
     # this adds no second retry layer, only the time budget for building one pool.
-    pool_timeout_s: float = Field(default=120.0, gt=0)
+    pool_timeout_s: float = Field(
+        default=400.0, gt=0, description="time to build one pool; above the retriever's retry window"
+    )
+    # Jobs whose worker vanished (hard time limit, OOM kill, lost host) without handing them back:
+    # one worker at a time checks every sweep_interval_s and requeues them (or fails them after
+    # max_attempts); 0 turns the sweep off.
+    sweep_interval_s: float = Field(default=15.0, ge=0)
+    store_retry_delay_s: float = Field(
+        default=5.0, ge=0, description="pause before requeueing a job the store refused to update"
+    )
 
     # Prometheus: the main process serves /metrics for all its pool processes, which write their
     # values to files in metrics_dir (emptied at start); 0 turns the endpoint off.

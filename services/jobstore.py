@@ -107,6 +107,11 @@ class Event(BaseModel):
     data: dict[str, Any]
 
 
+def draining_key(prefix: str, node: str) -> str:
+    """Set while Celery node ``node`` shuts down: its running jobs hand themselves back to the queue."""
+    return f"{prefix}:draining:{node}"
+
+
 def new_id(kind: str) -> str:
     """Opaque, unguessable ids (``job_…``/``bat_…``); guessing another key's id must not be practical."""
     return f"{kind}_{uuid.uuid4().hex}"
@@ -149,6 +154,10 @@ class JobStore(Protocol):
     ) -> list[Event]: ...
 
     async def incr_attempts(self, job_id: str) -> int: ...
+
+    async def add_attempts(self, job_id: str, delta: int) -> int: ...
+
+    async def is_draining(self, node: str) -> bool: ...
 
     async def save_checkpoint(self, job_id: str, checkpoint: dict[str, Any]) -> None: ...
 
@@ -492,6 +501,13 @@ class RedisJobStore:
 
     async def incr_attempts(self, job_id: str) -> int:
         return int(await self.redis.hincrby(self.k_job(job_id), "attempts", 1))
+
+    async def add_attempts(self, job_id: str, delta: int) -> int:
+        return int(await self.redis.hincrby(self.k_job(job_id), "attempts", delta))
+
+    async def is_draining(self, node: str) -> bool:
+        """Whether worker ``node`` is shutting down (its main process sets ``draining_key``)."""
+        return bool(await self.redis.exists(draining_key(self.prefix, node)))
 
     # -- checkpoints and leases ------------------------------------------------------------------
     async def save_checkpoint(self, job_id: str, checkpoint: dict[str, Any]) -> None:

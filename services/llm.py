@@ -136,11 +136,19 @@ class ChatModel(Protocol):
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """Transient failures are retried until ``max_attempts`` or the ``window_s`` of time since the first
+    attempt runs out, whichever comes first: an outage shorter than the window delays the call, a
+    longer one fails it with the last error."""
+
     max_attempts: int = 4
     backoff_base_s: float = 0.5
     backoff_max_s: float = 20.0
     # A Retry-After beyond this is treated as "give up now" rather than stalling a debate for minutes.
     retry_after_cap_s: float = 60.0
+    window_s: float = 300.0
+
+    def gives_up(self, attempt: int, elapsed_s: float, delay_s: float) -> bool:
+        return attempt >= self.max_attempts or elapsed_s + delay_s > self.window_s
 
     def backoff(self, attempt: int, retry_after: float | None) -> float:
         """Delay before retry number ``attempt`` (1-based): full jitter, unless the server said when."""
@@ -300,6 +308,7 @@ class OpenAIChatClient:
             headers["Authorization"] = f"Bearer {self._api_key}"
         sem = ENDPOINT_LIMITS.get(self._base_url, self._max_concurrency)
         attempt = 0
+        first = time.monotonic()
         while True:
             attempt += 1
             retry_after: float | None = None
@@ -335,11 +344,12 @@ class OpenAIChatClient:
                         failure = LLMServerError(f"HTTP {status}: {text}", url=url, status=status)
                     else:
                         raise LLMBadRequest(f"HTTP {status}: {text}", url=url, status=status, body=text)
-            if attempt >= self._retry.max_attempts:
-                raise failure
             if retry_after is not None and retry_after > self._retry.retry_after_cap_s:
                 raise failure
-            await self._sleep(self._retry.backoff(attempt, retry_after))
+            delay = self._retry.backoff(attempt, retry_after)
+            if self._retry.gives_up(attempt, time.monotonic() - first, delay):
+                raise failure
+            await self._sleep(delay)
 
     def _parse(
         self,

@@ -94,7 +94,9 @@ class RoleModelsFromSettings:
                 api_key=endpoint.api_key,
                 timeout_s=s.timeout_s,
                 connect_timeout_s=s.connect_timeout_s,
-                retry=RetryPolicy(s.max_attempts, s.backoff_base_s, s.backoff_max_s),
+                retry=RetryPolicy(
+                    s.max_attempts, s.backoff_base_s, s.backoff_max_s, window_s=s.retry_window_s
+                ),
                 max_concurrency=self._max_concurrency,
                 max_tokens=s.max_tokens,
                 structured_mode=self._structured,

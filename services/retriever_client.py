@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Any
 
 import httpx
@@ -59,10 +60,13 @@ class RetrieverClient:
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         backoff_base_s: float = 0.2,
-        backoff_max_s: float = 2.0,
+        backoff_max_s: float = 5.0,
+        retry_window_s: float = 300.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._max_attempts = max(1, max_attempts)
+        # A restart of the retriever (about a minute) is waited out; only a longer outage fails.
+        self._window_s = retry_window_s
         self._backoff = (backoff_base_s, backoff_max_s)
         self._own = client is None
         self._client = client or httpx.AsyncClient(
@@ -82,6 +86,8 @@ class RetrieverClient:
     async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         url = self.base_url + path
         last = ""
+        first = time.monotonic()
+        attempt = 0
         for attempt in range(1, self._max_attempts + 1):
             try:
                 resp = await self._client.request(method, url, **kw)
@@ -94,11 +100,14 @@ class RetrieverClient:
                 if resp.status_code == 503 and title == "Index not built":
                     raise RetrieverIndexMissing(f"retriever at {self.base_url}: {detail}", status=503)
                 last = f"HTTP {resp.status_code}: {detail}"
-            if attempt < self._max_attempts:
-                base, cap = self._backoff
-                await asyncio.sleep(random.uniform(0, min(cap, base * 2 ** (attempt - 1))))
+            base, cap = self._backoff
+            delay = random.uniform(0, min(cap, base * 2 ** (attempt - 1)))
+            if attempt >= self._max_attempts or time.monotonic() - first + delay > self._window_s:
+                break
+            await asyncio.sleep(delay)
         raise RetrieverUnavailable(
-            f"retriever at {self.base_url} unavailable after {self._max_attempts} attempts ({last})"
+            f"retriever at {self.base_url} unavailable after {attempt} attempts over "
+            f"{time.monotonic() - first:.0f}s ({last})"
         )
 
     @staticmethod

@@ -74,7 +74,14 @@ class LLMSettings(ParleySettings):
     model: str = "local"
     timeout_s: float = Field(default=120.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
-    max_attempts: int = Field(default=4, ge=1, le=10)
+    max_attempts: int = Field(
+        default=100, ge=1, le=10_000, description="attempts per call for connection errors, 429 and 5xx"
+    )
+    retry_window_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="an LLM server unavailable for longer than this fails the call (shorter: waited out)",
+    )
     backoff_base_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=20.0, ge=0)
     max_concurrency: int = Field(default=4, ge=1, description="in-flight requests per endpoint and process")
@@ -113,7 +120,12 @@ class RetrieverClientSettings(ParleySettings):
 
     url: str | None = Field(default=None, description="retriever base URL; unset = in-process retrieval")
     client_timeout_s: float = Field(default=30.0, gt=0)
-    client_max_attempts: int = Field(default=3, ge=1, le=10)
+    client_max_attempts: int = Field(default=100, ge=1, le=10_000)
+    client_retry_window_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="a retriever unavailable for longer than this fails the pool (shorter: waited out)",
+    )
 
 
 class ObservabilitySettings(ParleySettings):

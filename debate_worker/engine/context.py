@@ -87,6 +87,7 @@ class DebateContext:
         self._seq = itertools.count(len(self.transcript))
         # Budget accounting survives a resume: it is derived from the transcript carried over.
         self._calls_started = len(self.transcript)
+        self._event_counts: dict[str, int] = {}
         self._tokens_used = sum(r.prompt_tokens + r.completion_tokens for r in self.transcript)
         self._order: dict[int, int] = {id(r): i for i, r in enumerate(self.transcript)}
         # Trace spans per round (no-ops unless tracing is configured), under the caller's span.
@@ -97,9 +98,23 @@ class DebateContext:
             self._spans.end_round(int(data.get("round", 0)))
         if self._on_event is None:
             return
-        maybe = self._on_event(event, data)
+        maybe = self._on_event(event, {**data, "key": self._event_key(event, data)})
         if inspect.isawaitable(maybe):
             await maybe
+
+    def _event_key(self, event: str, data: dict[str, Any]) -> str:
+        """A key that names the same step in every attempt: a job resumed after an interruption
+        redoes the interrupted round, and its events carry the keys of the first try, so a client
+        replaces what it showed instead of showing the round twice."""
+        if event == "turn.completed":
+            base = f"turn/{data.get('round')}/{data.get('role')}/{data.get('agent')}"
+        elif event == "round.completed":
+            return f"round/{data.get('round')}"
+        else:
+            base = f"{event}/{data.get('round')}"
+        n = self._event_counts.get(base, 0)
+        self._event_counts[base] = n + 1
+        return f"{base}/{n}"
 
     async def call(
         self,

@@ -46,6 +46,19 @@ def test_compose_requires_api_keys() -> None:
     assert api["command"][:3] == ["api", "--host", "0.0.0.0"]  # exposed, hence keys required
 
 
+def test_compose_defaults_fit_the_deployment() -> None:
+    services = compose_config()["services"]
+    # Redis refuses writes when full instead of evicting jobs or results.
+    command = " ".join(map(str, services["redis"]["command"]))
+    assert "--maxmemory 2gb" in command and "--maxmemory-policy noeviction" in command
+    # A worker has longer than a debate round to hand its jobs back before it is killed.
+    grace = services["worker"]["stop_grace_period"]
+    assert int(str(grace).rstrip("s")) >= 120
+    # LLM requests in flight per worker process match the bundled server's slots.
+    parallel = services["llm"]["command"][services["llm"]["command"].index("--parallel") + 1]
+    assert services["worker"]["environment"]["PARLEY_LLM_MAX_CONCURRENCY"] == parallel
+
+
 def test_compose_file_validates_with_every_service_healthy_and_ordered() -> None:
     services = compose_config()["services"]
     assert {"api", "retriever", "worker", "redis", "qdrant", "llm"} <= set(services)

@@ -92,7 +92,7 @@ class ReplayServer:
     Requests are recorded as ``(method, path_with_query, headers, body)``.
     """
 
-    def __init__(self, responder: Responder) -> None:
+    def __init__(self, responder: Responder, port: int | None = None) -> None:
         self.responder = responder
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
         outer = self
@@ -126,7 +126,7 @@ class ReplayServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.port = free_port()
+        self.port = port or free_port()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)

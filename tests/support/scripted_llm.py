@@ -90,6 +90,7 @@ class ScriptedLLM:
         self.model = model
         self.port = port or free_port()
         self.requests: list[dict[str, Any]] = []
+        self._outage: tuple[float, Failure] | None = None
         # The Authorization header of each request, in the same order (None when absent).
         self.authorizations: list[str | None] = []
         self.failures: list[Failure] = []
@@ -112,6 +113,10 @@ class ScriptedLLM:
     def fail_next(self, status: int, count: int = 1, headers: dict[str, str] | None = None) -> None:
         for _ in range(count):
             self.failures.append(Failure(status, headers or {}))
+
+    def fail_for(self, seconds: float, status: int = 429, headers: dict[str, str] | None = None) -> None:
+        """Answer every request with ``status`` for the next ``seconds`` (an outage, not a count)."""
+        self._outage = (time.monotonic() + seconds, Failure(status, headers or {}))
 
     def reset(self) -> None:
         self.rules.clear()
@@ -142,6 +147,8 @@ class ScriptedLLM:
                 self.requests.append(body)
                 self.authorizations.append(request.headers.get("authorization"))
                 failure = self.failures.pop(0) if self.failures else None
+                if failure is None and self._outage is not None and time.monotonic() < self._outage[0]:
+                    failure = self._outage[1]
             if failure is not None:
                 return JSONResponse(
                     {"error": {"message": failure.body}}, status_code=failure.status, headers=failure.headers
