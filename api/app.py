@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from api.deps import ApiState, State
 from api.enqueue import CeleryEnqueuer, Enqueuer
 from api.guards import AuthFailureLimiter, BodyLimitMiddleware, Idempotency, KeyRing, RateLimiter
+from api.jsonlimits import JsonDepthMiddleware
 from api.problems import install_problem_handlers, problem_response, unavailable
 from api.routes_batches import router as batches_router
 from api.routes_debates import router as debates_router
@@ -23,6 +24,7 @@ from api.routes_listing import router as listing_router
 from api.routes_ui import router as ui_router
 from api.routes_usage import router as usage_router
 from api.settings import ApiSettings
+from api.streams import StreamSlots, request_redis, stream_redis
 from debate_worker.celery_app import create_publisher
 from debate_worker.worker_settings import QUEUE_BATCH, QUEUE_INTERACTIVE
 from services import telemetry
@@ -52,11 +54,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = RedisJobStore.from_url(
-            settings.redis_url,
-            prefix=settings.key_prefix,
-            ttl_s=settings.job_ttl_s,
-            timeout_s=settings.redis_timeout_s,
+        # Two pools: requests' short calls time out after redis_timeout_s (then 503), while event
+        # streams block in XREAD on a pool of their own, sized to the stream cap, so open streams
+        # never starve the requests.
+        store = RedisJobStore(request_redis(settings), prefix=settings.key_prefix, ttl_s=settings.job_ttl_s)
+        event_store = RedisJobStore(
+            stream_redis(settings), prefix=settings.key_prefix, ttl_s=settings.job_ttl_s
         )
         publisher = None
         if enqueuer is None:
@@ -70,9 +73,23 @@ def create_app(
             enqueuer=enqueuer or CeleryEnqueuer(publisher),  # type: ignore[arg-type]
             keys=keys,
             limiter=RateLimiter(store.redis, settings.key_prefix, settings.rate_limit_per_minute),
-            idempotency=Idempotency(store.redis, settings.key_prefix, settings.idempotency_ttl_s),
+            idempotency=Idempotency(
+                store.redis,
+                settings.key_prefix,
+                settings.idempotency_ttl_s,
+                pending_ttl_s=settings.idempotency_pending_ttl_s,
+            ),
             auth_failures=AuthFailureLimiter(
                 store.redis, settings.key_prefix, settings.auth_failures_per_minute
+            ),
+            event_store=event_store,
+            streams=StreamSlots(
+                store.redis,
+                settings.key_prefix,
+                per_key=settings.max_streams_per_key,
+                per_process=settings.max_streams_per_process,
+                slot_ttl_s=settings.stream_slot_ttl_s,
+                retry_after_s=settings.retry_after_s,
             ),
         )
         try:
@@ -80,6 +97,7 @@ def create_app(
         finally:
             app.state.parley.enqueuer.close()
             await store.aclose()
+            await event_store.aclose()
 
     app = FastAPI(
         title="Parley API",
@@ -108,6 +126,8 @@ def create_app(
         return await out if inspect.isawaitable(out) else out
 
     app.add_exception_handler(RequestValidationError, validation)
+    # Inside the body-size limit (middleware added later wraps what was added before).
+    app.add_middleware(JsonDepthMiddleware, limit=settings.max_json_depth)
     app.add_middleware(
         BodyLimitMiddleware, limit=settings.max_body_bytes, batch_limit=settings.max_batch_bytes
     )

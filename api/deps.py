@@ -12,6 +12,7 @@ from api.enqueue import Enqueuer
 from api.guards import AuthFailureLimiter, Idempotency, KeyRing, RateLimiter
 from api.problems import Problem
 from api.settings import ApiSettings
+from api.streams import StreamSlots
 from services.jobstore import JobStore
 
 
@@ -26,6 +27,9 @@ class ApiState:
     limiter: RateLimiter
     idempotency: Idempotency
     auth_failures: AuthFailureLimiter
+    # The same store on the event streams' own Redis pool (blocking reads), and their caps.
+    event_store: JobStore
+    streams: StreamSlots
 
 
 def get_state(request: Request) -> ApiState:

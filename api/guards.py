@@ -124,13 +124,16 @@ class Idempotency:
 
     A key reused with a different request body is a 422 (the client has a bug); a repeat while the
     first request is still being handled is a 409. Failed requests are not stored, so they can be
-    retried with the same key.
+    retried with the same key. The claim of a request in progress expires after ``pending_ttl_s``
+    (the stored response only after ``ttl_s``), so a claim left behind by a crashed process blocks
+    its key for a minute, not for a day.
     """
 
-    def __init__(self, redis: aioredis.Redis, prefix: str, ttl_s: int) -> None:
+    def __init__(self, redis: aioredis.Redis, prefix: str, ttl_s: int, pending_ttl_s: int = 60) -> None:
         self._redis = redis
         self._prefix = prefix
         self._ttl = ttl_s
+        self._pending_ttl = min(pending_ttl_s, ttl_s)
 
     def _key(self, owner: str, key: str) -> str:
         return f"{self._prefix}:idem:{owner}:{hashlib.sha256(key.encode()).hexdigest()}"
@@ -141,11 +144,11 @@ class Idempotency:
             raise Problem(400, "Idempotency-Key must be 1..255 characters")
         rkey = self._key(owner, key)
         claim = json.dumps({"state": "pending", "fp": fingerprint})
-        if await self._redis.set(rkey, claim, nx=True, ex=self._ttl):
+        if await self._redis.set(rkey, claim, nx=True, ex=self._pending_ttl):
             return None
         raw = await self._redis.get(rkey)
         if raw is None:  # expired between SET and GET: treat as new
-            await self._redis.set(rkey, claim, ex=self._ttl)
+            await self._redis.set(rkey, claim, ex=self._pending_ttl)
             return None
         stored = json.loads(raw)
         if stored.get("fp") != fingerprint:

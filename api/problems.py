@@ -263,5 +263,5 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
             return await _store_full(request, exc)
         return await _unexpected(request, exc)
 
-    app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)
+    app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)  # type: ignore[attr-defined]
     app.add_exception_handler(redis.exceptions.ResponseError, _redis_error_reply)

@@ -1,9 +1,12 @@
 """``/v1/batches``: many questions with one config, accepted whole or not at all, results in order.
 
-Intake is all-or-nothing: every line is parsed and validated before anything is stored; the jobs and
-the batch are stored in one Redis transaction; if queueing then fails, everything is removed again
-and the client gets a 503. Results stream as JSONL in input order straight from the job store, a
-chunk of jobs at a time, so a 10,000-item batch never sits in memory as one document.
+Intake is counted before it is built: the body's values and depth are measured on its bytes, and
+items are decoded one at a time, so an oversized batch is refused after ``max_items + 1`` items (see
+``api/jsonlimits.py``). Intake is all-or-nothing: every line is parsed and validated before anything
+is stored; the jobs and the batch are stored in one Redis transaction; if queueing then fails,
+everything is removed again and the client gets a 503. Results stream as JSONL in input order straight
+from the job store, a chunk of jobs at a time, so a 10,000-item batch never sits in memory as one
+document.
 """
 
 from __future__ import annotations
@@ -20,9 +23,20 @@ from starlette.datastructures import UploadFile
 from api.admission import admit_config, admit_pool
 from api.deps import ApiState, Owner, State
 from api.guards import StoredResponse
+from api.jsonlimits import (
+    BatchDocument,
+    NotABatch,
+    TooManyItems,
+    count_values,
+    iter_lines,
+    json_shape,
+    parse_batch_json,
+    too_deep,
+)
 from api.problems import Problem
 from api.routes_debates import fingerprint, idempotent, submit_jobs
 from api.schemas import BatchAccepted, BatchItem, BatchView
+from api.settings import ApiSettings
 from debate_worker.engine.config import DebateConfig
 from debate_worker.worker_settings import QUEUE_BATCH
 from services.jobstore import ACTIVE, TERMINAL, BatchRecord, JobRecord, new_id
@@ -117,15 +131,39 @@ def _validate_items(raw_items: list[tuple[int, Any]], max_items: int) -> list[Ba
     return items
 
 
-def _parse_jsonl(data: bytes, max_line: int, max_items: int) -> list[tuple[int, Any]]:
+def _too_many(max_items: int) -> Problem:
+    return _invalid(f"the batch has more than {max_items} items; the limit is {max_items}")
+
+
+def _too_many_values(settings: ApiSettings) -> Problem:
+    return _invalid(
+        f"the batch body holds more than {settings.max_batch_values} JSON values, its limit "
+        f"(a batch is at most {settings.max_batch_items} items)"
+    )
+
+
+def _too_deep(where: str, limit: int) -> Problem:
+    return Problem(400, f"{where} nests deeper than {limit} levels", type_="/problems/too-deep")
+
+
+def _parse_jsonl(data: bytes, settings: ApiSettings) -> list[tuple[int, Any]]:
+    """Decode JSONL lines one at a time, refusing at the first line over the item limit, so a body of
+    millions of tiny lines costs ``max_items + 1`` decoded lines, not millions."""
+    max_line, max_items = settings.max_line_bytes, settings.max_batch_items
     out: list[tuple[int, Any]] = []
     errors: list[dict[str, Any]] = []
-    for n, line in enumerate(data.splitlines(), start=1):
+    values = 0
+    for n, line in iter_lines(data):
         if not line.strip():
             continue
         if len(line) > max_line:
             errors.append({"line": n, "msg": f"line is {len(line)} bytes; the limit is {max_line}"})
+        elif too_deep(line, settings.max_json_depth):
+            raise _too_deep(f"line {n}", settings.max_json_depth)
         else:
+            values += count_values(line)
+            if values > settings.max_batch_values:
+                raise _too_many_values(settings)
             try:
                 out.append((n, json.loads(line)))
             except ValueError as exc:
@@ -133,10 +171,29 @@ def _parse_jsonl(data: bytes, max_line: int, max_items: int) -> list[tuple[int, 
         if len(errors) >= MAX_REPORTED_ERRORS:
             break
         if len(out) > max_items:
-            break
+            raise _too_many(max_items)
     if errors:
         raise _invalid(f"{len(errors)}+ unreadable lines; nothing was queued", errors)
     return out
+
+
+def _parse_json_body(data: bytes, settings: ApiSettings) -> BatchDocument:
+    """The JSON body's items and config; the body's value count is checked before anything is built
+    (the body-depth middleware has already checked its nesting)."""
+    rough = data.count(b",") + data.count(b"[") + data.count(b"{")
+    if rough > settings.max_batch_values and json_shape(data).values > settings.max_batch_values:
+        raise _too_many_values(settings)
+    try:
+        text = data.decode(json.detect_encoding(data))
+        return parse_batch_json(
+            text, max_items=settings.max_batch_items, max_config_chars=settings.max_body_bytes
+        )
+    except TooManyItems:
+        raise _too_many(settings.max_batch_items) from None
+    except NotABatch as exc:
+        raise _invalid(str(exc)) from None
+    except ValueError as exc:
+        raise Problem(400, f"body is not JSON: {exc}", type_="/problems/malformed-json") from exc
 
 
 async def read_batch(request: Request, state: ApiState) -> tuple[list[BatchItem], DebateConfig]:
@@ -148,30 +205,23 @@ async def read_batch(request: Request, state: ApiState) -> tuple[list[BatchItem]
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise _invalid("multipart upload needs a 'file' part with JSONL items")
-        data = await upload.read()
-        raw_items = _parse_jsonl(data, s.max_line_bytes, s.max_batch_items)
+        raw_items = _parse_jsonl(await upload.read(), s)
         raw_cfg = form.get("config")
         cfg: Any = {}
         if isinstance(raw_cfg, str) and raw_cfg.strip():
+            if too_deep(raw_cfg, s.max_json_depth):
+                raise _too_deep("config", s.max_json_depth)
             try:
                 cfg = json.loads(raw_cfg)
             except ValueError as exc:
                 raise Problem(400, f"config is not JSON: {exc}", type_="/problems/malformed-json") from exc
         return _validate_items(raw_items, s.max_batch_items), _parse_config(cfg)
     if ctype in ("application/json", ""):
-        try:
-            body = json.loads(await request.body())
-        except ValueError as exc:
-            raise Problem(400, f"body is not JSON: {exc}", type_="/problems/malformed-json") from exc
-        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-            raise _invalid("body must be an object with an 'items' list")
-        unknown = set(body) - {"items", "config"}
-        if unknown:
-            raise _invalid(f"unknown fields: {sorted(unknown)}")
-        config = _parse_config(body.get("config"))
-        return _validate_items(list(enumerate(body["items"], start=1)), s.max_batch_items), config
+        doc = _parse_json_body(await request.body(), s)
+        config = _parse_config(doc.config)
+        return _validate_items(list(enumerate(doc.items, start=1)), s.max_batch_items), config
     if ctype in ("application/x-ndjson", "application/jsonl"):
-        raw_items = _parse_jsonl(await request.body(), s.max_line_bytes, s.max_batch_items)
+        raw_items = _parse_jsonl(await request.body(), s)
         return _validate_items(raw_items, s.max_batch_items), DebateConfig()
     raise Problem(415, f"unsupported content type {ctype!r}; use application/json or multipart/form-data")
 

@@ -17,6 +17,7 @@ from api.deps import ApiState, Owner, State
 from api.guards import StoredResponse
 from api.problems import Problem
 from api.schemas import Accepted, DebateRequest, JobView, Progress
+from api.streams import SlottedEventSource
 from debate_worker.worker_settings import QUEUE_INTERACTIVE
 from services.jobstore import (
     ACTIVE,
@@ -234,6 +235,7 @@ async def cancel_debate(job_id: str, state: State, owner: Owner) -> Response:
         200: {"content": {"text/event-stream": {}}},
         400: {"description": "Last-Event-ID (or after) is not an event id of this API"},
         404: NOT_FOUND,
+        429: {"description": "too many open event streams for this key or server (Retry-After)"},
     },
     response_class=EventSourceResponse,
 )
@@ -253,8 +255,10 @@ async def debate_events(
     start = last_event_id or after or "0-0"
     if not _valid_stream_id(start):
         raise Problem(400, f"Last-Event-ID {start!r} is not an event id of this API")
-    store = state.store
+    # The stream reads through the event streams' own Redis pool; a slot per stream caps them.
+    store = state.event_store
     block_ms = state.settings.sse_block_ms
+    slot = await state.streams.acquire(owner)
 
     async def stream() -> AsyncIterator[dict[str, str]]:
         cursor = start
@@ -273,7 +277,7 @@ async def debate_events(
                 if await request.is_disconnected():
                     return
 
-    return EventSourceResponse(stream(), ping=int(state.settings.sse_ping_s))
+    return SlottedEventSource(stream(), ping=int(state.settings.sse_ping_s), slots=state.streams, slot=slot)
 
 
 def _valid_stream_id(value: str) -> bool:

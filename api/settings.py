@@ -36,10 +36,38 @@ class ApiSettings(ParleySettings):
     max_line_bytes: int = Field(default=16_384, ge=256, description="one JSONL line of a batch upload")
 
     idempotency_ttl_s: int = Field(default=24 * 3600, ge=1)
+    idempotency_pending_ttl_s: int = Field(
+        default=60,
+        ge=1,
+        description="how long an Idempotency-Key stays claimed by a request still in progress; a "
+        "claim left by a crashed request frees the key after this",
+    )
     retry_after_s: int = Field(default=5, ge=1, description="Retry-After on 503 (Redis down)")
     sse_ping_s: float = Field(default=15.0, gt=0)
     sse_block_ms: int = Field(default=5000, ge=10)
-    redis_timeout_s: float = Field(default=3.0, gt=0)
+    redis_timeout_s: float = Field(
+        default=3.0, gt=0, description="socket timeout of every Redis call of a request (then 503)"
+    )
+    redis_max_connections: int = Field(
+        default=100, ge=1, description="Redis connections serving requests (event streams have their own)"
+    )
+    max_streams_per_key: int = Field(default=32, ge=1, description="open event streams (SSE) per key")
+    max_streams_per_process: int = Field(
+        default=256, ge=1, description="open event streams per API process (its SSE Redis pool size)"
+    )
+    stream_slot_ttl_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="how long a stream's per-key slot lives in Redis unless renewed (every third of "
+        "it): the slots of a crashed API process free themselves after this",
+    )
+    max_batch_values: int = Field(
+        default=2_000_000,
+        ge=1,
+        description="JSON values (objects, arrays, list elements and members) in one batch body: "
+        "bounds the memory a body may expand to when parsed",
+    )
+    max_json_depth: int = Field(default=400, ge=2, description="nesting depth of any JSON body")
 
     # Who may reach the service and what a client may ask for (see docs/security.md).
     anonymous: bool = Field(
