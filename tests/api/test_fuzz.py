@@ -243,3 +243,16 @@ def test_wrong_or_missing_key_is_a_problem_401(fuzz_api: ApiServer) -> None:
                 assert body["type"] and body["detail"]
                 tried += 1
     assert tried == 3 * 11  # every /v1 operation
+
+
+def test_the_problem_check_tells_a_problem_from_a_plain_json_error(
+    fuzz_api: ApiServer, llm: ScriptedLLM
+) -> None:
+    """The custom check is not vacuous: FastAPI's default 404 (the scripted LLM server's) fails it."""
+    ours = Response.from_any(httpx.get(f"{fuzz_api.url}/v1/debates/job_none", headers=AUTH, timeout=30))
+    assert ours.status_code == 404
+    assert problem_json_on_4xx(None, ours, None) is True  # type: ignore[arg-type]
+    plain = Response.from_any(httpx.get(f"{llm.base_url}/no-such-route", timeout=30))
+    assert plain.status_code == 404
+    with pytest.raises(AssertionError, match="not application/problem\\+json"):
+        problem_json_on_4xx(None, plain, None)  # type: ignore[arg-type]
