@@ -2,17 +2,19 @@
 
 Real redis-server, the real app under uvicorn, a real Celery worker answering from the scripted LLM.
 Every generated request (valid and invalid bodies, parameters and headers) is authenticated with a
-real key so it reaches the handlers; a second pass sends wrong keys. The checks: no 5xx, every status
-code / content type / header / body as the schema documents it, invalid input refused, and every 4xx
-is RFC 9457 ``application/problem+json`` with ``type``, ``title``, ``status`` and ``detail``.
+real key so it reaches the handlers; another test sends no key, a wrong key and another scheme. The
+checks: no 5xx, every status code / content type / header / body as the schema documents it, invalid
+input refused, and every 4xx is RFC 9457 ``application/problem+json`` with ``type``, ``title``,
+``status`` and ``detail``.
 
-A stateful pass follows the schema's links (``POST /v1/debates`` -> read, stream, cancel the job;
-``POST /v1/batches`` -> read, results, cancel), so real ids are fuzzed too, including the event
-stream of a real job (it ends with the job: budgets are kept small so every job finishes quickly).
+All engine phases run, the stateful one included: it chains operations through links schemathesis
+infers from the ``Location`` of ``POST /v1/debates`` and ``POST /v1/batches``, so real jobs and
+batches are read, streamed and cancelled. A real job's event stream ends with the job: budgets are
+kept small so the worker finishes every accepted debate quickly.
 
-CI runs a few examples per operation; ``PARLEY_FUZZ_EXAMPLES=500`` (and ``PARLEY_FUZZ_STEPS`` for
-the stateful pass) run the same test harder, see docs/fuzzing.md. Test-only configuration, so it is
-read from the environment here.
+CI runs 20 examples per operation with a fixed seed; ``PARLEY_FUZZ_EXAMPLES``, ``PARLEY_FUZZ_STEPS``
+and ``PARLEY_FUZZ_SEED`` run it harder or elsewhere (docs/fuzzing.md). Test-only configuration, so it
+is read from the environment here.
 """
 
 from __future__ import annotations
