@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import numpy as np
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -30,6 +31,7 @@ _IS_VALUE = np.zeros(256, dtype=bool)
 _IS_VALUE[list(b"[{,")] = True
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _CHUNK = 1 << 20
+_SCAN_IN_PLACE = 1 << 20
 _WS = re.compile(r"[ \t\n\r]*")
 _NEWLINE = re.compile(rb"\r\n|\r|\n")
 
@@ -269,7 +271,14 @@ class JsonDepthMiddleware:
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         del chunks
-        if first is None and too_deep(body, self.limit):
+        # A large body is scanned in a worker thread, so the event loop serves others meanwhile.
+        small = len(body) <= _SCAN_IN_PLACE
+        deep = (
+            too_deep(body, self.limit)
+            if small
+            else await anyio.to_thread.run_sync(too_deep, body, self.limit)
+        )
+        if first is None and deep:
             response = problem_response(
                 None,
                 400,

@@ -12,9 +12,10 @@ document.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, TypeVar
 
+import anyio
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
@@ -196,6 +197,17 @@ def _parse_json_body(data: bytes, settings: ApiSettings) -> BatchDocument:
         raise Problem(400, f"body is not JSON: {exc}", type_="/problems/malformed-json") from exc
 
 
+T = TypeVar("T")
+
+
+async def off_loop(parse: Callable[[bytes, ApiSettings], T], data: bytes, settings: ApiSettings) -> T:
+    """Parse a large body in a worker thread: the event loop keeps serving other requests and streams
+    meanwhile (small bodies are parsed in place, where a thread would cost more than it saves)."""
+    if len(data) <= settings.max_body_bytes:
+        return parse(data, settings)
+    return await anyio.to_thread.run_sync(parse, data, settings)
+
+
 async def read_batch(request: Request, state: ApiState) -> tuple[list[BatchItem], DebateConfig]:
     """Items and config from a JSON body or a multipart JSONL upload."""
     s = state.settings
@@ -205,7 +217,7 @@ async def read_batch(request: Request, state: ApiState) -> tuple[list[BatchItem]
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise _invalid("multipart upload needs a 'file' part with JSONL items")
-        raw_items = _parse_jsonl(await upload.read(), s)
+        raw_items = await off_loop(_parse_jsonl, await upload.read(), s)
         raw_cfg = form.get("config")
         cfg: Any = {}
         if isinstance(raw_cfg, str) and raw_cfg.strip():
@@ -217,11 +229,11 @@ async def read_batch(request: Request, state: ApiState) -> tuple[list[BatchItem]
                 raise Problem(400, f"config is not JSON: {exc}", type_="/problems/malformed-json") from exc
         return _validate_items(raw_items, s.max_batch_items), _parse_config(cfg)
     if ctype in ("application/json", ""):
-        doc = _parse_json_body(await request.body(), s)
+        doc = await off_loop(_parse_json_body, await request.body(), s)
         config = _parse_config(doc.config)
         return _validate_items(list(enumerate(doc.items, start=1)), s.max_batch_items), config
     if ctype in ("application/x-ndjson", "application/jsonl"):
-        raw_items = _parse_jsonl(await request.body(), s)
+        raw_items = await off_loop(_parse_jsonl, await request.body(), s)
         return _validate_items(raw_items, s.max_batch_items), DebateConfig()
     raise Problem(415, f"unsupported content type {ctype!r}; use application/json or multipart/form-data")
 
