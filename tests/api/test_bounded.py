@@ -467,6 +467,13 @@ def test_streams_are_capped_per_key_and_per_process(redis_server: RedisServer) -
         r.zrem(f"{prefix}:streams:alice", "other-replica")
         r.close()
 
+        # A stream that ends with its job (here cancelled) gives its slot back too.
+        with client.stream("GET", alice_events, headers=ALICE) as ending:
+            assert stream_count(redis_server, prefix, "alice") == 1
+            assert client.delete(f"/v1/debates/{alice_job}", headers=ALICE).status_code == 200
+            assert "event: job.cancelled" in ending.read().decode()
+        wait_for(lambda: stream_count(redis_server, prefix, "alice") == 0)
+
 
 def test_150_open_streams_leave_requests_served(redis_server: RedisServer) -> None:
     settings = api_settings(redis_server.url, key_prefix="sse150", max_streams_per_key=200)
