@@ -218,6 +218,45 @@ def test_schemathesis_finds_no_5xx_no_schema_violation_no_missing_problem(
     assert report.count(status=401) < report.count() // 10
 
 
+@pytest.fixture(scope="module")
+def limited_api(redis_server: RedisServer) -> Iterator[ApiServer]:
+    """A gateway whose limits are reached within a few requests (its own key prefix, so the other
+    gateway's counters do not count here; no worker serves it)."""
+    settings_ = api_settings(
+        redis_server.url,
+        key_prefix="limited",
+        llm_endpoints=["small"],
+        rate_limit_per_minute=15,
+        max_active_jobs_per_key=2,
+        budget_tokens_default=1_000,
+        daily_token_quota=1_500,
+    )
+    with ApiServer(settings_) as server:
+        yield server
+
+
+def test_limits_answer_as_documented(limited_api: ApiServer, fuzz_config: Any) -> None:
+    """Past the rate, active-job and token limits every operation answers a documented 429 problem
+    with ``Retry-After``. The event stream is left out: no worker runs this gateway's jobs, so a
+    stream of one of them would wait for an end that never comes."""
+    config = schemathesis.Config.from_dict(
+        {
+            "headers": AUTH,
+            "seed": SEED,
+            "request-timeout": 30,
+            "generation": {"max-examples": 5, "deterministic": True, "database": "none", "mode": "all"},
+            "phases": {"coverage": {"enabled": False}, "stateful": {"enabled": False}},
+            "checks": {"positive_data_acceptance": {"enabled": False}, "use_after_free": {"enabled": False}},
+        }
+    )
+    schema = schemathesis.openapi.from_url(f"{limited_api.url}/openapi.json", config=config)
+    report = run_schemathesis(schema.exclude(path_regex=r"/events$"))
+    print(report.summary())
+    assert not report.errors, "\n".join(report.errors)
+    assert not report.failures, "\n".join(report.failures)
+    assert report.count(status=429) > 0
+
+
 def test_the_worker_ran_the_fuzzed_jobs(fuzz_api: ApiServer) -> None:
     """The accepted jobs were real: the worker took them to an end (their event streams ended)."""
     with httpx.Client(base_url=fuzz_api.url, headers=AUTH, timeout=30) as client:
