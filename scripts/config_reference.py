@@ -81,6 +81,8 @@ DESCRIPTIONS: dict[str, str] = {
     "WorkerSettings.max_attempts": "deliveries of one job before it fails (a worker lost each time)",
     "WorkerSettings.lease_ttl_s": "lease that keeps two deliveries of a job from running at once",
     "WorkerSettings.pool_timeout_s": "time budget for building one knowledge pool",
+    "WorkerSettings.sweep_interval_s": "how often one worker requeues (or, at max_attempts, fails) jobs "
+    "whose worker vanished; 0 = no sweep",
     "WorkerSettings.task_acks_late": "Celery: acknowledge after the debate, not before",
     "WorkerSettings.task_reject_on_worker_lost": "Celery: requeue the job when a pool process dies",
     "WorkerSettings.worker_prefetch_multiplier": "Celery: messages reserved per process",
