@@ -109,19 +109,13 @@ def run_worker(
     runtime.llm_base_url = llm_url or runtime.llm.base_url
     embedded = None
     if runtime.llm_base_url is None:
-        from services.embedded_llm import embedded_server
+        from services.embedded_llm import embedded_from_settings
 
-        llm = runtime.llm
-        embedded = embedded_server(
-            llm.embedded_model, llm.cache_dir, n_ctx=llm.embedded_ctx, n_threads=llm.embedded_threads
-        )
+        embedded = embedded_from_settings(runtime.llm)
         server = embedded.__enter__()
+        runtime.served = server.served()
         runtime.llm_base_url = server.base_url
-        runtime.llm_model = server.alias
-        served = server.served()
-        runtime.llm_structured = served.structured_output  # llama-cpp-python's schema form
-        runtime.llm_max_concurrency = served.max_concurrency  # it serves one request at a time
-        typer.echo(f"embedded LLM at {runtime.llm_base_url}")
+        typer.echo(f"embedded LLM ({server.kind}) at {runtime.llm_base_url}")
     celery = create_worker_app(settings, runtime)
     if settings.metrics_port:
         from services.metrics import serve_metrics

@@ -89,16 +89,14 @@ def bench_embedded(model: str, styles: list[str]) -> dict[str, Any]:
     settings = LLMSettings()
     pool = real_pool()
     results: dict[str, Any] = {"model": model, "pool_items": len(pool.items)}
-    with embedded_server(model, settings.cache_dir, n_ctx=settings.embedded_ctx) as server:
+    # llama-cpp-python's server: this bench reads reuse from its log (bench.embedded_speed compares
+    # it with llama-server side by side).
+    with embedded_server(
+        model, settings.cache_dir, n_ctx=settings.embedded_ctx, kind="llama-cpp-python"
+    ) as server:
         for style in styles:
             offset = server.log_offset()
-            models = build_role_models(
-                settings,
-                base_url=server.base_url,
-                model=server.alias,
-                structured_output="json_object",
-                max_concurrency=1,
-            )
+            models = build_role_models(settings, served=server.served())
 
             async def one(models: Any = models, style: str = style) -> Any:
                 try:

@@ -222,13 +222,7 @@ def role_models(needed: bool) -> Iterator[RoleModelsFromSettings | None]:
 
     settings = LLMSettings()
     with llm_endpoint(settings, Console(stderr=True)) as served:
-        yield build_role_models(
-            settings,
-            base_url=served.base_url,
-            model=served.model,
-            structured_output=served.structured_output,
-            max_concurrency=served.max_concurrency,
-        )
+        yield build_role_models(settings, served=served)
 
 
 def pct(total: float, n: int) -> str:

@@ -35,7 +35,7 @@ def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[ServedMode
     if settings.base_url:
         yield ServedModel(settings.base_url, settings.model)
         return
-    from services.embedded_llm import MODELS, embedded_server
+    from services.embedded_llm import MODELS, embedded_from_settings
 
     spec = MODELS[settings.embedded_model]
     with console.status(f"Preparing embedded model {spec.description} …") as status:
@@ -43,15 +43,9 @@ def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[ServedMode
         def progress(done: int, total: int) -> None:
             status.update(f"Assembling {spec.filename}: {done * 100 // max(total, 1)}%")
 
-        with embedded_server(
-            settings.embedded_model,
-            settings.cache_dir,
-            n_ctx=settings.embedded_ctx,
-            n_threads=settings.embedded_threads,
-            progress=progress,
-        ) as server:
+        with embedded_from_settings(settings, progress) as server:
             status.stop()
-            console.print(f"[dim]Embedded LLM {spec.name} serving at {server.base_url}[/dim]")
+            console.print(f"[dim]Embedded LLM {spec.name} serving at {server.base_url} ({server.kind})[/dim]")
             yield server.served()
 
 
@@ -196,13 +190,7 @@ async def _run(
     if live:
         render_pool(console, pool)
     with llm_endpoint(llm_settings, console) as served:
-        models = build_role_models(
-            llm_settings,
-            base_url=served.base_url,
-            model=served.model,
-            structured_output=served.structured_output,
-            max_concurrency=served.max_concurrency,
-        )
+        models = build_role_models(llm_settings, served=served)
         try:
             if live:
                 console.rule(f"{config.protocol} · {config.agents} agents · ≤{config.rounds} rounds")

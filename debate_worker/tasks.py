@@ -42,9 +42,10 @@ from debate_worker.engine.result import Checkpoint
 from debate_worker.engine.runner import run_debate
 from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
 from services import telemetry
+from services.embedded_llm import ServedModel
 from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
 from services.knowledge import GivenKnowledge, KnowledgePool, PoolBuilder, empty_pool, pool_from_items
-from services.llm import LLMError, StructuredMode
+from services.llm import LLMError
 from services.logging_setup import job_log_context
 from services.metrics import observe_debate, observe_job, observe_started
 from services.settings import LLMSettings, RetrieverClientSettings
@@ -72,18 +73,10 @@ class WorkerDraining(Exception):
     """This worker is shutting down: the job went back to the queue and resumes elsewhere."""
 
 
-def _default_models(
-    llm: LLMSettings,
-    base_url: str | None,
-    model: str | None,
-    structured: StructuredMode | None,
-    max_concurrency: int | None = None,
-) -> ClosableRoleModels:
+def _default_models(llm: LLMSettings, served: ServedModel | None) -> ClosableRoleModels:
     from services.llm_factory import build_role_models
 
-    return build_role_models(
-        llm, base_url=base_url, model=model, structured_output=structured, max_concurrency=max_concurrency
-    )
+    return build_role_models(llm, served=served)
 
 
 def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBuilder:
@@ -107,11 +100,9 @@ class WorkerRuntime:
     settings: WorkerSettings
     llm: LLMSettings
     retriever: RetrieverClientSettings
-    # Set by ``parley worker`` when it serves the embedded model itself (URL, alias, schema form).
+    # Set by ``parley worker`` when it serves the embedded model itself.
+    served: ServedModel | None = None
     llm_base_url: str | None = None
-    llm_model: str | None = None
-    llm_structured: StructuredMode | None = None
-    llm_max_concurrency: int | None = None
     models_factory: Callable[[], ClosableRoleModels] | None = None
     pool_factory: Callable[[], ClosablePoolBuilder] | None = None
     hostname: str = field(default_factory=socket.gethostname)
@@ -128,9 +119,10 @@ class WorkerRuntime:
     def models(self) -> ClosableRoleModels:
         if self.models_factory is not None:
             return self.models_factory()
-        return _default_models(
-            self.llm, self.llm_base_url, self.llm_model, self.llm_structured, self.llm_max_concurrency
-        )
+        if self.served is None and self.llm_base_url and self.llm_base_url != self.llm.base_url:
+            # ``parley worker --llm-url``: that server for every role, the configured model name.
+            return _default_models(self.llm, ServedModel(self.llm_base_url, self.llm.model))
+        return _default_models(self.llm, self.served)
 
     def pool_builder(self) -> ClosablePoolBuilder:
         if self.pool_factory is not None:

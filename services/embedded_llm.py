@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,11 +22,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 
 from services.errors import ParleyError
 from services.llm import StructuredMode
+
+if TYPE_CHECKING:
+    from services.settings import LLMSettings
 
 _PREFIX_RE = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
 INSTALL_HINT = "run `make install` (or `.venv/bin/pip install -e '.[embedded]'`)"
@@ -142,13 +147,35 @@ class ServedModel:
     base_url: str
     model: str
     structured_output: StructuredMode | None = None
-    # llama-cpp-python's server answers one request at a time: requests queued inside it would spend
-    # their read timeout waiting, so its clients keep at most one in flight per process.
+    # Requests in flight per process: llama-cpp-python's server answers one at a time (queued ones
+    # would spend their read timeout waiting); llama-server serves one per slot.
     max_concurrency: int | None = None
+    # llama-server's KV-cache slots: clients pin each prompt family to one (``cache_key``).
+    slots: int | None = None
+
+
+ServerKind = Literal["llama-server", "llama-cpp-python"]
+
+
+def find_llama_server(explicit: Path | None = None) -> Path | None:
+    """The llama-server binary: the one given, the one ``make install`` builds into the virtualenv,
+    or one on PATH; None when there is none."""
+    if explicit is not None:
+        return explicit if explicit.is_file() else None
+    beside = Path(sys.prefix) / "bin" / "llama-server"
+    if beside.is_file():
+        return beside
+    found = shutil.which("llama-server")
+    return Path(found) if found else None
 
 
 class EmbeddedLLMServer:
-    """Starts ``python -m llama_cpp.server`` for a GGUF and stops it again (also at interpreter exit)."""
+    """Serves a GGUF on a free loopback port and stops it again (also at interpreter exit).
+
+    Two servers, one contract: ``llama-server`` (llama.cpp's own, MIT; the default when built) keeps
+    ``slots`` KV caches side by side plus a bounded host-memory prompt cache, and batches concurrent
+    requests; ``llama-cpp-python``'s server keeps a single KV cache and answers one request at a time.
+    """
 
     def __init__(
         self,
@@ -159,13 +186,21 @@ class EmbeddedLLMServer:
         n_threads: int | None = None,
         startup_timeout_s: float = 180.0,
         log_path: Path | None = None,
+        kind: ServerKind = "llama-cpp-python",
+        slots: int = 4,
+        cache_ram_mib: int = 512,
+        binary: Path | None = None,
     ) -> None:
         self.gguf = gguf
         self.alias = alias
         self.n_ctx = n_ctx
         self.n_threads = n_threads or max(1, os.cpu_count() or 1)
         self.startup_timeout_s = startup_timeout_s
-        self.log_path = log_path or gguf.parent / f"{alias}.server.log"
+        self.log_path = log_path or gguf.parent / f"{alias}.{kind}.log"
+        self.kind: ServerKind = kind
+        self.slots = slots
+        self.cache_ram_mib = cache_ram_mib
+        self.binary = binary
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -174,21 +209,48 @@ class EmbeddedLLMServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def served(self) -> ServedModel:
-        """How to use this server: llama-cpp-python's schema form, one request at a time."""
+        """How to use this server (its schema form, how many requests at once, its slots)."""
+        if self.kind == "llama-server":
+            return ServedModel(
+                self.base_url,
+                self.alias,
+                structured_output="json_schema",
+                max_concurrency=self.slots,
+                slots=self.slots,
+            )
         return ServedModel(self.base_url, self.alias, structured_output="json_object", max_concurrency=1)
 
-    def start(self) -> EmbeddedLLMServer:
-        """Launch the server and wait until ``/v1/models`` answers."""
-        try:
-            importlib.import_module("llama_cpp.server")
-        except ImportError as exc:
-            raise EmbeddedLLMError(
-                "llama-cpp-python with its server extra is not installed; "
-                + INSTALL_HINT
-                + " (it compiles llama.cpp, about 7 minutes on 2 cores)"
-            ) from exc
-        self.port = free_port()
-        cmd = [
+    def _command(self) -> list[str]:
+        common = ["--host", "127.0.0.1", "--port", str(self.port)]
+        if self.kind == "llama-server":
+            binary = find_llama_server(self.binary)
+            if binary is None:
+                raise EmbeddedLLMError(
+                    "llama-server is not built; run `make install` (it builds llama.cpp's server from "
+                    "the llama-cpp-python source, about 10 minutes on 2 cores) or set "
+                    "PARLEY_LLM_EMBEDDED_SERVER=llama-cpp-python"
+                )
+            return [
+                str(binary),
+                "--model",
+                str(self.gguf),
+                "--alias",
+                self.alias,
+                *common,
+                # Each slot gets n_ctx tokens of KV cache: memory is fixed at start-up.
+                "--ctx-size",
+                str(self.n_ctx * self.slots),
+                "--parallel",
+                str(self.slots),
+                "--threads",
+                str(self.n_threads),
+                # Prompt states evicted from a slot are kept in RAM up to this bound and restored
+                # for a later prompt with the same prefix.
+                "--cache-ram",
+                str(self.cache_ram_mib),
+                "--no-webui",
+            ]
+        return [
             sys.executable,
             "-m",
             "llama_cpp.server",
@@ -196,10 +258,7 @@ class EmbeddedLLMServer:
             str(self.gguf),
             "--model_alias",
             self.alias,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
+            *common,
             "--n_ctx",
             str(self.n_ctx),
             "--n_threads",
@@ -208,6 +267,20 @@ class EmbeddedLLMServer:
             "--interrupt_requests",
             "False",
         ]
+
+    def start(self) -> EmbeddedLLMServer:
+        """Launch the server and wait until ``/v1/models`` answers."""
+        if self.kind == "llama-cpp-python":
+            try:
+                importlib.import_module("llama_cpp.server")
+            except ImportError as exc:
+                raise EmbeddedLLMError(
+                    "llama-cpp-python with its server extra is not installed; "
+                    + INSTALL_HINT
+                    + " (it compiles llama.cpp, about 7 minutes on 2 cores)"
+                ) from exc
+        self.port = free_port()
+        cmd = self._command()
         log = self.log_path.open("ab")
         self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         atexit.register(self.stop)
@@ -271,10 +344,48 @@ def embedded_server(
     n_ctx: int = 4096,
     n_threads: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    kind: ServerKind | Literal["auto"] = "auto",
+    slots: int = 4,
+    cache_ram_mib: int = 512,
+    binary: Path | None = None,
 ) -> Iterator[EmbeddedLLMServer]:
-    """Assemble the named model if needed and serve it for the duration of the block."""
+    """Assemble the named model if needed and serve it for the duration of the block.
+
+    ``kind="auto"``: llama-server when it is built, else llama-cpp-python's server.
+    """
     if model_name not in MODELS:
         raise EmbeddedLLMError(f"unknown embedded model {model_name!r}; choose one of {sorted(MODELS)}")
     gguf = assemble_gguf(MODELS[model_name], cache_dir, progress)
-    with EmbeddedLLMServer(gguf, alias=model_name, n_ctx=n_ctx, n_threads=n_threads) as server:
+    chosen: ServerKind = (
+        kind if kind != "auto" else ("llama-server" if find_llama_server(binary) else "llama-cpp-python")
+    )
+    server = EmbeddedLLMServer(
+        gguf,
+        alias=model_name,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        kind=chosen,
+        slots=slots,
+        cache_ram_mib=cache_ram_mib,
+        binary=binary,
+    )
+    with server:
         yield server
+
+
+def embedded_from_settings(
+    settings: LLMSettings, progress: Callable[[int, int], None] | None = None
+) -> contextlib.AbstractContextManager[EmbeddedLLMServer]:
+    """``embedded_server`` configured by ``PARLEY_LLM_EMBEDDED_*``: the one way every entry point
+    (``parley ask``, ``parley eval``, ``parley worker``, the benches) starts the embedded model."""
+    return embedded_server(
+        settings.embedded_model,
+        settings.cache_dir,
+        n_ctx=settings.embedded_ctx,
+        n_threads=settings.embedded_threads,
+        progress=progress,
+        kind=settings.embedded_server,
+        slots=settings.embedded_slots,
+        cache_ram_mib=settings.embedded_cache_ram_mib,
+        binary=settings.embedded_server_bin,
+    )

@@ -131,6 +131,7 @@ class ChatModel(Protocol):
         max_tokens: int | None = None,
         json_schema: dict[str, Any] | None = None,
         seed: int | None = None,
+        cache_key: str | None = None,
     ) -> ChatCompletion: ...
 
 
@@ -194,6 +195,24 @@ class _EndpointLimits:
 ENDPOINT_LIMITS = _EndpointLimits()
 
 
+class _SlotAffinity:
+    """Which server slot each cache key uses, per endpoint and process: keys take slots in the order
+    they first appear, so one debate's selection, agents and panel each keep a slot of their own
+    (with at least as many slots as keys) and their next prompt starts from their cached prefix."""
+
+    def __init__(self) -> None:
+        self._by_endpoint: dict[str, dict[str, int]] = {}
+
+    def slot(self, endpoint: str, key: str, slots: int) -> int:
+        keys = self._by_endpoint.setdefault(endpoint, {})
+        if key not in keys:
+            keys[key] = len(keys) % slots
+        return keys[key]
+
+
+SLOT_AFFINITY = _SlotAffinity()
+
+
 class OpenAIChatClient:
     """A ``ChatModel`` over HTTP. Pass ``client`` (or ``transport``) to control the network in tests."""
 
@@ -209,6 +228,7 @@ class OpenAIChatClient:
         max_concurrency: int = 4,
         max_tokens: int = 512,
         structured_mode: StructuredMode = "json_schema",
+        slots: int | None = None,
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -222,6 +242,9 @@ class OpenAIChatClient:
         self._max_concurrency = max_concurrency
         self._max_tokens = max_tokens
         self._structured_mode: StructuredMode = structured_mode
+        # A llama.cpp server with this many KV-cache slots: calls that share a cache_key go to one
+        # slot, so a prefix a role will send again stays cached there (see SLOT_AFFINITY).
+        self._slots = slots
         self._sleep = sleep
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self._owns_client = client is None
@@ -267,8 +290,13 @@ class OpenAIChatClient:
         max_tokens: int | None = None,
         json_schema: dict[str, Any] | None = None,
         seed: int | None = None,
+        cache_key: str | None = None,
     ) -> ChatCompletion:
-        """One chat completion with bounded retries; raises a typed ``LLMError`` when it cannot."""
+        """One chat completion with bounded retries; raises a typed ``LLMError`` when it cannot.
+
+        ``cache_key`` names the prompt family a call belongs to (an agent, the selection, the panel):
+        on an endpoint with ``slots`` it picks the server slot, elsewhere it is not sent.
+        """
         body: dict[str, Any] = {
             "model": self._model,
             "messages": list(messages),
@@ -278,6 +306,9 @@ class OpenAIChatClient:
         }
         if seed is not None:
             body["seed"] = seed
+        if self._slots and cache_key is not None:
+            body["id_slot"] = SLOT_AFFINITY.slot(self._base_url, cache_key, self._slots)
+            body["cache_prompt"] = True
         output_mode: Literal["schema", "text"] | None = None
         if json_schema is not None:
             if self._schema_supported is False:
@@ -367,6 +398,10 @@ class OpenAIChatClient:
             raise LLMProtocolError(f"malformed chat completion: {resp.text[:200]!r}", url=url) from exc
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens")
+        if cached is None:
+            # llama.cpp's llama-server reports the reused prefix in its timings.
+            cached = (data.get("timings") or {}).get("cache_n")
         return ChatCompletion(
             text=text,
             model=str(data.get("model") or self._model),
@@ -375,6 +410,6 @@ class OpenAIChatClient:
             latency_ms=latency_ms,
             attempts=attempt,
             finish_reason=choice.get("finish_reason"),
-            cached_tokens=details.get("cached_tokens"),
+            cached_tokens=None if cached is None else int(cached),
             output_mode=output_mode,
         )

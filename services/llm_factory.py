@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import httpx
 from pydantic import SecretStr
 
+from services.embedded_llm import ServedModel
 from services.llm import ChatModel, OpenAIChatClient, RetryPolicy, StructuredMode
 from services.settings import ROLES, LLMSettings
 
@@ -42,9 +43,12 @@ class RoleModelsFromSettings:
         model: str | None = None,
         structured_output: StructuredMode | None = None,
         max_concurrency: int | None = None,
+        slots: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         default_url = base_url or settings.base_url
+        # Slots belong to the server at the default URL (the embedded llama-server).
+        self._slots = (_normal_url(default_url), slots) if (slots and default_url) else None
         if not default_url:
             raise ValueError("no LLM base URL: set PARLEY_LLM_BASE_URL or start the embedded model")
         self._settings = settings
@@ -100,6 +104,9 @@ class RoleModelsFromSettings:
                 max_concurrency=self._max_concurrency,
                 max_tokens=s.max_tokens,
                 structured_mode=self._structured,
+                slots=self._slots[1]
+                if self._slots and _normal_url(endpoint.base_url) == self._slots[0]
+                else None,
                 client=self._http,
             )
         return client
@@ -151,14 +158,25 @@ def build_role_models(
     model: str | None = None,
     structured_output: StructuredMode | None = None,
     max_concurrency: int | None = None,
+    slots: int | None = None,
+    served: ServedModel | None = None,
 ) -> RoleModelsFromSettings:
-    """Role models for ``settings``; the keyword arguments replace the globals (the embedded server)."""
+    """Role models for ``settings``; ``served`` (the embedded server) or the keyword arguments
+    replace the globals."""
+    if served is not None:
+        base_url, model = served.base_url, served.model
+        structured_output, max_concurrency, slots = (
+            served.structured_output,
+            served.max_concurrency,
+            served.slots,
+        )
     return RoleModelsFromSettings(
         settings,
         base_url=base_url,
         model=model,
         structured_output=structured_output,
         max_concurrency=max_concurrency,
+        slots=slots,
     )
 
 

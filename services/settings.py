@@ -101,7 +101,21 @@ class LLMSettings(ParleySettings):
     # Embedded model (used only when base_url is unset).
     embedded_model: Literal["qwen2.5-0.5b", "qwen2.5-1.5b"] = "qwen2.5-1.5b"
     embedded_threads: int | None = Field(default=None, ge=1)
-    embedded_ctx: int = Field(default=4096, ge=512)
+    embedded_ctx: int = Field(default=4096, ge=512, description="context tokens per slot")
+    embedded_server: Literal["auto", "llama-server", "llama-cpp-python"] = Field(
+        default="auto",
+        description="auto: llama.cpp's llama-server when built (make install builds it), else "
+        "llama-cpp-python's server",
+    )
+    embedded_slots: int = Field(
+        default=4, ge=1, le=16, description="llama-server KV-cache slots (selection, each agent, panel)"
+    )
+    embedded_cache_ram_mib: int = Field(
+        default=512, ge=0, description="llama-server host-memory prompt cache bound (MiB; 0 = off)"
+    )
+    embedded_server_bin: Path | None = Field(
+        default=None, description="llama-server binary; unset = the virtualenv's, then PATH"
+    )
     cache_dir: Path = Field(default_factory=lambda: default_data_dir() / "models")
 
     @field_validator("endpoints")

@@ -147,6 +147,7 @@ class DebateContext:
                     max_tokens=self.config.max_tokens,
                     json_schema=json_schema,
                     seed=None if self.config.seed is None else self.config.seed + seq,
+                    cache_key=cache_key(role, agent),
                 )
             except LLMError as exc:
                 observe_llm_error(role, model.model, endpoint, exc)
@@ -250,6 +251,19 @@ class DebateContext:
             total.add(rec)
             by_role.setdefault(rec.role, Usage()).add(rec)
         return total, by_role
+
+
+def cache_key(role: str, agent: int | None) -> str:
+    """The prompt family a call belongs to, for servers that keep one KV cache per family.
+
+    Every agent's selection prompt starts with the same role line and the whole pool, so selections
+    share one family (the second agent's is then almost entirely cached); each agent's own turns
+    form a family (its next turn starts with the same example and, often, the same chosen items);
+    calls without an agent (judge, summarizer, moderator) form the panel's.
+    """
+    if role == "select":
+        return "select"
+    return "panel" if agent is None else f"agent/{agent}"
 
 
 def round_ms(ms: float) -> float:

@@ -316,13 +316,7 @@ async def _evaluate_in_process(request: Any, console: Any, judge: Any, evaluate:
         if needs_retriever(specs, dataset.items, pool_source):
             builder = await stack.enter_async_context(pool_builder(console))
         served = stack.enter_context(llm_endpoint(llm_settings, console))
-        models = build_role_models(
-            llm_settings,
-            base_url=served.base_url,
-            model=served.model,
-            structured_output=served.structured_output,
-            max_concurrency=served.max_concurrency,
-        )
+        models = build_role_models(llm_settings, served=served)
         stack.push_async_callback(models.aclose)
         return await evaluate(request, models=models, pool_builder=builder, judge=judge)
 

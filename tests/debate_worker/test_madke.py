@@ -216,7 +216,10 @@ async def test_self_consistency_majority(scripted: ScriptedLLM, pool: KnowledgeP
     scripted.on(
         "Question:", ["[July 20, 1969]", "[July 21, 1969]", "[july 20 1969]", "[1968]", "[July 20, 1969]"]
     )
-    result, _ = await debate(scripted, pool, protocol="self_consistency", samples=5, temperature=0.7)
+    # Sequential: the scripted replies are handed out in arrival order, which concurrency would shuffle.
+    result, _ = await debate(
+        scripted, pool, protocol="self_consistency", samples=5, temperature=0.7, sequential=True
+    )
     assert result.answer == "July 20, 1969" and result.usage.calls == 5
     assert "3 votes" in result.answer_source
     assert all(b["temperature"] == 0.7 for b in scripted.requests)
@@ -242,3 +245,18 @@ async def test_question_limits(scripted: ScriptedLLM, pool: KnowledgePool) -> No
         with pytest.raises(ValueError, match="limit is 2000"):
             await run_debate("x" * 2001, pool, DebateConfig(), SingleModel(client))
     assert scripted.requests == []
+
+
+async def test_each_prompt_family_keeps_its_server_slot(scripted: ScriptedLLM, pool: KnowledgePool) -> None:
+    """On a server with KV-cache slots the selections share one slot (same pool prefix), each agent has
+    its own, and the judge and summarizer share the panel's, in every round."""
+    script_madke(scripted, ["[No]", "[Yes]"])
+    async with OpenAIChatClient(scripted.base_url, "scripted", slots=4) as client:
+        await run_debate(QUESTION, pool, DebateConfig(rounds=2), SingleModel(client))
+    slot_of: dict[str, set[int]] = {}
+    for body in scripted.requests:
+        text = request_text(body)
+        family = "select" if SELECT in text else "panel" if (JUDGE in text or SUMMARY in text) else "agent"
+        slot_of.setdefault(family, set()).add(body["id_slot"])
+    assert slot_of["select"] == {0} and slot_of["panel"] == {3}
+    assert slot_of["agent"] == {1, 2}  # one slot per agent, kept across both rounds

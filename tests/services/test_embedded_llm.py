@@ -42,6 +42,30 @@ def test_missing_gguf_file_fails_fast_with_the_log(tmp_path: Path) -> None:
         EmbeddedLLMServer(bogus, alias="bogus", startup_timeout_s=60).start()
 
 
+@pytest.mark.unit
+def test_llama_server_keeps_a_bounded_cache_per_slot(tmp_path: Path) -> None:
+    server = EmbeddedLLMServer(
+        tmp_path / "m.gguf",
+        alias="m",
+        n_ctx=2048,
+        kind="llama-server",
+        slots=3,
+        cache_ram_mib=256,
+        binary=tmp_path / "llama-server",
+    )
+    with pytest.raises(EmbeddedLLMError, match="llama-server is not built; run `make install`"):
+        server.start()
+    (tmp_path / "llama-server").write_text("#!/bin/sh\n")
+    cmd = server._command()
+    # Memory is fixed at start: 3 slots of 2048 tokens, a prompt cache of at most 256 MiB.
+    assert cmd[cmd.index("--ctx-size") + 1] == "6144" and cmd[cmd.index("--parallel") + 1] == "3"
+    assert cmd[cmd.index("--cache-ram") + 1] == "256"
+    served = server.served()
+    assert (served.slots, served.max_concurrency, served.structured_output) == (3, 3, "json_schema")
+    old = EmbeddedLLMServer(tmp_path / "m.gguf", alias="m", kind="llama-cpp-python").served()
+    assert (old.slots, old.max_concurrency, old.structured_output) == (None, 1, "json_object")
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedLLMServer]:
     pytest.importorskip("llama_cpp.server", reason="llama-cpp-python not installed: run make install")
@@ -86,13 +110,7 @@ def test_assembled_weights_match_the_checksum(server: EmbeddedLLMServer) -> None
 @pytest.mark.slow
 @pytest.mark.parametrize("style", ["paper", "robust"])
 async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: str) -> None:
-    models = build_role_models(
-        LLMSettings(),
-        base_url=server.base_url,
-        model=server.alias,
-        structured_output="json_object",
-        max_concurrency=1,
-    )
+    models = build_role_models(LLMSettings(), served=server.served())
     try:
         result = await run_debate(
             QUESTION, apollo_pool(), DebateConfig(prompt_style=style, rounds=2, seed=7), models
@@ -110,6 +128,12 @@ async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: st
         r.completion_tokens > 0 and r.latency_ms > 0 and r.model == "qwen2.5-0.5b" for r in result.transcript
     )
     assert result.usage.calls == len(result.transcript)
+    if server.kind == "llama-server":
+        # The second agent's selection prompt is the first one's (same pool, same slot): it is served
+        # from the cache, and the transcript says how much.
+        selects = [r for r in result.transcript if r.role == "select" and r.round == 1]
+        assert max(r.cached_tokens or 0 for r in selects) > 0.8 * selects[0].prompt_tokens
+        assert result.usage.cached_tokens > 0
     if style == "robust":
         # Schema-constrained selection on llama.cpp: every selection is valid JSON within the pool.
         selects = [r for r in result.transcript if r.role == "select"]

@@ -164,3 +164,57 @@ async def test_embedded_endpoint_keeps_one_request_in_flight(tmp_path) -> None: 
         finally:
             await models.aclose()
         assert server.max_in_flight == 1 and len(server.requests) == 4
+
+
+async def test_cache_keys_pin_prompt_families_to_slots_only_on_slotted_servers(scripted: ScriptedLLM) -> None:
+    scripted.on("capital", "Paris")
+    async with client_for(scripted, slots=4) as slotted, client_for(scripted) as plain:
+        for key in ("select", "agent/0", "agent/1", "select", "panel", "agent/0"):
+            await slotted.complete(MSG, cache_key=key)
+        await plain.complete(MSG, cache_key="select")
+    slots = [r.get("id_slot") for r in scripted.requests[:6]]
+    assert slots == [0, 1, 2, 0, 3, 1]  # one slot per family, the same slot every time
+    assert all(r["cache_prompt"] is True for r in scripted.requests[:6])
+    assert "id_slot" not in scripted.requests[6]  # other servers are sent no llama.cpp extension
+
+
+@pytest.mark.parametrize(
+    ("extra", "cached"),
+    [
+        (
+            {
+                "usage": {
+                    "prompt_tokens": 300,
+                    "completion_tokens": 5,
+                    "prompt_tokens_details": {"cached_tokens": 250},
+                }
+            },
+            250,
+        ),
+        (
+            {
+                "usage": {"prompt_tokens": 300, "completion_tokens": 5},
+                "timings": {"cache_n": 280, "prompt_n": 20},
+            },
+            280,
+        ),
+        ({"usage": {"prompt_tokens": 300, "completion_tokens": 5}}, None),
+    ],
+)
+async def test_cached_prompt_tokens_are_read_from_either_usage_form(
+    extra: dict[str, object], cached: int | None
+) -> None:
+    """vLLM and OpenAI report ``prompt_tokens_details.cached_tokens``; llama-server its ``timings``."""
+    import httpx
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        body = {
+            "model": "m",
+            "choices": [{"message": {"content": "Paris"}, "finish_reason": "stop"}],
+            **extra,
+        }
+        return httpx.Response(200, json=body)
+
+    async with OpenAIChatClient("http://llm.test/v1", "m", transport=httpx.MockTransport(reply)) as client:
+        out = await client.complete(MSG)
+    assert out.cached_tokens == cached and out.prompt_tokens == 300
