@@ -50,7 +50,7 @@ class DebateRequest(BaseModel):
 
     @model_validator(mode="after")
     def _gold_for_oracle_settings(self) -> DebateRequest:
-        # Issue 5: truth_last orders views by the gold answer, so it is refused without one.
+        # truth_last orders views by the gold answer, so it is refused without one.
         if self.config.requires_gold and not self.answers:
             raise ValueError("config.ordering: 'truth_last' needs 'answers' (gold answers; evaluation only)")
         return self
@@ -82,7 +82,7 @@ class BatchRequest(BaseModel):
 
     @model_validator(mode="after")
     def _gold_for_oracle_settings(self) -> BatchRequest:
-        # Issue 5: truth_last orders views by the gold answer, so every item must carry one.
+        # truth_last orders views by the gold answer, so every item must carry one.
         if self.config.requires_gold:
             missing = [i for i, item in enumerate(self.items) if not item.answers]
             if missing:

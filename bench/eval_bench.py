@@ -1,4 +1,4 @@
-"""Evaluation harness benchmark (issue 6): what the harness itself costs, apart from the LLM.
+"""Evaluation harness benchmark: what the harness itself costs, apart from the LLM.
 
 Runs ``single`` and ``madke`` over the first N NQ-open dev questions against the scripted
 OpenAI-compatible server (zero latency, so the time measured is engine + harness + disk) with a fixed

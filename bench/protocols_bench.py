@@ -1,4 +1,4 @@
-"""Protocols benchmark (issue 5): every protocol on the same questions, pools and model.
+"""Protocols benchmark: every protocol on the same questions, pools and model.
 
 For the first N (default 20) questions of the NQ-open dev file, each protocol debates against the
 scripted OpenAI-compatible server (fixed latency per call, deterministic replies that depend only on

@@ -1,10 +1,10 @@
-"""The prompt-style benchmark (issue 7) across models: one table, the targets checked, one plot.
+"""The prompt-style benchmark across models: one table, the targets checked, one plot.
 
 Reads the ``metrics.json`` that ``parley eval`` wrote for each model (see the README's "Choosing the
 embedded default" for the eval commands) and writes ``summary.md`` and ``accuracy.png`` under ``--out``:
 per run contains-accuracy, EM, F1, answer-shape shares, parse errors per role, valid selections,
 judge/rule agreement, calls, tokens and seconds per question; madke-robust minus each other run with
-its paired-bootstrap 95 % CI; and each target of the issue with PASS/MISS. Where a folder holds a
+its paired-bootstrap 95 % CI; and each style target with PASS/MISS. Where a folder holds a
 ``replay/replay.json`` from ``bench.final_step_replay``, the targets are also checked on the replayed
 final steps (recorded debates, current parser and summarizer).
 
@@ -41,7 +41,7 @@ def robust_minus(metrics: dict[str, Any]) -> list[tuple[str, int, float, float, 
         if pair in seen:  # the first-vs-each pairs and --compare can name the same pair
             continue
         seen.add(pair)
-        if c["a"] == "madke-robust":  # the report gives B − A; the issue asks for madke-robust − B
+        if c["a"] == "madke-robust":  # the report gives B − A; the target is stated as madke-robust − B
             rows.append((c["b"], c["n"], -100 * c["diff"], -100 * c["ci_high"], -100 * c["ci_low"]))
         elif c["b"] == "madke-robust":
             rows.append((c["a"], c["n"], 100 * c["diff"], 100 * c["ci_low"], 100 * c["ci_high"]))
@@ -178,7 +178,7 @@ def main() -> None:
         model, _, folder = spec.partition("=")
         folders[model] = Path(folder)
         models[model] = load(folders[model])
-    lines = ["# Prompt styles × models (issue 7)", ""]
+    lines = ["# Prompt styles × models", ""]
     for model, m in models.items():
         lines.append(f"- {model}: `{m['dataset']}`, {m['items']} items, accuracy = {m['primary']}")
     lines += ["", *table(models), "", "## madke-robust minus … (paired bootstrap 95 % CI, points)", ""]

@@ -20,7 +20,7 @@ JudgeMode = Literal["llm", "rule", "both", "auto"]
 SINGLE_AGENT_PROTOCOLS = frozenset({"single", "cot", "self_consistency", "rag"})
 
 ProtocolName = Literal["madke", "single", "cot", "self_consistency", "rag", "society", "mad", "mallm", "kks"]
-# Issue 5: the order in which an agent is shown the other agents' answers (Zhang et al.).
+# The order in which an agent is shown the other agents' answers (Zhang et al.).
 Ordering = Literal["fixed", "random", "madc", "truth_last"]
 SpeakingOrder = Literal["fixed", "random", "reverse"]
 MallmDecision = Literal[
@@ -153,7 +153,7 @@ class DebateConfig(BaseModel):
         default=None, ge=16, le=8192, description="per call; None = client default"
     )
     seed: int | None = None
-    # Issue 5: protocols of the literature and the factors they vary.
+    # Protocols of the literature and the factors they vary.
     ordering: Ordering = Field(
         default="fixed",
         description="order of the other agents' answers shown to an agent (society, mallm, kks); "

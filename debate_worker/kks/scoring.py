@@ -6,22 +6,35 @@ first in agent order, so the result is deterministic).
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+from debate_worker.engine.jsontext import first_json_object
 from debate_worker.kks.puzzle import ROLES
 
 _ROLE_WORD = "|".join(ROLES) + "|knights|knaves|spies"
+_ROLE_KEY = re.compile(r"\"?\brole\"?\s*[:=]\s*\"?(knight|knave|spy)\b", re.I)
 
 
-def _role(word: str) -> str | None:
-    w = word.lower()
+def role_of(word: str) -> str | None:
+    """The role a word names (``Knight``, ``knaves``, ``spies`` …), or None for any other word."""
+    w = word.strip().lower()
     for r in ROLES:
         if w == r or w == r + "s" or (r == "spy" and w == "spies"):
             return r
     return None
+
+
+def parse_role(text: str | None) -> str | None:
+    """One player's role in a reply: JSON ``role``, else a ``role: X`` pattern; never a guess."""
+    data = first_json_object(text) or {}
+    role = data.get("role")
+    if isinstance(role, str) and role_of(role):
+        return role_of(role)
+    m = _ROLE_KEY.search(text or "")
+    return m.group(1).lower() if m else None
 
 
 def parse_assignment(text: str | None, players: Sequence[str]) -> dict[str, str]:
@@ -30,41 +43,38 @@ def parse_assignment(text: str | None, players: Sequence[str]) -> dict[str, str]
     that are not roles are ignored; a player named twice keeps the last role named."""
     if not text:
         return {}
+    data = first_json_object(text)
+    found = _json_assignment(data, players) if data is not None else {}
+    return found or _text_assignment(text, players)
+
+
+def _json_assignment(data: Mapping[str, Any], players: Sequence[str]) -> dict[str, str]:
     known = {p.lower(): p for p in players}
+    items = data.get("players")
+    if isinstance(items, list):
+        pairs = [
+            (it["name"], it["role"])
+            for it in items
+            if isinstance(it, dict) and isinstance(it.get("name"), str) and isinstance(it.get("role"), str)
+        ]
+    else:
+        pairs = [(str(k), v) for k, v in data.items() if isinstance(v, str)]
     out: dict[str, str] = {}
-    match = re.search(r"\{.*\}", text, re.S)
-    if match:
-        try:
-            data = json.loads(match.group(0))
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            items = data.get("players")
-            if isinstance(items, list):
-                for it in items:
-                    if (
-                        isinstance(it, dict)
-                        and isinstance(it.get("name"), str)
-                        and isinstance(it.get("role"), str)
-                    ):
-                        name, role = known.get(it["name"].strip().lower()), _role(it["role"].strip())
-                        if name and role:
-                            out[name] = role
-            else:
-                for k, v in data.items():
-                    name = known.get(str(k).strip().lower())
-                    role = _role(str(v).strip()) if isinstance(v, str) else None
-                    if name and role:
-                        out[name] = role
-            if out:
-                return out
+    for name_text, role_text in pairs:
+        name, role = known.get(name_text.strip().lower()), role_of(role_text)
+        if name and role:
+            out[name] = role
+    return out
+
+
+def _text_assignment(text: str, players: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
     for p in players:
         pattern = rf"\b{re.escape(p)}\b\s*(?:[:=\-–]|is\s+(?:a|an|the)?|=>|->)\s*\**\s*({_ROLE_WORD})\b"
         found = re.findall(pattern, text, re.I)
-        if found:
-            role = _role(found[-1])
-            if role:
-                out[p] = role
+        role = role_of(found[-1]) if found else None
+        if role:
+            out[p] = role
     return out
 
 

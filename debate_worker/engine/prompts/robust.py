@@ -1,6 +1,6 @@
 """Parley's robust prompt style, for small local models.
 
-What the paper style gets wrong with 0.5-1.5B models (measured in issue 7) and what this style does:
+What the paper style gets wrong with 0.5-1.5B models (measured on the dev sets) and what this style does:
 - knowledge numbered ``[3]`` collides with ``[answer]``: items are ``(K3)`` and the answer is asked for
   once, as JSON ``{"reason": ..., "answer": ...}`` (``ANSWER_SCHEMA``), so a bare number is never read as
   an answer; free text replies that still end ``Final answer: [...]`` are read too;
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from debate_worker.engine.answers import answer_key
+from debate_worker.engine.jsontext import first_json_object
 from debate_worker.engine.parsing import (
     ParsedAnswer,
     ParsedSelection,
@@ -42,7 +43,6 @@ DEBATER_ROLE = "You answer factual questions accurately and briefly, using the k
 JUDGE_ROLE = "You check whether several short answers say the same thing."
 SUMMARIZER_ROLE = "You pick the final answer that the debaters' answers and reasons best support."
 
-ANSWER_FORM = '{"reason": "...", "answer": "..."}'
 # The answer is asked for as JSON: with schema-constrained decoding (llama.cpp, vLLM) the reply cannot
 # miss the answer field, which is where free-text replies failed most (a sentence and no answer line).
 # The field descriptions stay outside the JSON template: a 1.5B model copied them into "answer".
@@ -248,20 +248,7 @@ def _valid(answer: str) -> bool:
 
 def _json_reply(text: str | None) -> dict[str, Any] | None:
     """The reply's ``{"reason": ..., "answer": ...}`` object, also when text surrounds it; else None."""
-    if not text or "{" not in text:
-        return None
-    candidates = [text.strip()]
-    match = re.search(r"\{[^{}]*\"answer\"[^{}]*\}", text, re.DOTALL)
-    if match:
-        candidates.append(match.group(0))
-    for candidate in candidates:
-        try:
-            data = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "answer" in data:
-            return data
-    return None
+    return first_json_object(text, key="answer")
 
 
 def parse_answer(text: str) -> ParsedAnswer:
@@ -304,13 +291,9 @@ def short_answer(text: str | None) -> str | None:
 def parse_select(text: str, pool_size: int, max_selected: int) -> ParsedSelection:
     """JSON first; then ``K3``/``(K3)`` mentions; "none"/empty list means no knowledge."""
     stripped = (text or "").strip()
-    if stripped.startswith("{"):
-        parsed = parse_selection_json(stripped, pool_size, max_selected)
-        if parsed.parse_error is None:
-            return parsed
-    match = re.search(r"\{[^{}]*\"selected\"[^{}]*\}", stripped)
-    if match:
-        parsed = parse_selection_json(match.group(0), pool_size, max_selected)
+    data = first_json_object(stripped, key="selected")
+    if data is not None:
+        parsed = parse_selection_json(json.dumps(data), pool_size, max_selected)
         if parsed.parse_error is None:
             return parsed
     numbers = [int(n) for n in _KNUM.findall(stripped)]
@@ -325,9 +308,9 @@ def parse_select(text: str, pool_size: int, max_selected: int) -> ParsedSelectio
 
 def parse_judge(text: str) -> ParsedVerdict:
     stripped = (text or "").strip()
-    match = re.search(r"\{[^{}]*\"consensus\"[^{}]*\}", stripped)
-    if match:
-        verdict = parse_verdict_json(match.group(0))
+    data = first_json_object(stripped, key="consensus")
+    if data is not None:
+        verdict = parse_verdict_json(json.dumps(data))
         if verdict.parse_error is None:
             return verdict
     lowered = stripped.lower()

@@ -13,10 +13,11 @@ Choices where the paper is ambiguous (each is a ``MallmSettings`` field, see doc
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from debate_worker.engine.jsontext import first_json_object
 
 
 @dataclass(frozen=True)
@@ -193,13 +194,10 @@ def parse_agreement(text: str) -> tuple[bool | None, str | None]:
     if m:
         return m.group(1).lower() == "agree", None
     stripped = text.strip()
-    if stripped.lower().startswith("{"):
-        try:
-            data = json.loads(stripped)
-            if isinstance(data, dict) and isinstance(data.get("agree"), bool):
-                return bool(data["agree"]), None
-        except ValueError:
-            pass
+    # Only a reply that starts as JSON: an "agree" key quoted inside prose is not a decision.
+    data = first_json_object(stripped) if stripped.startswith("{") else None
+    if data is not None and isinstance(data.get("agree"), bool):
+        return bool(data["agree"]), None
     m = _AGREE_WORD.search(text)
     if m:
         return m.group(1).lower() == "agree", "no [AGREE]/[DISAGREE] tag; used the first agree word"
@@ -210,20 +208,9 @@ def parse_agreement(text: str) -> tuple[bool | None, str | None]:
 _INT = re.compile(r"-?\d+")
 
 
-def _json_obj(text: str) -> dict[str, object] | None:
-    match = re.search(r"\{.*\}", text or "", re.S)
-    if not match:
-        return None
-    try:
-        data = json.loads(match.group(0))
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def parse_simple_vote(text: str, base: int) -> int | None:
     """A single solution number (JSON ``{"vote": n}`` or the first number), returned 0-based."""
-    data = _json_obj(text)
+    data = first_json_object(text)
     vote = data.get("vote") if data is not None else None
     if isinstance(vote, int) and not isinstance(vote, bool):
         return vote - base
@@ -233,7 +220,7 @@ def parse_simple_vote(text: str, base: int) -> int | None:
 
 def parse_approval(text: str, base: int) -> list[int] | None:
     """Approved solution numbers (JSON ``{"approved": [..]}`` or comma-separated), 0-based."""
-    data = _json_obj(text)
+    data = first_json_object(text)
     approved = data.get("approved") if data is not None else None
     if isinstance(approved, list):
         return [int(x) - base for x in approved if isinstance(x, int)]
@@ -243,7 +230,7 @@ def parse_approval(text: str, base: int) -> list[int] | None:
 
 def parse_ranking(text: str, base: int) -> list[int] | None:
     """A ranking, best first (JSON ``{"ranking": [..]}`` or numbers separated by spaces), 0-based."""
-    data = _json_obj(text)
+    data = first_json_object(text)
     ranking = data.get("ranking") if data is not None else None
     if isinstance(ranking, list):
         return [int(x) - base for x in ranking if isinstance(x, int)]
@@ -257,7 +244,7 @@ def parse_allocation(text: str, base: int) -> dict[int, float] | None:
     A ``{"points": {...}}`` wrapper (robust style schema) is accepted too; non-numeric values are
     dropped; no JSON object at all is unreadable.
     """
-    data = _json_obj(text)
+    data = first_json_object(text)
     if data is None:
         return None
     inner = data.get("points")

@@ -12,11 +12,10 @@ and the abstention is recorded.
 from __future__ import annotations
 
 import functools
-import json
-import re
 from typing import Any
 
 from debate_worker.engine.context import DebateContext
+from debate_worker.engine.jsontext import first_json_object
 from debate_worker.engine.outcome import Outcome, ProtocolRun
 from debate_worker.engine.protocols import kks_prompts as kp
 from debate_worker.engine.protocols.common import (
@@ -28,21 +27,8 @@ from debate_worker.engine.protocols.common import (
 )
 from debate_worker.engine.result import TranscriptRecord
 from debate_worker.kks.dataset import players_from_question
-from debate_worker.kks.scoring import parse_assignment, render_assignment, team_answer
+from debate_worker.kks.scoring import parse_assignment, parse_role, render_assignment, team_answer
 from services.llm import ChatCompletion
-
-_ROLE_KEY = re.compile(r"\"?\brole\"?\s*[:=]\s*\"?(knight|knave|spy)\b", re.I)
-
-
-def _json(text: str) -> dict[str, Any]:
-    m = re.search(r"\{.*\}", text or "", re.S)
-    if not m:
-        return {}
-    try:
-        data = json.loads(m.group(0))
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _confidence(data: dict[str, Any], text: str) -> int | None:
@@ -50,16 +36,6 @@ def _confidence(data: dict[str, Any], text: str) -> int | None:
     if isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 10:
         return c
     return parse_confidence(text)
-
-
-def parse_role(text: str) -> str | None:
-    """The role in a debate-phase reply: JSON ``role``, else a ``role: X`` pattern; never a guess."""
-    data = _json(text)
-    role = data.get("role")
-    if isinstance(role, str) and role.strip().lower() in ("knight", "knave", "spy"):
-        return role.strip().lower()
-    m = _ROLE_KEY.search(text or "")
-    return m.group(1).lower() if m else None
 
 
 def game_of(question: str) -> str:
@@ -97,7 +73,7 @@ async def run_kks(ctx: DebateContext, run: ProtocolRun) -> Outcome:
 
     def assignment_parser(c: ChatCompletion) -> dict[str, Any]:
         parsed = parse_assignment(c.text, players)
-        data = _json(c.text)
+        data = first_json_object(c.text) or {}
         return {
             "answer": render_assignment(parsed, players) or None,
             "parse_error": None if parsed else "no player roles found",
@@ -110,7 +86,7 @@ async def run_kks(ctx: DebateContext, run: ProtocolRun) -> Outcome:
 
     def role_parser(c: ChatCompletion) -> dict[str, Any]:
         role = parse_role(c.text)
-        data = _json(c.text)
+        data = first_json_object(c.text) or {}
         reasoning = " ".join(str(data.get(k, "")) for k in ("agree_reasoning", "disagree_reasoning")).strip()
         return {
             "answer": role,

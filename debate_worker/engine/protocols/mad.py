@@ -3,21 +3,21 @@
 An affirmative and a negative debater argue in "tit for tat" (level 0-3), the negative answering the
 affirmative within each round; after every round a moderator gives a JSON verdict and, with adaptive
 break, a clear preference ends the debate with its answer. At the round limit a two-step extractive
-judge (candidates, then the final answer) decides. Verdicts are parsed with ``json.loads`` and a
-tolerant regular-expression fallback, never ``eval``; unreadable verdicts are re-asked a bounded
-number of times, then recorded as abstentions (the debate continues, or the fallback answers).
+judge (candidates, then the final answer) decides. Verdicts are read with the engine's JSON
+extractor and a tolerant regular-expression fallback, never ``eval``; unreadable verdicts are re-asked
+a bounded number of times, then recorded as abstentions (the debate continues, or the fallback answers).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from debate_worker.engine.answers import answers_agree
 from debate_worker.engine.context import DebateContext
+from debate_worker.engine.jsontext import first_json_object
 from debate_worker.engine.madke import answer_parser, select_knowledge
 from debate_worker.engine.outcome import Outcome, ProtocolRun
 from debate_worker.engine.prompts import get_prompts, robust
@@ -51,19 +51,6 @@ def _truthy(value: Any) -> bool | None:
     return None
 
 
-def _first_json_object(text: str) -> dict[str, Any] | None:
-    """The first decodable JSON object in ``text`` (models wrap JSON in prose or code fences)."""
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text):
-        try:
-            obj, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    return None
-
-
 _PREF_RE = re.compile(r"preference\"?\s*:\s*\"?(yes|no|true|false)", re.I)
 _SIDE_RE = re.compile(r"side\"?\s*:\s*\"?(affirmative|negative|none)", re.I)
 _ANSWER_RE = re.compile(r"debate_answer\"?\s*:\s*\"([^\"]*)\"", re.I)
@@ -74,7 +61,7 @@ def parse_mad_verdict(text: str, *, require_preference: bool = True) -> MadVerdi
 
     ``require_preference=False`` reads the extractive judge's ``{"Reason", "debate_answer"}``.
     """
-    obj = _first_json_object(text or "")
+    obj = first_json_object(text)
     error = None
     if obj is not None:
         fields = {_norm_key(k): v for k, v in obj.items()}
