@@ -15,7 +15,6 @@ from typing import Any
 from api.problems import Problem
 from api.settings import ApiSettings
 from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.registry import KNOWLEDGE_FREE
 
 
 def refused(field: str, msg: str) -> Problem:
@@ -31,7 +30,7 @@ def admit_pool(config: DebateConfig, pool: list[Any] | None, *, field: str = "po
     """A pool brought with a question must be one the protocol would use."""
     if pool is None:
         return
-    if config.protocol in KNOWLEDGE_FREE or not config.uses_knowledge:
+    if not config.needs_pool:
         raise refused(field, f"protocol {config.protocol!r} with knowledge={config.knowledge!r} uses no pool")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from tqdm import tqdm
@@ -246,7 +246,3 @@ def index_stats(settings: RetrieverSettings, store: VectorStore | None = None) -
     finally:
         if own:
             store.close()
-
-
-def report_dict(report: BuildReport) -> dict[str, Any]:
-    return asdict(report)

@@ -32,7 +32,6 @@ import unicodedata
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -418,13 +417,3 @@ def _wiki_candidate(h: PassageHit) -> _Candidate:
 
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000.0, 2)
-
-
-def pool_summary(pool: KnowledgePool) -> dict[str, Any]:
-    """A compact view of a pool for logs and the CLI."""
-    return {
-        "pool_id": pool.pool_id,
-        "items": len(pool.items),
-        "cached": pool.cached,
-        "warnings": pool.warnings,
-    }

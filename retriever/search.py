@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
@@ -224,6 +223,3 @@ def _replace_score(h: PassageHit, score: float) -> PassageHit:
 
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000.0, 2)
-
-
-Mode = Literal["dense", "bm25", "hybrid"]

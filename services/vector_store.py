@@ -17,7 +17,6 @@ Qdrant server is the right tool at that scale anyway.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import uuid
 import warnings
@@ -303,8 +302,3 @@ def dir_size(path: Path) -> int:
     if not path.exists():
         return 0
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def remove_dir(path: Path) -> None:
-    """Remove a directory tree if it exists (used to rebuild derived indexes from scratch)."""
-    shutil.rmtree(path, ignore_errors=True)

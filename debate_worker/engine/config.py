@@ -18,6 +18,8 @@ JudgeMode = Literal["llm", "rule", "both", "auto"]
 
 # Protocols that use a single agent; the others need at least two.
 SINGLE_AGENT_PROTOCOLS = frozenset({"single", "cot", "self_consistency", "rag"})
+# Protocols that never look at the knowledge pool, so no pool need be built for them.
+KNOWLEDGE_FREE = frozenset({"single", "cot", "self_consistency", "kks"})
 
 ProtocolName = Literal["madke", "single", "cot", "self_consistency", "rag", "society", "mad", "mallm", "kks"]
 # The order in which an agent is shown the other agents' answers (Zhang et al.).
@@ -235,6 +237,11 @@ class DebateConfig(BaseModel):
     @property
     def uses_knowledge(self) -> bool:
         return self.knowledge != "none" and (self.k_wiki + self.k_web) > 0
+
+    @property
+    def needs_pool(self) -> bool:
+        """Whether a knowledge pool must be built (or may be brought) for this debate."""
+        return self.protocol not in KNOWLEDGE_FREE and self.uses_knowledge
 
     def knowledge_sources(self) -> set[str]:
         return {"all": {"wikipedia", "web"}, "wikipedia": {"wikipedia"}, "web": {"web"}, "none": set()}[

@@ -38,4 +38,4 @@ class ProtocolRun:
             await self.on_checkpoint(Checkpoint(round=round, transcript=list(ctx.transcript), state=state))
 
 
-Protocol = Callable[[DebateContext, ProtocolRun], Awaitable[Outcome]]
+ProtocolRunner = Callable[[DebateContext, ProtocolRun], Awaitable[Outcome]]

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from debate_worker.engine.baselines import run_cot, run_rag, run_self_consistency, run_single
+from debate_worker.engine.config import KNOWLEDGE_FREE
 from debate_worker.engine.madke import run_madke
-from debate_worker.engine.outcome import Protocol
+from debate_worker.engine.outcome import ProtocolRunner
 from debate_worker.engine.protocols.kks_debate import run_kks
 from debate_worker.engine.protocols.mad import run_mad
 from debate_worker.engine.protocols.mallm import run_mallm
 from debate_worker.engine.protocols.society import run_society
 
-PROTOCOLS: dict[str, Protocol] = {
+__all__ = ["KNOWLEDGE_FREE", "PROTOCOLS"]
+
+PROTOCOLS: dict[str, ProtocolRunner] = {
     "madke": run_madke,
     "single": run_single,
     "cot": run_cot,
@@ -21,6 +24,3 @@ PROTOCOLS: dict[str, Protocol] = {
     "mallm": run_mallm,
     "kks": run_kks,
 }
-
-# Protocols that never look at the knowledge pool, so no pool need be built for them.
-KNOWLEDGE_FREE = frozenset({"single", "cot", "self_consistency", "kks"})

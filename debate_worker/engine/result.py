@@ -8,17 +8,6 @@ from pydantic import BaseModel, Field
 
 from services.knowledge import KnowledgePool
 
-EventType = Literal[
-    "job.queued",
-    "pool.ready",
-    "turn.completed",
-    "round.completed",
-    "judge.verdict",
-    "job.completed",
-    "job.failed",
-    "job.cancelled",
-]
-
 
 class TranscriptRecord(BaseModel):
     """One LLM call. ``answer`` is what Parley parsed; ``parse_error`` says why a fallback was used."""

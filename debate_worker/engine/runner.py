@@ -9,14 +9,14 @@ from debate_worker.engine.config import DebateConfig, validate_question
 from debate_worker.engine.context import BudgetExhausted, DebateContext, EventSink, RoleModels
 from debate_worker.engine.outcome import CheckpointSink, Outcome, ProtocolRun
 from debate_worker.engine.protocols.common import apply_team, require_gold
-from debate_worker.engine.registry import KNOWLEDGE_FREE, PROTOCOLS
+from debate_worker.engine.registry import PROTOCOLS
 from debate_worker.engine.result import Checkpoint, DebateResult
 from services.knowledge import KnowledgePool, empty_pool
 
 
 def pool_for(config: DebateConfig, pool: KnowledgePool) -> KnowledgePool:
     """The part of the shared pool this configuration may use, renumbered from 1."""
-    if config.protocol in KNOWLEDGE_FREE or not config.uses_knowledge:
+    if not config.needs_pool:
         return empty_pool(pool.question).model_copy(update={"warnings": pool.warnings})
     return pool.restricted(config.knowledge_sources())
 

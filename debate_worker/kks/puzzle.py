@@ -12,7 +12,7 @@ its own code: ``{"type": 5, "a": 0, "b": 2}``; players are 0-based indices into 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import product
 from typing import Any
 
@@ -208,7 +208,3 @@ def game_text(players: Sequence[str], statements: Sequence[Statement]) -> str:
 
 def solution_map(players: Sequence[str], roles: Sequence[str]) -> dict[str, str]:
     return dict(zip(players, roles, strict=True))
-
-
-def as_mapping(solution: Mapping[str, str]) -> dict[str, str]:
-    return {k: v.lower() for k, v in solution.items()}

@@ -66,7 +66,7 @@ def test_unusable_json_answers_say_why() -> None:
     assert parsed.answer is None and "knowledge number" in (parsed.parse_error or "")
     assert "empty" in (robust.parse_answer('{"reason": "", "answer": " "}').parse_error or "")
     # The reason travels with the answer when other debaters are quoted.
-    quoted = robust._answer_with_reason('{"reason": "Apollo 11 landed then.", "answer": "July 20, 1969"}')
+    quoted = robust.answer_with_reason('{"reason": "Apollo 11 landed then.", "answer": "July 20, 1969"}')
     assert quoted == "[July 20, 1969] because: Apollo 11 landed then."
 
 

@@ -18,6 +18,7 @@ from debate_worker.engine.parsing import (
     parse_selection,
     parse_verdict,
 )
+from debate_worker.engine.prompts.compose import join_blocks, system_user
 from debate_worker.engine.prompts.untrusted import knowledge_block
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
@@ -72,14 +73,6 @@ def render_knowledge(items: Sequence[KnowledgeItem]) -> str:
     return knowledge_block(items, "[{n}]")
 
 
-def _msgs(system: str, user: str) -> list[ChatMessage]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
-
-
-def _join(*parts: str) -> str:
-    return "\n\n".join(p for p in parts if p)
-
-
 def select(question: str, pool: Sequence[KnowledgeItem], previous_answer: str | None) -> list[ChatMessage]:
     """Prompt 3.1 (adaptive knowledge selection); from round 2 the agent's previous answer is included."""
     instruction = (
@@ -89,8 +82,9 @@ def select(question: str, pool: Sequence[KnowledgeItem], previous_answer: str | 
         "question, please return up to 3 of the most helpful knowledge. Put the number in square brackets."
     )
     history = f"Your previous answer: {previous_answer}" if previous_answer else ""
-    return _msgs(
-        DEBATER_ROLE, _join(instruction, render_knowledge(pool), history, f"Question: {question}\n{STEP}")
+    return system_user(
+        DEBATER_ROLE,
+        join_blocks(instruction, render_knowledge(pool), history, f"Question: {question}\n{STEP}"),
     )
 
 
@@ -100,8 +94,8 @@ def simultaneous(question: str, knowledge: Sequence[KnowledgeItem]) -> list[Chat
         "Answer the question as accurately as possible based on the information given, and put the "
         "answer in the form [answer]. Here is an example:\n" + EXAMPLE + "\n(END OF EXAMPLE)"
     )
-    return _msgs(
-        DEBATER_ROLE, _join(instruction, render_knowledge(knowledge), f"Question: {question}\n{STEP}")
+    return system_user(
+        DEBATER_ROLE, join_blocks(instruction, render_knowledge(knowledge), f"Question: {question}\n{STEP}")
     )
 
 
@@ -119,9 +113,9 @@ def orderly(
     own_block = "Your historical answers:\n" + "\n".join(
         f"Round {i}: {truncate(a)}" for i, a in enumerate(own_history, start=1)
     )
-    return _msgs(
+    return system_user(
         DEBATER_ROLE,
-        _join(
+        join_blocks(
             instruction, render_knowledge(knowledge), other_block, own_block, f"Question: {question}\n{STEP}"
         ),
     )
@@ -136,9 +130,11 @@ def judge(question: str, responses: Sequence[str]) -> list[ChatMessage]:
         "are inconsistent, respond with [No]. Please ensure to encase your response - Yes or No - within "
         "square brackets."
     )
-    return _msgs(
+    return system_user(
         JUDGE_ROLE,
-        _join(instruction, f"Question: {question}", "Agent Responses: " + render_responses(responses), STEP),
+        join_blocks(
+            instruction, f"Question: {question}", "Agent Responses: " + render_responses(responses), STEP
+        ),
     )
 
 
@@ -148,8 +144,8 @@ def summary(question: str, responses: Sequence[str]) -> list[ChatMessage]:
         "Please summarize the final answer from answer of all agents. Place the final answer of question "
         "in the form of [answer]. Here is some examples:\n" + SUMMARY_EXAMPLES + "\n(END OF EXAMPLE)"
     )
-    return _msgs(
-        SUMMARIZER_ROLE, _join(instruction, f"Question: {question}", render_responses(responses), STEP)
+    return system_user(
+        SUMMARIZER_ROLE, join_blocks(instruction, f"Question: {question}", render_responses(responses), STEP)
     )
 
 
@@ -158,7 +154,7 @@ def standard(question: str) -> list[ChatMessage]:
     return [
         {
             "role": "user",
-            "content": _join(
+            "content": join_blocks(
                 "Answer the question and put the answer in the form [answer]. Here is an example:\n"
                 + STANDARD_EXAMPLE
                 + "\n(END OF EXAMPLE)",
@@ -173,7 +169,7 @@ def chain_of_thought(question: str) -> list[ChatMessage]:
     return [
         {
             "role": "user",
-            "content": _join(
+            "content": join_blocks(
                 "Answer the question and put the answer in the form [answer]. Here is an example:\n"
                 + EXAMPLE
                 + "\n(END OF EXAMPLE)",

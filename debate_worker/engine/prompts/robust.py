@@ -33,6 +33,7 @@ from debate_worker.engine.parsing import (
     parse_verdict,
     parse_verdict_json,
 )
+from debate_worker.engine.prompts.compose import join_blocks, system_user
 from debate_worker.engine.prompts.untrusted import knowledge_block
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
@@ -99,14 +100,6 @@ def render_knowledge(items: Sequence[KnowledgeItem]) -> str:
     return knowledge_block(items, "(K{n})")
 
 
-def _msgs(system: str, user: str) -> list[ChatMessage]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
-
-
-def _join(*parts: str) -> str:
-    return "\n\n".join(p for p in parts if p)
-
-
 def select(question: str, pool: Sequence[KnowledgeItem], previous_answer: str | None) -> list[ChatMessage]:
     """Choose up to three items; JSON so the reply cannot be mistaken for an answer."""
     prev = (
@@ -118,12 +111,13 @@ def select(question: str, pool: Sequence[KnowledgeItem], previous_answer: str | 
         "question. Reply with JSON only, listing at most 3 item numbers, for example "
         '{"selected": [2, 5]}, or {"selected": []} if none helps.'
     )
-    return _msgs(DEBATER_ROLE, _join(render_knowledge(pool), prev, instruction))
+    return system_user(DEBATER_ROLE, join_blocks(render_knowledge(pool), prev, instruction))
 
 
 def simultaneous(question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]:
-    return _msgs(
-        DEBATER_ROLE, _join(EXAMPLE, render_knowledge(knowledge), f"Question: {question}", ANSWER_INSTRUCTION)
+    return system_user(
+        DEBATER_ROLE,
+        join_blocks(EXAMPLE, render_knowledge(knowledge), f"Question: {question}", ANSWER_INSTRUCTION),
     )
 
 
@@ -131,16 +125,16 @@ def orderly(
     question: str, knowledge: Sequence[KnowledgeItem], others: Sequence[str], own_history: Sequence[str]
 ) -> list[ChatMessage]:
     other_block = "Other debaters' answers:\n" + "\n".join(
-        f"- Debater {i}: {_answer_with_reason(a)}" for i, a in enumerate(others, start=1)
+        f"- Debater {i}: {answer_with_reason(a)}" for i, a in enumerate(others, start=1)
     )
-    own = f"Your previous answer: {_answer_with_reason(own_history[-1])}" if own_history else ""
+    own = f"Your previous answer: {answer_with_reason(own_history[-1])}" if own_history else ""
     guidance = (
         "Check the knowledge and the other answers. Keep your answer if the evidence supports it; "
         "change it if another answer is better supported."
     )
-    return _msgs(
+    return system_user(
         DEBATER_ROLE,
-        _join(
+        join_blocks(
             EXAMPLE,
             render_knowledge(knowledge),
             other_block,
@@ -156,9 +150,9 @@ def judge(question: str, responses: Sequence[str]) -> list[ChatMessage]:
     answers = "\n".join(
         f"- Debater {i}: {short_answer(r) or '(no answer)'}" for i, r in enumerate(responses, start=1)
     )
-    return _msgs(
+    return system_user(
         JUDGE_ROLE,
-        _join(
+        join_blocks(
             f"Question: {question}",
             f"Short answers:\n{answers}",
             "Do all debaters give the same answer (the same person, place, date, number or thing, even if "
@@ -168,10 +162,10 @@ def judge(question: str, responses: Sequence[str]) -> list[ChatMessage]:
 
 
 def summary(question: str, responses: Sequence[str]) -> list[ChatMessage]:
-    listing = "\n".join(f"- Debater {i}: {_answer_with_reason(r)}" for i, r in enumerate(responses, start=1))
-    return _msgs(
+    listing = "\n".join(f"- Debater {i}: {answer_with_reason(r)}" for i, r in enumerate(responses, start=1))
+    return system_user(
         SUMMARIZER_ROLE,
-        _join(
+        join_blocks(
             f"Question: {question}",
             f"Debaters' final answers:\n{listing}",
             "Give the answer the debaters agree on, or the best supported one if they differ. Do not add "
@@ -182,9 +176,9 @@ def summary(question: str, responses: Sequence[str]) -> list[ChatMessage]:
 
 
 def standard(question: str) -> list[ChatMessage]:
-    return _msgs(
+    return system_user(
         DEBATER_ROLE,
-        _join(
+        join_blocks(
             EXAMPLE,
             f"Question: {question}",
             "Answer directly. " + ANSWER_INSTRUCTION,
@@ -193,9 +187,9 @@ def standard(question: str) -> list[ChatMessage]:
 
 
 def chain_of_thought(question: str) -> list[ChatMessage]:
-    return _msgs(
+    return system_user(
         DEBATER_ROLE,
-        _join(EXAMPLE, f"Question: {question}", "Let's think step by step. " + ANSWER_INSTRUCTION),
+        join_blocks(EXAMPLE, f"Question: {question}", "Let's think step by step. " + ANSWER_INSTRUCTION),
     )
 
 
@@ -203,7 +197,8 @@ def rag(question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]:
     return simultaneous(question, knowledge)
 
 
-def _answer_with_reason(text: str, limit: int = 400) -> str:
+def answer_with_reason(text: str, limit: int = 400) -> str:
+    """Another agent's reply as the others are shown it: its short answer and reason, not the raw JSON."""
     ans = short_answer(text)
     data = _json_reply(text)
     if data is not None:

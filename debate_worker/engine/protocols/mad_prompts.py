@@ -95,7 +95,7 @@ def rebut_first(style: str, affirmative: str, knowledge: Sequence[KnowledgeItem]
         text = f"{affirmative}\n\nYou disagree with my answer. Provide your answer and reasons."
     else:
         text = (
-            f"The affirmative side says: {robust._answer_with_reason(affirmative)}\n\n"
+            f"The affirmative side says: {robust.answer_with_reason(affirmative)}\n\n"
             "You disagree with this answer. Give your own answer and reasons." + _answer_tail(style)
         )
     return _with_knowledge(style, text, knowledge)
@@ -107,7 +107,7 @@ def respond(style: str, opponent: str, knowledge: Sequence[KnowledgeItem]) -> st
         text = f"{opponent}\n\nDo you agree with my perspective? Please provide your reasons and answer."
     else:
         text = (
-            f"The other side says: {robust._answer_with_reason(opponent)}\n\n"
+            f"The other side says: {robust.answer_with_reason(opponent)}\n\n"
             "Do you agree? Give your reasons and your answer." + _answer_tail(style)
         )
     return _with_knowledge(style, text, knowledge)
@@ -143,8 +143,8 @@ def moderator(style: str, round: int, affirmative: str, negative: str) -> str:
         )
     return (
         f"Round {round} has ended.\n"
-        f"- Affirmative: {robust._answer_with_reason(affirmative)}\n"
-        f"- Negative: {robust._answer_with_reason(negative)}\n\n"
+        f"- Affirmative: {robust.answer_with_reason(affirmative)}\n"
+        f"- Negative: {robust.answer_with_reason(negative)}\n\n"
         "Is one side clearly correct? Reply with JSON only: "
         '{"preference": true or false, "supported_side": "affirmative" or "negative" or "none", '
         '"reason": "one sentence", "debate_answer": "the short answer you think is correct, or empty"}'
@@ -160,8 +160,8 @@ def judge_candidates(style: str, affirmative: str, negative: str) -> str:
             "Now, what answer candidates do we have? Present them without reasons."
         )
     return (
-        f"- Affirmative: {robust._answer_with_reason(affirmative)}\n"
-        f"- Negative: {robust._answer_with_reason(negative)}\n\n"
+        f"- Affirmative: {robust.answer_with_reason(affirmative)}\n"
+        f"- Negative: {robust.answer_with_reason(negative)}\n\n"
         "List the answer candidates, one per line, without reasons."
     )
 

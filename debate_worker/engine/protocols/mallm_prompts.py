@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from debate_worker.engine.prompts import paper, robust
+from debate_worker.engine.prompts.compose import join_blocks
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
 
@@ -62,10 +63,6 @@ def _knowledge(style: str, items: Sequence[KnowledgeItem]) -> str:
     return (paper if style == "paper" else robust).render_knowledge(items)
 
 
-def _join(*parts: str) -> str:
-    return "\n\n".join(p for p in parts if p)
-
-
 def discussion(
     style: str,
     question: str,
@@ -97,7 +94,7 @@ def discussion(
             )
         else:
             ask = "Propose a solution. Put the solution in the form [answer]."
-        user = _join(
+        user = join_blocks(
             f"Task: {TASK}\nInput: {question}",
             _knowledge(style, knowledge),
             f"Here is the discussion so far:\n{hist}"
@@ -107,7 +104,7 @@ def discussion(
             ask,
         )
     else:
-        hist = "\n".join(f"- {who}: {robust._answer_with_reason(text)}" for who, text in history)
+        hist = "\n".join(f"- {who}: {robust.answer_with_reason(text)}" for who, text in history)
         if agreement:
             ask = (
                 "Start with [AGREE] if the current solution is right, or [DISAGREE] if not, then explain "
@@ -117,7 +114,7 @@ def discussion(
             ask = "Improve your own answer using the other participants' answers as advice."
         else:
             ask = "Answer on your own."
-        user = _join(
+        user = join_blocks(
             robust.EXAMPLE,
             _knowledge(style, knowledge),
             f"Discussion so far:\n{hist}" if hist else "",
@@ -142,7 +139,7 @@ def extraction(
             "solution. If there is no solution provided, just copy the previous response."
         )
     else:
-        user = _join(
+        user = join_blocks(
             f"Question: {question}",
             f"Your previous response: {paper.truncate(previous, 800)}",
             "Give the solution from your previous response without agreement statements or explanations.",
@@ -206,5 +203,5 @@ def vote(
             "ranked": "Rank the solutions from best to worst. Reply with JSON only: "
             '{"ranking": [<best solution number>, ..., <worst>]}',
         }[decision]
-        user = _join(f"Question: {question}", f"Possible solutions:\n{listing}", tail)
+        user = join_blocks(f"Question: {question}", f"Possible solutions:\n{listing}", tail)
     return [{"role": "system", "content": system(style, persona, agent)}, {"role": "user", "content": user}]

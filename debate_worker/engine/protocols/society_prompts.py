@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from debate_worker.engine.prompts import paper, robust
+from debate_worker.engine.prompts.compose import join_blocks, system_user
 from debate_worker.engine.protocols.common import CONFIDENCE_INSTRUCTION
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
@@ -38,7 +39,7 @@ def paper_first(question: str, knowledge: Sequence[KnowledgeItem], confidence: b
     ]
     if confidence:
         parts.append(CONFIDENCE_INSTRUCTION + ".")
-    return "\n\n".join(p for p in parts if p)
+    return join_blocks(*parts)
 
 
 def paper_update(
@@ -56,7 +57,7 @@ def paper_update(
     ]
     if confidence:
         parts.append(CONFIDENCE_INSTRUCTION + ".")
-    return "\n\n".join(p for p in parts if p)
+    return join_blocks(*parts)
 
 
 def messages(
@@ -101,25 +102,25 @@ def messages(
     if confidence:
         instruction += '\nAlso add how confident you are in your answer, from 1 to 10, as "confidence": N.'
     if not own_history:
-        return robust._msgs(
+        return system_user(
             system,
-            robust._join(
+            join_blocks(
                 robust.EXAMPLE, robust.render_knowledge(knowledge), f"Question: {question}", instruction
             ),
         )
     views = others_by_round[len(own_history) - 1]
     other_block = "Other agents' answers:\n" + "\n".join(
-        f"- Agent {i}: {robust._answer_with_reason(v.text)}{_conf(v, confidence)}"
+        f"- Agent {i}: {robust.answer_with_reason(v.text)}{_conf(v, confidence)}"
         for i, v in enumerate(views, start=1)
     )
-    own = f"Your previous answer: {robust._answer_with_reason(own_history[-1])}"
+    own = f"Your previous answer: {robust.answer_with_reason(own_history[-1])}"
     guidance = (
         "Use the other answers as advice. Keep your answer if the evidence supports it; change it if "
         "another answer is better supported."
     )
-    return robust._msgs(
+    return system_user(
         system,
-        robust._join(
+        join_blocks(
             robust.EXAMPLE,
             robust.render_knowledge(knowledge),
             other_block,
