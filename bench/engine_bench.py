@@ -23,9 +23,9 @@ from typing import Any
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import SingleModel
 from debate_worker.engine.runner import run_debate
+from parley_testing.scripted_llm import ScriptedLLM
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import OpenAIChatClient
-from tests.support.scripted_llm import ScriptedLLM
 
 QUESTION = "On what date in 1969 did Neil Armstrong first set foot on the moon?"
 

@@ -9,7 +9,8 @@ in-memory two-item pool per question, then:
 - the time to rebuild metrics.json, report.md and the three PNG plots from the folder (10,000
   bootstrap resamples per comparison).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.eval_bench [--limit 100] [--out reports/eval-bench]
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.eval_bench --data nq_open_vital_dev.jsonl [--limit 100]
+        [--out reports/eval-bench]
 """
 
 from __future__ import annotations
@@ -25,11 +26,9 @@ from typing import Any
 
 from debate_worker.engine.context import SingleModel
 from debate_worker.evaluation.harness import EvalRequest, evaluate, rebuild_report
+from parley_testing.scripted_llm import ScriptedLLM, request_text
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import OpenAIChatClient
-from tests.support.scripted_llm import ScriptedLLM, request_text
-
-DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "nq_open_vital_dev.jsonl"
 
 
 class StaticPools:
@@ -52,6 +51,7 @@ def reply(body: dict[str, Any]) -> str:
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--data", type=Path, required=True, help="NQ-open JSONL (question, answers)")
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--out", type=Path, default=Path("reports/eval-bench"))
     args = parser.parse_args()
@@ -63,7 +63,12 @@ async def main() -> None:
         models = SingleModel(OpenAIChatClient(llm.base_url, "scripted"))
         for protocol in ("single", "madke"):
             request = EvalRequest(
-                dataset=DATASET, out=work, protocols=[protocol], limit=args.limit, progress=False, plots=False
+                dataset=args.data,
+                out=work,
+                protocols=[protocol],
+                limit=args.limit,
+                progress=False,
+                plots=False,
             )
             started = time.perf_counter()
             await evaluate(request, models=models, pool_builder=StaticPools())
@@ -73,7 +78,7 @@ async def main() -> None:
         started = time.perf_counter()
         await evaluate(
             EvalRequest(
-                dataset=DATASET,
+                dataset=args.data,
                 out=work,
                 protocols=["single", "madke"],
                 limit=args.limit,

@@ -33,11 +33,8 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.api.support import RedisServer, WorkerProcess, worker_env  # noqa: E402
-from tests.support.scripted_llm import free_port  # noqa: E402
+from parley_testing.processes import ROOT, RedisServer, WorkerProcess, worker_env
+from parley_testing.scripted_llm import free_port
 
 CONFIG = {"knowledge": "none", "rounds": 3}  # the judge agrees: 2 debaters + judge + summary = 4 calls
 
@@ -118,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         llm_port, api_port = free_port(), free_port()
         base_env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
         base_env.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
-        llm_args = [sys.executable, "-m", "tests.support.scripted_llm", "--port", str(llm_port)]
+        llm_args = [sys.executable, "-m", "parley_testing.scripted_llm", "--port", str(llm_port)]
         llm_args += ["--latency", str(args.latency), "--capacity", str(args.capacity)]
         procs.append(start_process(llm_args, base_env, tmp / "llm.log"))
         wait_http(f"http://127.0.0.1:{llm_port}/v1/models")

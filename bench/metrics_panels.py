@@ -19,7 +19,6 @@ import json
 import math
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,12 +26,9 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from api.settings import ApiSettings  # noqa: E402
-from tests.api.support import JUDGE, ApiServer, RedisServer, WorkerProcess, worker_env  # noqa: E402
-from tests.support.scripted_llm import ScriptedLLM, free_port  # noqa: E402
+from api.settings import ApiSettings
+from parley_testing.processes import ROOT, ApiServer, RedisServer, WorkerProcess, worker_env
+from parley_testing.scripted_llm import JUDGE, ScriptedLLM, free_port
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "parley.json"
 OUT = ROOT / "reports" / "observability"

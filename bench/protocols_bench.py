@@ -11,8 +11,8 @@ usage count): prompt tokens measure how much each protocol sends, completion tok
 (every scripted reply is short). Accuracy only shows that every protocol's answer path works; it says
 nothing about the methods' quality.
 
-    .venv/bin/python -m bench.protocols_bench [--questions 20] [--latency 0.02] [--styles paper,robust]
-        [--concurrency 4] [--out reports/protocols]
+    .venv/bin/python -m bench.protocols_bench --data nq_open_vital_dev.jsonl [--questions 20]
+        [--latency 0.02] [--styles paper,robust] [--concurrency 4] [--out reports/protocols]
 """
 
 from __future__ import annotations
@@ -29,11 +29,9 @@ from debate_worker.engine.answers import normalize_answer
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import SingleModel
 from debate_worker.engine.runner import run_debate
+from parley_testing.scripted_llm import ScriptedLLM, request_text
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import OpenAIChatClient
-from tests.support.scripted_llm import ScriptedLLM, request_text
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nq_open_vital_dev.jsonl"
 
 # name -> DebateConfig fields (knowledge "all" everywhere; knowledge-free protocols ignore it)
 PROTOCOLS: dict[str, dict[str, Any]] = {
@@ -296,7 +294,7 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.02)
     ap.add_argument("--styles", default="paper,robust")
     ap.add_argument("--concurrency", type=int, default=4, help="questions debated at once")
-    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--data", type=Path, required=True, help="NQ-open JSONL (question, answers)")
     ap.add_argument("--out", type=Path, default=Path("reports/protocols"))
     args = ap.parse_args()
     rows = load_questions(args.data, args.questions)
@@ -313,10 +311,10 @@ def main() -> None:
                 print(f"{style:7s} {name:28s} calls={r['calls']:5d} wall={r['wall_s']:.2f}s em={r['em']:.2f}")
     comparison = {style: madke_vs_society(r) for style, r in all_rows.items()}
     report = {
-        "command": "python -m bench.protocols_bench "
+        "command": f"python -m bench.protocols_bench --data {args.data} "
         f"--questions {args.questions} --latency {args.latency} --styles {args.styles} "
         f"--concurrency {args.concurrency}",
-        "model": "scripted OpenAI-compatible server (tests/support/scripted_llm.py); "
+        "model": "scripted OpenAI-compatible server (parley_testing/scripted_llm.py); "
         "tokens = whitespace words",
         "latency_s": args.latency,
         "results": all_rows,

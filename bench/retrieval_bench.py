@@ -2,8 +2,8 @@
 
 Run (from the repository root; ~15 min on 2 cores for the full bundled corpus):
 
-    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python bench/retrieval_bench.py \
-        --data-dir .parley/bench-index --out reports/retrieval
+    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python -m bench.retrieval_bench \
+        --questions nq_open_vital_dev.jsonl --data-dir .parley/bench-index --out reports/retrieval
 
 1. builds the dense + BM25 index of the full Vital Articles corpus in a fresh data dir (timed; the
    model load is timed separately so passages/s measures encoding + upserts);
@@ -32,21 +32,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from debate_worker.engine.answers import normalize_answer
+from retriever.corpus import read_vital
+from retriever.indexer import build_bm25, build_dense, index_stats, make_embedder, open_store
+from retriever.runtime import RetrieverRuntime
+from retriever.search import WikiRetriever
+from retriever.settings import RetrieverSettings
 
-from debate_worker.engine.answers import normalize_answer  # noqa: E402
-from retriever.corpus import read_vital  # noqa: E402
-from retriever.indexer import build_bm25, build_dense, index_stats, make_embedder, open_store  # noqa: E402
-from retriever.runtime import RetrieverRuntime  # noqa: E402
-from retriever.search import WikiRetriever  # noqa: E402
-from retriever.settings import RetrieverSettings  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 MODES = ("dense", "bm25", "hybrid")
 # A reference row: textbook RRF (k = 60, equal weights) next to the configured hybrid.
 REFERENCE = "hybrid_rrf60_equal"
 ROWS = (*MODES, REFERENCE)
-DEFAULT_DATA = Path("/work/shared/data/nq_open_vital_dev.jsonl")
 
 
 def has_answer(texts: list[str], aliases: list[str]) -> bool:
@@ -296,7 +294,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", type=Path, default=ROOT / ".parley" / "bench-index")
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "retrieval")
-    ap.add_argument("--questions", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--questions", type=Path, required=True, help="NQ-open JSONL (question, answers)")
     ap.add_argument("--limit", type=int, default=None, help="articles to index (default: all)")
     ap.add_argument("--latency-questions", type=int, default=200)
     ap.add_argument("--kmax", type=int, default=20)

@@ -21,7 +21,7 @@ def run_parley(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Co
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
     full_env.update(env, HF_HUB_OFFLINE="1")
     return subprocess.run(
-        [sys.executable, "-m", "debate_worker.cli", *args],
+        [sys.executable, "-m", "parley_cli", *args],
         env=full_env,
         cwd=cwd,
         capture_output=True,

@@ -176,8 +176,9 @@ async def test_kks_protocol_refuses_a_non_puzzle(scripted: ScriptedLLM) -> None:
 def test_cli_generate_and_check(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from debate_worker.cli import app
+    from parley_cli import build_app
 
+    app = build_app()
     out = tmp_path / "p.jsonl"
     runner = CliRunner()
     result = runner.invoke(

@@ -13,11 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
-import uvicorn
-
+from parley_testing.processes import AppServer as AppServer  # re-exported: the retriever tests use it
+from parley_testing.scripted_llm import free_port
 from retriever.settings import RetrieverSettings
-from tests.support.scripted_llm import free_port
 
 # A slice of the real Vital Articles corpus with questions whose answer article is known.
 SLICE_TITLES = [
@@ -142,37 +140,6 @@ class ReplayServer:
     def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
-
-
-class AppServer:
-    """An ASGI app under a real uvicorn server in a background thread, on a free port."""
-
-    def __init__(self, app: Any, *, startup_timeout_s: float = 120.0) -> None:
-        self.port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, daemon=True)
-        self._timeout = startup_timeout_s
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> AppServer:
-        self._thread.start()
-        deadline = time.monotonic() + self._timeout
-        while not self.server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("the app failed to start")
-            if time.monotonic() > deadline:
-                raise RuntimeError("the app did not start in time")
-            time.sleep(0.05)
-        httpx.get(self.url + "/healthz", timeout=30).raise_for_status()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self._thread.join(timeout=30)
 
 
 # Response bodies in each provider's real JSON shape (fields as documented by the providers, trimmed).
