@@ -26,6 +26,8 @@ COPY api ./api
 COPY retriever ./retriever
 COPY debate_worker ./debate_worker
 COPY services ./services
+# The `parley` command's root (it only assembles the packages' sub-commands).
+COPY parley_cli ./parley_cli
 RUN pip install --no-deps . \
  && useradd --create-home --uid 10001 parley \
  && mkdir -p /data/parley && chown -R parley /data
