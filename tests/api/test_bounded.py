@@ -330,7 +330,7 @@ async def _claim(url: str, key: str) -> None:
     try:
         await Idempotency(client, "idemcrash", 3600, pending_ttl_s=2).begin("alice", key, "fp")
     finally:
-        await client.aclose()
+        await client.aclose()  # type: ignore[attr-defined]  # types-redis predates redis 5's aclose
 
 
 # -- Redis that hangs or is full ---------------------------------------------------------------------

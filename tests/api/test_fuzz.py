@@ -199,7 +199,8 @@ def test_schemathesis_finds_no_5xx_no_schema_violation_no_missing_problem(
     fuzz_api: ApiServer, fuzz_config: Any
 ) -> None:
     schema = schemathesis.openapi.from_url(f"{fuzz_api.url}/openapi.json", config=fuzz_config)
-    operations = {result.ok().label for result in schema.get_all_operations()}
+    # Our own schema resolves every operation; an Err here fails the test with its own message.
+    operations = {result.ok().label for result in schema.get_all_operations()}  # type: ignore[union-attr]
     report = run_schemathesis(schema)
     print(report.summary())
 

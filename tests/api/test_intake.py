@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -200,7 +201,7 @@ def test_truth_last_is_refused_without_gold_answers(alice: httpx.Client, redis_s
     before = queued_messages(redis_server)
     body = assert_problem(alice.post("/v1/debates", json={"question": "a?", "config": cfg}), 422)
     assert "truth_last" in str(body["detail"]) or "truth_last" in json.dumps(body)
-    items = [{"question": "a?", "answers": ["x"]}, {"question": "b?"}]
+    items: list[dict[str, Any]] = [{"question": "a?", "answers": ["x"]}, {"question": "b?"}]
     body = assert_problem(alice.post("/v1/batches", json={"items": items, "config": cfg}), 422)
     assert "missing at [2]" in str(body["detail"])
     jsonl = b'{"question": "a?", "answers": ["x"]}\n{"question": "b?"}\n'

@@ -115,7 +115,7 @@ def test_no_secret_in_anything_a_run_writes(
         seen.append(redis_dump(redis_server))
     seen.append(log.read_text(errors="replace"))
     seen.append("\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in caplog.records))
-    settings_text = RetrieverSettings(serper_api_key=SEARCH_KEY)  # type: ignore[arg-type]
+    settings_text = RetrieverSettings(serper_api_key=SEARCH_KEY)
     seen += [repr(settings_text), str(settings_text), settings_text.model_dump_json()]
     everything = "\n".join(seen)
     for secret in SECRETS:

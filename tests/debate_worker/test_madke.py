@@ -8,7 +8,7 @@ import pytest
 
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import SingleModel
-from debate_worker.engine.result import Checkpoint
+from debate_worker.engine.result import Checkpoint, DebateResult
 from debate_worker.engine.runner import run_debate
 from services.knowledge import KnowledgePool
 from services.llm import OpenAIChatClient
@@ -31,7 +31,9 @@ def script_madke(server: ScriptedLLM, verdicts: list[str], select: str = "helpfu
     server.on("Question:", "Based on the knowledge, the answer is [July 20, 1969].")
 
 
-async def debate(server: ScriptedLLM, pool: KnowledgePool, **cfg: Any):  # type: ignore[no-untyped-def]
+async def debate(
+    server: ScriptedLLM, pool: KnowledgePool, **cfg: Any
+) -> tuple[DebateResult, list[tuple[str, dict[str, Any]]]]:
     async with OpenAIChatClient(server.base_url, "scripted") as client:
         events: list[tuple[str, dict[str, Any]]] = []
         result = await run_debate(
@@ -233,7 +235,7 @@ async def test_config_rejects_bad_input() -> None:
     with pytest.raises(ValidationError, match="rounds"):
         DebateConfig(rounds=0)
     with pytest.raises(ValidationError, match="protocol"):
-        DebateConfig(protocol="nonsense")  # type: ignore[arg-type]
+        DebateConfig(protocol="nonsense")
     with pytest.raises(ValidationError, match="at least 2 agents"):
         DebateConfig(protocol="madke", agents=1)
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 import pytest
 
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import SingleModel
 from debate_worker.engine.prompts import get_prompts, paper, robust
+from debate_worker.engine.result import DebateResult
 from debate_worker.engine.runner import run_debate
 from services.knowledge import KnowledgePool
 from services.llm import OpenAIChatClient
@@ -104,7 +105,7 @@ def script(server: ScriptedLLM) -> None:
     server.on("Question:", "Apollo 11 landed then.\nFinal answer: [July 20, 1969]", json_reply=answer)
 
 
-async def run(server: ScriptedLLM, pool: KnowledgePool, **cfg):  # type: ignore[no-untyped-def]
+async def run(server: ScriptedLLM, pool: KnowledgePool, **cfg: Any) -> DebateResult:
     async with OpenAIChatClient(server.base_url, "scripted") as client:
         return await run_debate(Q, pool, DebateConfig(prompt_style="robust", **cfg), SingleModel(client))
 
@@ -180,9 +181,5 @@ async def test_rule_judge_needs_no_call_and_both_requires_agreement(pool: Knowle
 def test_prompts_share_their_prefix_across_agents(pool: KnowledgePool) -> None:
     a = robust.select(Q, pool.items, None)[1]["content"]
     b = robust.select(Q, pool.items, "Final answer: [X]")[1]["content"]
-    common = (
-        len(re.match(r"(.*)", a, re.S).group(1))
-        if a == b
-        else next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
-    )
+    common = len(a) if a == b else next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
     assert common >= len(robust.render_knowledge(pool.items))

@@ -47,10 +47,10 @@ def servers() -> Iterator[tuple[ScriptedLLM, ScriptedLLM, ScriptedLLM]]:
 def settings(default: ScriptedLLM, small: ScriptedLLM, big: ScriptedLLM) -> LLMSettings:
     return LLMSettings(
         base_url=default.base_url,
-        api_key="sk-default-key",  # type: ignore[arg-type]
+        api_key="sk-default-key",
         model="default-model",
         structured_output="off",
-        endpoints={  # type: ignore[arg-type]
+        endpoints={
             "small": {"base_url": small.base_url, "model": "small-model", "api_key": "sk-small-key"},
             "big": {"base_url": big.base_url, "model": "big-model", "api_key": "sk-big-key"},
         },
@@ -118,9 +118,9 @@ async def test_the_global_key_never_goes_to_a_role_override_on_another_url(
     default, small, _ = servers
     llm_settings = LLMSettings(
         base_url=default.base_url,
-        api_key="sk-default-key",  # type: ignore[arg-type]
+        api_key="sk-default-key",
         structured_output="off",
-        judge={"base_url": small.base_url},  # type: ignore[arg-type]
+        judge={"base_url": small.base_url},
     )
     models = RoleModelsFromSettings(llm_settings)
     try:

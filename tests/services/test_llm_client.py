@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.llm import (
+    ChatMessage,
     LLMBadRequest,
     LLMRateLimited,
     LLMServerError,
@@ -19,7 +22,7 @@ from tests.support.scripted_llm import ScriptedLLM, free_port
 
 pytestmark = pytest.mark.unit
 
-MSG = [{"role": "user", "content": "What is the capital of France?"}]
+MSG: list[ChatMessage] = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 class SleepRecorder:
@@ -30,7 +33,7 @@ class SleepRecorder:
         self.delays.append(delay)
 
 
-def client_for(server: ScriptedLLM, **kwargs) -> OpenAIChatClient:  # type: ignore[no-untyped-def]
+def client_for(server: ScriptedLLM, **kwargs: Any) -> OpenAIChatClient:
     return OpenAIChatClient(server.base_url, "scripted", **kwargs)
 
 
@@ -145,7 +148,7 @@ def test_retry_after_parsing() -> None:
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
 
 
-async def test_embedded_endpoint_keeps_one_request_in_flight(tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_embedded_endpoint_keeps_one_request_in_flight(tmp_path: Path) -> None:
     """llama-cpp-python serves one request at a time; queued requests must wait in the client,
     where waiting does not eat into the read timeout."""
     from services.embedded_llm import EmbeddedLLMServer

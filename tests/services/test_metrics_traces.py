@@ -123,6 +123,11 @@ def stack(
         next(redis_gen, None)
 
 
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    """A finished span's attributes (the SDK types them as optional)."""
+    return dict(span.attributes or {})
+
+
 def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
     return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
 
@@ -143,7 +148,7 @@ def test_one_debate_is_one_trace_from_request_to_each_llm_call(
     telemetry.flush()
     spans = list(exporter.get_finished_spans())
 
-    [job_span] = [s for s in spans if s.name == "parley.job" and s.attributes["parley.job_id"] == job_id]
+    [job_span] = [s for s in spans if s.name == "parley.job" and attrs(s)["parley.job_id"] == job_id]
     trace_spans = [s for s in spans if s.context.trace_id == job_span.context.trace_id]
     by_id = {s.context.span_id: s for s in trace_spans}
     assert job_span.kind == SpanKind.CONSUMER
@@ -158,35 +163,33 @@ def test_one_debate_is_one_trace_from_request_to_each_llm_call(
 
     # job → pool → the retriever's own request span.
     [pool] = [s for s in _children(trace_spans, job_span) if s.name == "parley.pool"]
-    assert pool.attributes["parley.job_id"] == job_id
+    assert attrs(pool)["parley.job_id"] == job_id
     retriever_requests = [s for s in _children(trace_spans, pool) if s.kind == SpanKind.SERVER]
     assert [s.name for s in retriever_requests] == ["POST /v1/pools"]
 
     # job → round → one span per LLM call of the transcript, in that round.
     transcript = job["result"]["transcript"]
     rounds = [s for s in _children(trace_spans, job_span) if s.name == "parley.round"]
-    assert sorted(s.attributes["parley.round"] for s in rounds) == list(range(1, job["result"]["rounds"] + 1))
+    assert sorted(attrs(s)["parley.round"] for s in rounds) == list(range(1, job["result"]["rounds"] + 1))
     llm_spans = [s for s in trace_spans if s.name == "parley.llm"]
     assert len(llm_spans) == len(transcript)
     for s in llm_spans:
         parent = by_id[s.parent.span_id] if s.parent else None
         assert parent is not None and parent.name in ("parley.round", "parley.job")
         if parent.name == "parley.round":
-            assert parent.attributes["parley.round"] == s.attributes["parley.round"]
-        assert s.attributes["parley.endpoint"] in ("debater", "judge", "summarizer")
-        assert s.attributes["gen_ai.usage.input_tokens"] > 0
+            assert attrs(parent)["parley.round"] == attrs(s)["parley.round"]
+        assert attrs(s)["parley.endpoint"] in ("debater", "judge", "summarizer")
+        assert attrs(s)["gen_ai.usage.input_tokens"] > 0
         # Prompt text stays out unless the operator turns it on.
-        assert "parley.prompt" not in s.attributes and "parley.reply" not in s.attributes
+        assert "parley.prompt" not in attrs(s) and "parley.reply" not in attrs(s)
     roles_in_round_1 = {
-        s.attributes["parley.role"]
+        attrs(s)["parley.role"]
         for r in rounds
-        if r.attributes["parley.round"] == 1
+        if attrs(r)["parley.round"] == 1
         for s in _children(trace_spans, r)
     }
     assert {"select", "debater", "judge"} <= roles_in_round_1
-    assert sorted(str(s.attributes["parley.role"]) for s in llm_spans) == sorted(
-        r["role"] for r in transcript
-    )
+    assert sorted(str(attrs(s)["parley.role"]) for s in llm_spans) == sorted(r["role"] for r in transcript)
 
 
 def test_trace_prompts_setting_adds_prompt_and_reply(exporter: InMemorySpanExporter) -> None:
@@ -201,8 +204,8 @@ def test_trace_prompts_setting_adds_prompt_and_reply(exporter: InMemorySpanExpor
     finally:
         telemetry._state.trace_prompts = previous
     [llm] = [s for s in exporter.get_finished_spans() if s.name == "parley.llm"]
-    assert llm.attributes["parley.prompt"] == '[{"role": "user", "content": "Q?"}]'
-    assert llm.attributes["parley.reply"] == "A."
+    assert attrs(llm)["parley.prompt"] == '[{"role": "user", "content": "Q?"}]'
+    assert attrs(llm)["parley.reply"] == "A."
 
 
 class OtlpReceiver:
