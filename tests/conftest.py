@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -18,3 +20,31 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def scripted() -> Iterator[ScriptedLLM]:
     with ScriptedLLM() as server:
         yield server
+
+
+# ``make test-unit`` runs the tests marked ``unit`` and promises they start no process: a unit test
+# that spawns one (redis-server, a worker, a CLI run as a subprocess) fails here and must be marked
+# ``integration`` instead. In-process servers on a thread (the scripted LLM) are allowed.
+_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec", "os.system"})
+_unit_test_running = False
+
+
+def _refuse_processes_in_unit_tests(event: str, args: tuple[Any, ...]) -> None:
+    if _unit_test_running and event in _PROCESS_EVENTS:
+        raise RuntimeError(f"a unit test started a process ({event}: {str(args)[:200]}); mark it integration")
+
+
+sys.addaudithook(_refuse_processes_in_unit_tests)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    global _unit_test_running
+    node = request.node
+    _unit_test_running = node.get_closest_marker("unit") is not None and not any(
+        node.get_closest_marker(m) for m in ("integration", "llm")
+    )
+    try:
+        yield
+    finally:
+        _unit_test_running = False

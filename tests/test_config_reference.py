@@ -147,6 +147,7 @@ def test_product_secrets_show_no_default(product_classes: list[type]) -> None:
     assert all("| (secret) |" in line for line in secret_lines), secret_lines
 
 
+@pytest.mark.integration  # runs scripts/config_reference.py --check as a subprocess
 def test_check_command_passes_on_the_committed_reference() -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--check"], cwd=REPO, capture_output=True, text=True, timeout=300

@@ -12,7 +12,8 @@ import yaml
 
 from tests.api.support import ROOT
 
-pytestmark = pytest.mark.unit
+# docker-compose config runs as a subprocess.
+pytestmark = pytest.mark.integration
 
 
 def compose_config(*profiles: str, env: dict[str, str] | None = None) -> dict[str, Any]:

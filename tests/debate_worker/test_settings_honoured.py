@@ -18,6 +18,8 @@ from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import OpenAIChatClient
 from tests.support.scripted_llm import ScriptedLLM
 
+pytestmark = pytest.mark.unit
+
 # A non-default value for every field, valid on its own.
 NON_DEFAULT: dict[str, Any] = {
     "agents": 3,

@@ -19,6 +19,8 @@ from services.llm_factory import RoleModelsFromSettings, UnknownEndpoint
 from services.settings import LLMSettings
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
+pytestmark = pytest.mark.unit
+
 POOL = KnowledgePool(
     pool_id="p",
     question="Who painted the Mona Lisa?",

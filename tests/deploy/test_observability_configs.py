@@ -33,12 +33,14 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([binary, *args], capture_output=True, text=True, cwd=PROMETHEUS, timeout=60)
 
 
+@pytest.mark.integration  # runs promtool as a subprocess
 def test_promtool_accepts_the_scrape_config() -> None:
     proc = promtool("check", "config", "prometheus.yml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 rule files found" in proc.stdout
 
 
+@pytest.mark.integration  # runs promtool as a subprocess
 def test_promtool_accepts_the_alert_rules_and_they_fire_on_their_test_series() -> None:
     check = promtool("check", "rules", "alerts.yml")
     assert check.returncode == 0, check.stdout + check.stderr
@@ -119,6 +121,7 @@ def test_grafana_provisioning_points_at_the_dashboard_and_the_prometheus_uid() -
     assert providers["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
 
 
+@pytest.mark.integration  # runs docker-compose config as a subprocess
 def test_compose_profile_observability_mounts_the_deploy_configs() -> None:
     binary = shutil.which("docker-compose")
     if binary is None:

@@ -33,7 +33,7 @@ def test_missing_weights_say_how_to_fix(tmp_path: Path) -> None:
         assemble_gguf(model, tmp_path)
 
 
-@pytest.mark.unit
+@pytest.mark.integration  # starts the embedded server's process, which must fail fast
 def test_missing_gguf_file_fails_fast_with_the_log(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp.server", reason="llama-cpp-python not installed")
     bogus = tmp_path / "bogus.gguf"

@@ -129,6 +129,7 @@ def test_observability_settings_read_the_standard_otel_variable(monkeypatch: pyt
     assert ObservabilitySettings().otlp_endpoint is None
 
 
+@pytest.mark.integration  # runs a short-lived python process (a worker that is gone)
 def test_worker_metrics_dir_is_per_process_and_drops_dead_workers_folders() -> None:
     import os
     import subprocess
