@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 # llama.cpp compiled for any x86-64 CPU, not just the build machine's.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: install system-deps demo test test-fast lint docs bench-engine clean-index
+.PHONY: install system-deps demo test test-unit test-fast lint docs bench-engine clean-index
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -41,6 +41,10 @@ demo: install
 
 test: install system-deps
 	$(PY) -m pytest
+
+# No process is started (tests/conftest.py fails a unit test that spawns one): about a minute.
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest -m "unit and not integration and not llm"
 
 test-fast: install
 	$(PY) -m pytest -m "not llm and not slow"
