@@ -48,34 +48,91 @@ def game_of(question: str) -> str:
 
 
 async def run_kks(ctx: DebateContext, run: ProtocolRun) -> Outcome:
-    cfg = ctx.config
-    style = cfg.prompt_style
-    players = players_from_question(ctx.question)
-    if not players:
-        raise ValueError("protocol: 'kks' needs a Knight-Knave-Spy puzzle question ('Player name:' lines)")
-    game = game_of(ctx.question)
-    n = cfg.agents
-    names = [kp.agent_name(i) for i in range(n)]
-    steps: list[tuple[str, int]] = [("initial", -1)]
-    steps += [("player", p) for _ in range(cfg.depth) for p in range(len(players))]
-    steps.append(("final", -1))
-    gold_assign = parse_assignment(run.gold[0], players) if run.gold else {}
+    return await KksDebate(ctx, run).run()
 
-    assign: list[dict[str, str]] = [{} for _ in range(n)]
-    expl: list[str] = [""] * n
-    conf: list[int | None] = [None] * n
-    abstentions = 0
-    done = 0
-    if run.resume is not None:
-        st = run.resume.state
-        assign, expl, conf = st["assign"], st["expl"], st["conf"]
-        done, abstentions = st["done"], st["abstentions"]
 
-    def assignment_parser(c: ChatCompletion) -> dict[str, Any]:
-        parsed = parse_assignment(c.text, players)
+class KksDebate:
+    """One stepwise KKS debate: every agent's current assignment, explanation and confidence."""
+
+    def __init__(self, ctx: DebateContext, run: ProtocolRun) -> None:
+        self.ctx = ctx
+        self.run_info = run
+        self.cfg = cfg = ctx.config
+        self.style = cfg.prompt_style
+        self.players = players = players_from_question(ctx.question)
+        if not players:
+            raise ValueError(
+                "protocol: 'kks' needs a Knight-Knave-Spy puzzle question ('Player name:' lines)"
+            )
+        self.game = game_of(ctx.question)
+        self.n = n = cfg.agents
+        self.names = [kp.agent_name(i) for i in range(n)]
+        self.steps: list[tuple[str, int]] = [("initial", -1)]
+        self.steps += [("player", p) for _ in range(cfg.depth) for p in range(len(players))]
+        self.steps.append(("final", -1))
+        self.gold_assign = parse_assignment(run.gold[0], players) if run.gold else {}
+        self.assign: list[dict[str, str]] = [{} for _ in range(n)]
+        self.expl: list[str] = [""] * n
+        self.conf: list[int | None] = [None] * n
+        self.abstentions = 0
+        self.done = 0
+        if run.resume is not None:
+            st = run.resume.state
+            self.assign, self.expl, self.conf = st["assign"], st["expl"], st["conf"]
+            self.done, self.abstentions = st["done"], st["abstentions"]
+
+    async def run(self) -> Outcome:
+        ctx, players = self.ctx, self.players
+        for index in range(self.done, len(self.steps)):
+            kind, p = self.steps[index]
+            r = index + 1
+            if kind == "initial":
+                msgs = kp.initial(self.style, self.game, len(players), self.cfg.confidence)
+                await ctx.gather([functools.partial(self.full, r, i, "propose", msgs) for i in range(self.n)])
+            elif kind == "player":
+                await self.player_step(r, players[p])
+            else:
+                await self.final_step(r)
+            await ctx.emit(
+                "round.completed",
+                {
+                    "round": r,
+                    "phase": kind,
+                    "player": players[p] if p >= 0 else None,
+                    "answers": [render_assignment(a, players) for a in self.assign],
+                },
+            )
+            await self.run_info.checkpoint(ctx, r, self.state(index + 1))
+        return self.outcome()
+
+    def state(self, done: int) -> dict[str, Any]:
+        return {
+            "assign": self.assign,
+            "expl": self.expl,
+            "conf": self.conf,
+            "done": done,
+            "abstentions": self.abstentions,
+        }
+
+    def outcome(self) -> Outcome:
+        players = self.players
+        team = team_answer(self.assign, players)
+        final_answers = [render_assignment(a, players) or None for a in self.assign]
+        answer = render_assignment(team, players) or None
+        unanimous = len({f for f in final_answers}) == 1 and final_answers[0] is not None
+        source = f"per-player majority vote of {self.n} agents"
+        if self.abstentions:
+            source += f" ({self.abstentions} unreadable replies abstained)"
+        missing = [pl for pl in players if pl not in team]
+        if missing:
+            source += f"; no role for {', '.join(missing)}"
+        return Outcome(answer, source, len(self.steps), unanimous, final_answers)
+
+    def assignment_parser(self, c: ChatCompletion) -> dict[str, Any]:
+        parsed = parse_assignment(c.text, self.players)
         data = first_json_object(c.text) or {}
         return {
-            "answer": render_assignment(parsed, players) or None,
+            "answer": render_assignment(parsed, self.players) or None,
             "parse_error": None if parsed else "no player roles found",
             "extra": {
                 "assignment": parsed,
@@ -84,6 +141,7 @@ async def run_kks(ctx: DebateContext, run: ProtocolRun) -> Outcome:
             },
         }
 
+    @staticmethod
     def role_parser(c: ChatCompletion) -> dict[str, Any]:
         role = parse_role(c.text)
         data = first_json_object(c.text) or {}
@@ -95,148 +153,134 @@ async def run_kks(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         }
 
     def shown(
-        me: int, views: list[kp.Position], keys: list[str | None], gold: list[str] | None, r: int
+        self, me: int, views: list[kp.Position], keys: list[str | None], gold: list[str] | None, r: int
     ) -> list[kp.Position]:
+        cfg = self.cfg
         others = order_views(
-            [j for j in range(n) if j != me], keys, cfg.ordering, seed=view_seed(cfg, r, me), gold=gold
+            [j for j in range(self.n) if j != me], keys, cfg.ordering, seed=view_seed(cfg, r, me), gold=gold
         )
         return [views[me], *(views[j] for j in others)]
 
-    def latest_views() -> list[kp.Position]:
+    def latest_views(self) -> list[kp.Position]:
         return [
-            kp.Position(names[i], render_assignment(assign[i], players) or "(none)", expl[i], conf[i])
-            for i in range(n)
+            kp.Position(
+                self.names[i],
+                render_assignment(self.assign[i], self.players) or "(none)",
+                self.expl[i],
+                self.conf[i],
+            )
+            for i in range(self.n)
         ]
 
-    def gold_text() -> list[str] | None:
-        return [render_assignment(gold_assign, players)] if gold_assign else None
+    def view_keys(self) -> list[str | None]:
+        return [render_assignment(a, self.players) or None for a in self.assign]
 
-    async def full(r: int, i: int, role: str, messages: list[Any]) -> TranscriptRecord:
-        nonlocal abstentions
+    def gold_text(self) -> list[str] | None:
+        return [render_assignment(self.gold_assign, self.players)] if self.gold_assign else None
+
+    async def full(self, r: int, i: int, role: str, messages: list[Any]) -> TranscriptRecord:
+        """A full assignment from agent ``i``; an unreadable one keeps its previous view (abstains)."""
+        cfg = self.cfg
         rec, ok = await call_with_reasks(
-            ctx,
+            self.ctx,
             round=r,
             role=role,
             agent=i,
             messages=messages,
-            parse=assignment_parser,
+            parse=self.assignment_parser,
             readable=lambda x: bool(x.extra.get("assignment")),
             temperature=cfg.agent_temperature(i),
-            json_schema=kp.ASSIGNMENT_SCHEMA if style == "robust" else None,
+            json_schema=kp.ASSIGNMENT_SCHEMA if self.style == "robust" else None,
         )
         if ok:
-            assign[i] = {**assign[i], **rec.extra["assignment"]}
-            expl[i] = rec.extra.get("explanation", "")
-            conf[i] = rec.extra.get("confidence") if cfg.confidence else None
+            self.assign[i] = {**self.assign[i], **rec.extra["assignment"]}
+            self.expl[i] = rec.extra.get("explanation", "")
+            self.conf[i] = rec.extra.get("confidence") if cfg.confidence else None
         else:
-            abstentions += 1
+            self.abstentions += 1
         return rec
 
-    for index in range(done, len(steps)):
-        kind, p = steps[index]
-        r = index + 1
-        if kind == "initial":
-            msgs = kp.initial(style, game, len(players), cfg.confidence)
-            await ctx.gather([functools.partial(full, r, i, "propose", msgs) for i in range(n)])
-        elif kind == "player":
-            player = players[p]
-            arguments: list[kp.Position] = []
-            current = [
-                kp.Position(names[i], assign[i].get(player, "(none)"), expl[i], conf[i]) for i in range(n)
-            ]
-            keys: list[str | None] = [assign[i].get(player) for i in range(n)]
-            gold_role = [gold_assign[player]] if player in gold_assign else None
-            if cfg.ordering == "truth_last" and not gold_role:
-                gold_role = None  # order_views raises the validation error naming `ordering`
-            for i in speaking_order(n, cfg.speaking_order, seed=view_seed(cfg, r, -1)):
-                rec, ok = await call_with_reasks(
-                    ctx,
-                    round=r,
-                    role="debater",
-                    agent=i,
-                    messages=kp.debate(
-                        style,
-                        names[i],
+    async def player_step(self, r: int, player: str) -> None:
+        """The agents argue about one player's role in turn (C.2 debate), then all adjust (C.2)."""
+        arguments = await self.argue(r, player)
+        views, keys, gold = self.latest_views(), self.view_keys(), self.gold_text()
+        await self.ctx.gather(
+            [
+                functools.partial(
+                    self.full,
+                    r,
+                    i,
+                    "adjust",
+                    kp.adjust(
+                        self.style,
+                        self.names[i],
                         player,
-                        game,
-                        shown(i, current, keys, gold_role, r),
+                        self.game,
                         arguments,
-                        [x for x in names if x != names[i]],
-                        cfg.confidence,
+                        self.shown(i, views, keys, gold, r),
+                        self.cfg.confidence,
                     ),
-                    parse=role_parser,
-                    readable=lambda x: x.answer is not None,
-                    temperature=cfg.agent_temperature(i),
-                    json_schema=kp.ROLE_SCHEMA if style == "robust" else None,
                 )
-                if not ok:
-                    abstentions += 1
-                role = rec.answer or assign[i].get(player, "(none)")
-                c = rec.extra.get("confidence") if cfg.confidence else None
-                arguments.append(kp.Position(names[i], role, rec.extra.get("reasoning", ""), c))
-            views = latest_views()
-            view_keys: list[str | None] = [render_assignment(a, players) or None for a in assign]
-            await ctx.gather(
-                [
-                    functools.partial(
-                        full,
-                        r,
-                        i,
-                        "adjust",
-                        kp.adjust(
-                            style,
-                            names[i],
-                            player,
-                            game,
-                            arguments,
-                            shown(i, views, view_keys, gold_text(), r),
-                            cfg.confidence,
-                        ),
-                    )
-                    for i in range(n)
-                ]
-            )
-        else:
-            views = latest_views()
-            view_keys = [render_assignment(a, players) or None for a in assign]
-            await ctx.gather(
-                [
-                    functools.partial(
-                        full,
-                        r,
-                        i,
-                        "debater",
-                        kp.final(
-                            style, names[i], game, shown(i, views, view_keys, gold_text(), r), cfg.confidence
-                        ),
-                    )
-                    for i in range(n)
-                ]
-            )
-        team = team_answer(assign, players)
-        await ctx.emit(
-            "round.completed",
-            {
-                "round": r,
-                "phase": kind,
-                "player": players[p] if p >= 0 else None,
-                "answers": [render_assignment(a, players) for a in assign],
-            },
-        )
-        await run.checkpoint(
-            ctx,
-            r,
-            {"assign": assign, "expl": expl, "conf": conf, "done": index + 1, "abstentions": abstentions},
+                for i in range(self.n)
+            ]
         )
 
-    team = team_answer(assign, players)
-    final_answers = [render_assignment(a, players) or None for a in assign]
-    answer = render_assignment(team, players) or None
-    unanimous = len({f for f in final_answers}) == 1 and final_answers[0] is not None
-    source = f"per-player majority vote of {n} agents"
-    if abstentions:
-        source += f" ({abstentions} unreadable replies abstained)"
-    missing = [pl for pl in players if pl not in team]
-    if missing:
-        source += f"; no role for {', '.join(missing)}"
-    return Outcome(answer, source, len(steps), unanimous, final_answers)
+    async def argue(self, r: int, player: str) -> list[kp.Position]:
+        cfg, n, names, assign = self.cfg, self.n, self.names, self.assign
+        arguments: list[kp.Position] = []
+        current = [
+            kp.Position(names[i], assign[i].get(player, "(none)"), self.expl[i], self.conf[i])
+            for i in range(n)
+        ]
+        keys: list[str | None] = [assign[i].get(player) for i in range(n)]
+        # Without a gold role for this player, order_views raises the error naming `ordering`.
+        gold_role = [self.gold_assign[player]] if player in self.gold_assign else None
+        for i in speaking_order(n, cfg.speaking_order, seed=view_seed(cfg, r, -1)):
+            rec, ok = await call_with_reasks(
+                self.ctx,
+                round=r,
+                role="debater",
+                agent=i,
+                messages=kp.debate(
+                    self.style,
+                    names[i],
+                    player,
+                    self.game,
+                    self.shown(i, current, keys, gold_role, r),
+                    arguments,
+                    [x for x in names if x != names[i]],
+                    cfg.confidence,
+                ),
+                parse=self.role_parser,
+                readable=lambda x: x.answer is not None,
+                temperature=cfg.agent_temperature(i),
+                json_schema=kp.ROLE_SCHEMA if self.style == "robust" else None,
+            )
+            if not ok:
+                self.abstentions += 1
+            role = rec.answer or assign[i].get(player, "(none)")
+            c = rec.extra.get("confidence") if cfg.confidence else None
+            arguments.append(kp.Position(names[i], role, rec.extra.get("reasoning", ""), c))
+        return arguments
+
+    async def final_step(self, r: int) -> None:
+        """Every agent decides on its full assignment, seeing the others' latest (C.3)."""
+        views, keys, gold = self.latest_views(), self.view_keys(), self.gold_text()
+        await self.ctx.gather(
+            [
+                functools.partial(
+                    self.full,
+                    r,
+                    i,
+                    "debater",
+                    kp.final(
+                        self.style,
+                        self.names[i],
+                        self.game,
+                        self.shown(i, views, keys, gold, r),
+                        self.cfg.confidence,
+                    ),
+                )
+                for i in range(self.n)
+            ]
+        )

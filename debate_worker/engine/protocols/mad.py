@@ -106,6 +106,21 @@ def short(answer: str | None) -> str | None:
     return robust.shorten(bracket.group(1) if bracket else answer) or None
 
 
+def verdict_parser(require_preference: bool) -> Any:
+    """A transcript parser for the moderator's verdicts (or, without a preference, the judge's)."""
+
+    def parse(c: ChatCompletion) -> dict[str, Any]:
+        v = parse_mad_verdict(c.text, require_preference=require_preference)
+        return {
+            "verdict": v.preference,
+            "answer": short(v.answer),
+            "parse_error": v.parse_error,
+            "extra": {"supported_side": v.side, "reason": v.reason},
+        }
+
+    return parse
+
+
 async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     cfg = ctx.config
     style = cfg.prompt_style
@@ -141,18 +156,6 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         )
         turns.append([user, record.text])
         return record
-
-    def verdict_parser(require_preference: bool) -> Any:
-        def parse(c: ChatCompletion) -> dict[str, Any]:
-            v = parse_mad_verdict(c.text, require_preference=require_preference)
-            return {
-                "verdict": v.preference,
-                "answer": short(v.answer),
-                "parse_error": v.parse_error,
-                "extra": {"supported_side": v.side, "reason": v.reason},
-            }
-
-        return parse
 
     r = len(aff_turns)
     ended = verdict_state is not None and bool(verdict_state.get("preference")) and cfg.mad.adaptive_break
@@ -234,6 +237,15 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     # Round limit (or a preference without an answer): the two-step extractive judge.
     aff_last = aff_turns[-1][1] if aff_turns else ""
     neg_last = neg_turns[-1][1] if neg_turns else ""
+    return await extractive_judge(ctx, r, aff_last, neg_last, final, vs)
+
+
+async def extractive_judge(
+    ctx: DebateContext, r: int, aff_last: str, neg_last: str, final: list[str | None], vs: dict[str, Any]
+) -> Outcome:
+    """The paper's two-step judge (candidates, then the final answer); if its verdict stays
+    unreadable, a side's last answer (the negative's first), else no answer."""
+    style = ctx.config.prompt_style
     system = mp.moderator_system(style, ctx.question)
     step1 = mp.judge_candidates(style, aff_last, neg_last)
     cand = await ctx.call(

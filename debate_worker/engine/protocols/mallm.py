@@ -110,65 +110,156 @@ def _ballot(record: TranscriptRecord, decision: str) -> Any:
 
 
 async def run_mallm(ctx: DebateContext, run: ProtocolRun) -> Outcome:
-    cfg = ctx.config
-    ms = cfg.mallm
-    style = cfg.prompt_style
-    prompts = get_prompts(style)
-    parse_msg = discussion_parser(prompts)
-    n = cfg.agents
-    consensus_mode = ms.decision in CONSENSUS_DECISIONS
-    # turns[t] = list of {"agent", "text", "answer", "agreed"} in speaking order
-    turns: list[list[dict[str, Any]]] = []
-    agreement = dr.AgreementState()
-    decided: dict[str, Any] | None = None
-    next_vote = ms.vote_after
-    if run.resume is not None:
-        st = run.resume.state
-        turns = st["turns"]
-        ag = st["agreement"]
-        agreement = dr.AgreementState(ag["solution"], ag["proposer"], set(ag["supporters"]))
-        decided = st.get("decided")
-        next_vote = st.get("next_vote", ms.vote_after)
+    return await MallmDebate(ctx, run).run()
 
-    def latest(agent: int) -> dict[str, Any] | None:
-        for turn in reversed(turns):
+
+class MallmDebate:
+    """One MALLM discussion: its turns, the agreement so far and the decision, as checkpointed."""
+
+    def __init__(self, ctx: DebateContext, run: ProtocolRun) -> None:
+        self.ctx = ctx
+        self.run_info = run
+        self.cfg = ctx.config
+        self.ms = self.cfg.mallm
+        self.style = self.cfg.prompt_style
+        self.prompts = get_prompts(self.style)
+        self.parse_msg = discussion_parser(self.prompts)
+        self.n = self.cfg.agents
+        self.consensus_mode = self.ms.decision in CONSENSUS_DECISIONS
+        # turns[t] = list of {"agent", "text", "answer", "agreed"} in speaking order
+        self.turns: list[list[dict[str, Any]]] = []
+        self.agreement = dr.AgreementState()
+        self.decided: dict[str, Any] | None = None
+        self.next_vote = self.ms.vote_after
+        if run.resume is not None:
+            st = run.resume.state
+            self.turns = st["turns"]
+            ag = st["agreement"]
+            self.agreement = dr.AgreementState(ag["solution"], ag["proposer"], set(ag["supporters"]))
+            self.decided = st.get("decided")
+            self.next_vote = st.get("next_vote", self.ms.vote_after)
+
+    async def run(self) -> Outcome:
+        t = len(self.turns)
+        while self.decided is None and t < self.cfg.rounds:
+            t += 1
+            current = await self.play_turn(t)
+            answers_now = [m["answer"] for m in current]
+            await self.ctx.emit(
+                "round.completed", {"round": t, "answers": answers_now, "consensus": self.decided is not None}
+            )
+            await self.run_info.checkpoint(self.ctx, t, self.state())
+        return self.outcome(t)
+
+    async def play_turn(self, t: int) -> list[dict[str, Any]]:
+        """One turn of the paradigm, then the decision rule (consensus reached, or a vote due)."""
+        ms = self.ms
+        reached = False
+        if ms.paradigm == "collective_improvement" or (ms.paradigm == "drafting" and t == 1):
+            current = await self.independent_turn(t)
+            if ms.paradigm == "drafting":
+                for m in current:  # drafts propose; agreement counting starts with turn 2
+                    self.agreement.update(m["agent"], None, m["answer"])
+        else:
+            current, reached = await self.memory_turn(t)
+        self.turns.append(current)
+        if self.consensus_mode and reached:
+            last = current[-1]
+            answer, how = await self.extract_final(t, last["agent"], last["text"])
+            self.decided = {
+                "answer": answer,
+                "how": f"{ms.decision} consensus ({len(self.agreement.supporters)}/{self.n} agree); {how}",
+            }
+        elif not self.consensus_mode and t >= self.next_vote:
+            outcome = await self.vote_round(t)
+            if outcome["decided"]:
+                self.decided = {"answer": outcome["winner"], "how": outcome["how"]}
+            else:
+                self.next_vote = t + 1  # a tie adds one turn and a revote
+        return current
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "turns": self.turns,
+            "agreement": {
+                "solution": self.agreement.solution,
+                "proposer": self.agreement.proposer,
+                "supporters": sorted(self.agreement.supporters),
+            },
+            "decided": self.decided,
+            "next_vote": self.next_vote,
+        }
+
+    def outcome(self, t: int) -> Outcome:
+        final_answers = [(self.latest(i) or {}).get("answer") for i in range(self.n)]
+        decided = self.decided
+        if decided is not None and decided.get("answer"):
+            return Outcome(decided["answer"], decided["how"], t, True, final_answers)
+        # Turn limit without a decision: the stated fallback.
+        if self.ms.fallback == "first_agent" and final_answers and final_answers[0]:
+            return Outcome(
+                final_answers[0],
+                f"no decision in {t} turns; fallback: first agent's solution",
+                t,
+                False,
+                final_answers,
+            )
+        answer, votes = majority_vote(final_answers)
+        return Outcome(
+            answer,
+            f"no decision in {t} turns; fallback: most common answer ({votes} agents)"
+            if answer
+            else "no parseable answer",
+            t,
+            False,
+            final_answers,
+        )
+
+    def latest(self, agent: int) -> dict[str, Any] | None:
+        for turn in reversed(self.turns):
             for m in turn:
                 if m["agent"] == agent:
                     return m
         return None
 
-    async def speak(t: int, i: int, history: list[tuple[str, str]], with_agreement: bool) -> TranscriptRecord:
-        own = latest(i)
-        knowledge = await select_knowledge(ctx, prompts, t, i, own["text"] if own else None)
+    async def speak(
+        self, t: int, i: int, history: list[tuple[str, str]], with_agreement: bool
+    ) -> TranscriptRecord:
+        ctx, cfg = self.ctx, self.cfg
+        own = self.latest(i)
+        knowledge = await select_knowledge(ctx, self.prompts, t, i, own["text"] if own else None)
         return await ctx.call(
             round=t,
             role="debater",
             agent=i,
             messages=mpr.discussion(
-                style,
+                self.style,
                 ctx.question,
                 knowledge,
                 history,
-                agreement.solution,
+                self.agreement.solution,
                 persona=persona(cfg, i),
                 agent=i,
                 agreement=with_agreement,
             ),
-            parse=parse_msg,
+            parse=self.parse_msg,
             temperature=cfg.agent_temperature(i),
             knowledge=[k.n for k in knowledge],
         )
 
+    @staticmethod
     def msg(rec: TranscriptRecord) -> dict[str, Any]:
         return {"agent": rec.agent, "text": rec.text, "answer": rec.answer, "agreed": rec.extra.get("agreed")}
 
-    def remembered(current: list[dict[str, Any]]) -> list[tuple[str, str]]:
-        past = [m for turn in turns[-(ms.memory_turns - 1) :] for m in turn] if ms.memory_turns > 1 else []
+    def remembered(self, current: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        memory = self.ms.memory_turns
+        past = [m for turn in self.turns[-(memory - 1) :] for m in turn] if memory > 1 else []
         return [(f"Participant {m['agent'] + 1}", m["text"]) for m in [*past, *current]]
 
-    async def independent_turn(t: int) -> list[dict[str, Any]]:
+    async def independent_turn(self, t: int) -> list[dict[str, Any]]:
         """Drafts (turn 1 of drafting/CI) or a Collective Improvement turn: all agents at once."""
-        prev = turns[-1] if turns else []
+        cfg, n = self.cfg, self.n
+        prev = self.turns[-1] if self.turns else []
         prev_answers = [None] * n
         prev_text = [""] * n
         for m in prev:
@@ -182,46 +273,50 @@ async def run_mallm(ctx: DebateContext, run: ProtocolRun) -> Outcome:
                 prev_answers,
                 cfg.ordering,
                 seed=view_seed(cfg, t, i),
-                gold=run.gold,
+                gold=self.run_info.gold,
             )
             return [(f"Participant {j + 1}", prev_text[j]) for j in order]
 
         order = speaking_order(n, cfg.speaking_order, seed=view_seed(cfg, t, -1))
-        records = await ctx.gather([functools.partial(speak, t, i, history(i), False) for i in order])
-        return [msg(r) for r in records]
+        records = await self.ctx.gather(
+            [functools.partial(self.speak, t, i, history(i), False) for i in order]
+        )
+        return [self.msg(r) for r in records]
 
-    async def memory_turn(t: int) -> tuple[list[dict[str, Any]], bool]:
+    async def memory_turn(self, t: int) -> tuple[list[dict[str, Any]], bool]:
         """Agents one after another, each seeing the remembered turns and this turn so far."""
+        ms, n = self.ms, self.n
         current: list[dict[str, Any]] = []
-        for i in speaking_order(n, cfg.speaking_order, seed=view_seed(cfg, t, -1)):
-            any_before = bool(current) or bool(turns)
-            rec = await speak(t, i, remembered(current), any_before)
-            m = msg(rec)
+        for i in speaking_order(n, self.cfg.speaking_order, seed=view_seed(self.cfg, t, -1)):
+            any_before = bool(current) or bool(self.turns)
+            rec = await self.speak(t, i, self.remembered(current), any_before)
+            m = self.msg(rec)
             if not any_before:
                 m["agreed"] = None
             current.append(m)
             agreed = m["agreed"] if any_before else None
-            answer = m["answer"] or (agreement.solution if agreed else None)
-            agreement.update(i, agreed, answer)
-            if consensus_mode and agreement.reached(n, ms.threshold(), ms.threshold_rule):
+            answer = m["answer"] or (self.agreement.solution if agreed else None)
+            self.agreement.update(i, agreed, answer)
+            if self.consensus_mode and self.agreement.reached(n, ms.threshold(), ms.threshold_rule):
                 return current, True
         return current, False
 
-    async def extract_final(t: int, speaker: int, text: str) -> tuple[str | None, str]:
-        rec = await ctx.call(
+    async def extract_final(self, t: int, speaker: int, text: str) -> tuple[str | None, str]:
+        rec = await self.ctx.call(
             round=t,
             role="extract",
             agent=speaker,
-            messages=mpr.extraction(style, ctx.question, text, persona(cfg, speaker), speaker),
-            parse=parse_msg,
+            messages=mpr.extraction(self.style, self.ctx.question, text, persona(self.cfg, speaker), speaker),
+            parse=self.parse_msg,
             temperature=0.0,
         )
         if rec.answer:
             return rec.answer, "extracted by the last speaker (E.1)"
-        return agreement.solution, "agreed solution (extraction unparseable)"
+        return self.agreement.solution, "agreed solution (extraction unparseable)"
 
-    async def vote_round(t: int) -> dict[str, Any]:
-        answers = [(latest(i) or {}).get("answer") for i in range(n)]
+    async def vote_round(self, t: int) -> dict[str, Any]:
+        ms = self.ms
+        answers = [(self.latest(i) or {}).get("answer") for i in range(self.n)]
         solutions, _owners = candidates_from(answers)
         if len(solutions) <= 1:
             return {
@@ -229,36 +324,12 @@ async def run_mallm(ctx: DebateContext, run: ProtocolRun) -> Outcome:
                 "how": "single candidate (vote skipped)" if solutions else "no candidates",
                 "decided": bool(solutions),
             }
-        parse = ballot_parser(ms.decision, ms.ranking_base)
-        schema = mpr.VOTE_SCHEMAS[ms.decision] if style == "robust" else None
-
-        async def one(i: int) -> TranscriptRecord:
-            rec, _ = await call_with_reasks(
-                ctx,
-                round=t,
-                role="vote",
-                agent=i,
-                messages=mpr.vote(
-                    style,
-                    ms.decision,
-                    ctx.question,
-                    solutions,
-                    base=ms.ranking_base,
-                    points=ms.cumulative_points,
-                    persona=persona(cfg, i),
-                    agent=i,
-                ),
-                parse=parse,
-                readable=lambda r: r.extra.get("ballot") is not None,
-                temperature=0.0,
-                json_schema=schema,
-            )
-            return rec
-
-        records = await ctx.gather([functools.partial(one, i) for i in range(n)])
+        records = await self.ctx.gather(
+            [functools.partial(self.vote, t, i, solutions) for i in range(self.n)]
+        )
         ballots = [_ballot(r, ms.decision) for r in sorted(records, key=lambda r: r.agent or 0)]
         result = tally(ms.decision, ballots, len(solutions), ms.cumulative_points)
-        await ctx.emit(
+        await self.ctx.emit(
             "judge.verdict",
             {
                 "round": t,
@@ -277,69 +348,26 @@ async def run_mallm(ctx: DebateContext, run: ProtocolRun) -> Outcome:
             "decided": result.decided,
         }
 
-    t = len(turns)
-    while decided is None and t < cfg.rounds:
-        t += 1
-        reached = False
-        if ms.paradigm == "collective_improvement" or (ms.paradigm == "drafting" and t == 1):
-            current = await independent_turn(t)
-            if ms.paradigm == "drafting":
-                for m in current:  # drafts propose; agreement counting starts with turn 2
-                    agreement.update(m["agent"], None, m["answer"])
-        else:
-            current, reached = await memory_turn(t)
-        turns.append(current)
-        if consensus_mode and reached:
-            last = current[-1]
-            answer, how = await extract_final(t, last["agent"], last["text"])
-            decided = {
-                "answer": answer,
-                "how": f"{ms.decision} consensus ({len(agreement.supporters)}/{n} agree); {how}",
-            }
-        elif not consensus_mode and t >= next_vote:
-            outcome = await vote_round(t)
-            if outcome["decided"]:
-                decided = {"answer": outcome["winner"], "how": outcome["how"]}
-            else:
-                next_vote = t + 1  # a tie adds one turn and a revote
-        answers_now = [m["answer"] for m in current]
-        await ctx.emit(
-            "round.completed", {"round": t, "answers": answers_now, "consensus": decided is not None}
+    async def vote(self, t: int, i: int, solutions: list[str]) -> TranscriptRecord:
+        ms = self.ms
+        rec, _ = await call_with_reasks(
+            self.ctx,
+            round=t,
+            role="vote",
+            agent=i,
+            messages=mpr.vote(
+                self.style,
+                ms.decision,
+                self.ctx.question,
+                solutions,
+                base=ms.ranking_base,
+                points=ms.cumulative_points,
+                persona=persona(self.cfg, i),
+                agent=i,
+            ),
+            parse=ballot_parser(ms.decision, ms.ranking_base),
+            readable=lambda r: r.extra.get("ballot") is not None,
+            temperature=0.0,
+            json_schema=mpr.VOTE_SCHEMAS[ms.decision] if self.style == "robust" else None,
         )
-        await run.checkpoint(
-            ctx,
-            t,
-            {
-                "turns": turns,
-                "agreement": {
-                    "solution": agreement.solution,
-                    "proposer": agreement.proposer,
-                    "supporters": sorted(agreement.supporters),
-                },
-                "decided": decided,
-                "next_vote": next_vote,
-            },
-        )
-
-    final_answers = [(latest(i) or {}).get("answer") for i in range(n)]
-    if decided is not None and decided.get("answer"):
-        return Outcome(decided["answer"], decided["how"], t, True, final_answers)
-    # Turn limit without a decision: the stated fallback.
-    if ms.fallback == "first_agent" and final_answers and final_answers[0]:
-        return Outcome(
-            final_answers[0],
-            f"no decision in {t} turns; fallback: first agent's solution",
-            t,
-            False,
-            final_answers,
-        )
-    answer, votes = majority_vote(final_answers)
-    return Outcome(
-        answer,
-        f"no decision in {t} turns; fallback: most common answer ({votes} agents)"
-        if answer
-        else "no parseable answer",
-        t,
-        False,
-        final_answers,
-    )
+        return rec
