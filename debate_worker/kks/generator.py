@@ -56,8 +56,8 @@ class Puzzle:
         return rec
 
 
-def _random_statement(rng: random.Random, i: int, n: int, compound: bool = True) -> Statement:
-    earlier = list(range(i))
+def _statement_types(earlier: list[int], compound: bool) -> list[int]:
+    """The types player ``len(earlier)`` may state: truth references need earlier players."""
     types = [1, 2, 5, 6, 8, 9, 10, 12, 14]
     if earlier:
         types += [3, 4]
@@ -65,7 +65,12 @@ def _random_statement(rng: random.Random, i: int, n: int, compound: bool = True)
         types += [7, 11, 13]
     if compound:
         types.append(15)
-    t = rng.choice(types)
+    return types
+
+
+def _random_statement(rng: random.Random, i: int, n: int, compound: bool = True) -> Statement:
+    earlier = list(range(i))
+    t = rng.choice(_statement_types(earlier, compound))
     others = [j for j in range(n) if j != i]
     if t in (1, 2):
         return {"type": t, "a": rng.choice(range(n)), "role": rng.choice(("knight", "knave", "spy"))}

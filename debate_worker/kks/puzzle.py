@@ -12,7 +12,8 @@ its own code: ``{"type": 5, "a": 0, "b": 2}``; players are 0-based indices into 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
@@ -60,42 +61,39 @@ def is_acyclic(statements: Sequence[Statement]) -> bool:
     return all(all(j < i for j in truth_refs(st)) for i, st in enumerate(statements))
 
 
+def _parity(count: int, parity: str) -> bool:
+    return count % 2 == (0 if parity == "even" else 1)
+
+
+Roles = Sequence[str]
+Truth = Sequence[bool | None]
+
+# Statement type -> its truth under the roles and the earlier statements' truth (the paper's 15 types).
+_TRUTH: dict[int, Callable[[Statement, Roles, Truth], bool]] = {
+    1: lambda st, roles, truth: roles[st["a"]] == st["role"],
+    2: lambda st, roles, truth: roles[st["a"]] != st["role"],
+    3: lambda st, roles, truth: bool(truth[st["a"]]),
+    4: lambda st, roles, truth: not truth[st["a"]],
+    5: lambda st, roles, truth: roles[st["a"]] == roles[st["b"]],
+    6: lambda st, roles, truth: roles[st["a"]] != roles[st["b"]],
+    7: lambda st, roles, truth: bool(truth[st["a"]]) != bool(truth[st["b"]]),
+    8: lambda st, roles, truth: (roles[st["a"]] == st["role"]) != (roles[st["b"]] == st["role"]),
+    9: lambda st, roles, truth: roles[st["a"]] == st["role"] or roles[st["b"]] == st["role"],
+    10: lambda st, roles, truth: _parity(sum(1 for r in roles if r == st["role"]), st["parity"]),
+    11: lambda st, roles, truth: _parity(sum(1 for j in st["group"] if not truth[j]), st["parity"]),
+    12: lambda st, roles, truth: roles[st["a"]] != st["role"] or roles[st["b"]] == st["role2"],
+    13: lambda st, roles, truth: bool(truth[st["a"]]) and bool(truth[st["b"]]),
+    14: lambda st, roles, truth: sum(1 for j in st["group"] if roles[j] == st["role"]) == st["k"],
+    15: lambda st, roles, truth: evaluate(st["sub"][0], roles, truth) != evaluate(st["sub"][1], roles, truth),
+}
+
+
 def evaluate(st: Statement, roles: Sequence[str], truth: Sequence[bool | None]) -> bool:
     """The statement's truth under ``roles``; ``truth[j]`` is player j's statement truth (earlier)."""
-    t = st["type"]
-    if t == 1:
-        return roles[st["a"]] == st["role"]
-    if t == 2:
-        return roles[st["a"]] != st["role"]
-    if t == 3:
-        return bool(truth[st["a"]])
-    if t == 4:
-        return not truth[st["a"]]
-    if t == 5:
-        return roles[st["a"]] == roles[st["b"]]
-    if t == 6:
-        return roles[st["a"]] != roles[st["b"]]
-    if t == 7:
-        return bool(truth[st["a"]]) != bool(truth[st["b"]])
-    if t == 8:
-        return (roles[st["a"]] == st["role"]) != (roles[st["b"]] == st["role"])
-    if t == 9:
-        return roles[st["a"]] == st["role"] or roles[st["b"]] == st["role"]
-    if t == 10:
-        count = sum(1 for r in roles if r == st["role"])
-        return count % 2 == (0 if st["parity"] == "even" else 1)
-    if t == 11:
-        lying = sum(1 for j in st["group"] if not truth[j])
-        return lying % 2 == (0 if st["parity"] == "even" else 1)
-    if t == 12:
-        return roles[st["a"]] != st["role"] or roles[st["b"]] == st["role2"]
-    if t == 13:
-        return bool(truth[st["a"]]) and bool(truth[st["b"]])
-    if t == 14:
-        return sum(1 for j in st["group"] if roles[j] == st["role"]) == st["k"]
-    if t == 15:
-        return evaluate(st["sub"][0], roles, truth) != evaluate(st["sub"][1], roles, truth)
-    raise ValueError(f"unknown statement type {t}")
+    rule = _TRUTH.get(st["type"])
+    if rule is None:
+        raise ValueError(f"unknown statement type {st['type']}")
+    return rule(st, roles, truth)
 
 
 def truth_values(statements: Sequence[Statement], roles: Sequence[str]) -> list[bool]:
@@ -151,50 +149,69 @@ def _list(group: Sequence[int], speaker: int, players: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _exactly_k(st: Statement, speaker: int, players: Sequence[str]) -> str:
+    k = st["k"]
+    verb, plural = ("is", "") if k == 1 else ("are", "s")
+    return f"Among {_list(st['group'], speaker, players)}, there {verb} exactly {k} {st['role']}{plural}."
+
+
+def _one_of_two(st: Statement, speaker: int, players: Sequence[str]) -> str:
+    one = render(st["sub"][0], speaker, players).rstrip(".")
+    two = render(st["sub"][1], speaker, players).rstrip(".")
+    return f"Among the following two statements, exactly one is true: (1) {one}. (2) {two}."
+
+
+@dataclass(frozen=True)
+class _Words:
+    """The names a statement's template fills in: players ``a``/``b`` ("I" for the speaker)."""
+
+    st: Statement
+    speaker: int
+    players: Sequence[str]
+    a: str
+    b: str
+    be_a: str
+    be_b: str
+
+
+# Statement type -> the paper's natural-language form.
+_TEXT: dict[int, Callable[[_Words], str]] = {
+    1: lambda w: f"{w.a} {w.be_a} a {w.st['role']}.",
+    2: lambda w: f"{w.a} {w.be_a} not a {w.st['role']}.",
+    3: lambda w: f"{w.a} is telling the truth.",
+    4: lambda w: f"{w.a} is lying.",
+    5: lambda w: f"{w.a} and {w.b} have the same role.",
+    6: lambda w: f"{w.a} and {w.b} have different roles.",
+    7: lambda w: f"Among {w.a} and {w.b}, exactly one person is telling the truth.",
+    8: lambda w: f"Among {w.a} and {w.b}, there is exactly one {w.st['role']}.",
+    9: lambda w: f"At least one of {w.a} and {w.b} is a {w.st['role']}.",
+    10: lambda w: f"Among all players, the number of {w.st['role']}s is {w.st['parity']}.",
+    11: lambda w: (
+        f"Among {_list(w.st['group'], w.speaker, w.players)}, the number of people who are lying is "
+        f"{w.st['parity']}."
+    ),
+    12: lambda w: f"If {w.a} {w.be_a} a {w.st['role']}, then {w.b} {w.be_b} a {w.st['role2']}.",
+    13: lambda w: f"{w.a} and {w.b} are both telling the truth.",
+    14: lambda w: _exactly_k(w.st, w.speaker, w.players),
+    15: lambda w: _one_of_two(w.st, w.speaker, w.players),
+}
+
+
 def render(st: Statement, speaker: int, players: Sequence[str]) -> str:
     """The statement in the paper's natural-language style."""
-    t = st["type"]
-    a = _name(st["a"], speaker, players) if "a" in st else ""
-    b = _name(st["b"], speaker, players) if "b" in st else ""
-    be_a = "am" if st.get("a") == speaker else "is"
-    if t == 1:
-        return f"{a} {be_a} a {st['role']}."
-    if t == 2:
-        return f"{a} {be_a} not a {st['role']}."
-    if t == 3:
-        return f"{a} is telling the truth."
-    if t == 4:
-        return f"{a} is lying."
-    if t == 5:
-        return f"{a} and {b} have the same role."
-    if t == 6:
-        return f"{a} and {b} have different roles."
-    if t == 7:
-        return f"Among {a} and {b}, exactly one person is telling the truth."
-    if t == 8:
-        return f"Among {a} and {b}, there is exactly one {st['role']}."
-    if t == 9:
-        return f"At least one of {a} and {b} is a {st['role']}."
-    if t == 10:
-        return f"Among all players, the number of {st['role']}s is {st['parity']}."
-    if t == 11:
-        group = _list(st["group"], speaker, players)
-        return f"Among {group}, the number of people who are lying is {st['parity']}."
-    if t == 12:
-        be_b = "am" if st["b"] == speaker else "is"
-        return f"If {a} {be_a} a {st['role']}, then {b} {be_b} a {st['role2']}."
-    if t == 13:
-        return f"{a} and {b} are both telling the truth."
-    if t == 14:
-        k = st["k"]
-        group = _list(st["group"], speaker, players)
-        verb, plural = ("is", "") if k == 1 else ("are", "s")
-        return f"Among {group}, there {verb} exactly {k} {st['role']}{plural}."
-    if t == 15:
-        one = render(st["sub"][0], speaker, players).rstrip(".")
-        two = render(st["sub"][1], speaker, players).rstrip(".")
-        return f"Among the following two statements, exactly one is true: (1) {one}. (2) {two}."
-    raise ValueError(f"unknown statement type {t}")
+    template = _TEXT.get(st["type"])
+    if template is None:
+        raise ValueError(f"unknown statement type {st['type']}")
+    words = _Words(
+        st,
+        speaker,
+        players,
+        a=_name(st["a"], speaker, players) if "a" in st else "",
+        b=_name(st["b"], speaker, players) if "b" in st else "",
+        be_a="am" if st.get("a") == speaker else "is",
+        be_b="am" if st.get("b") == speaker else "is",
+    )
+    return template(words)
 
 
 def game_text(players: Sequence[str], statements: Sequence[Statement]) -> str:
