@@ -23,7 +23,15 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -e '.[embedded,bm25,dev]'
 	touch $@
 
-install: $(VENV)/.installed
+# llama.cpp's own server (MIT), the embedded default: built once from the llama.cpp source inside
+# the installed llama-cpp-python release and cached per version in $(LLAMA_CACHE).
+LLAMA_CACHE ?= $(HOME)/.cache/parley
+# A failed build is not fatal: the embedded model then runs on llama-cpp-python's server (slower).
+$(VENV)/bin/llama-server: $(VENV)/.installed scripts/build_llama_server.sh
+	bash scripts/build_llama_server.sh $(PY) $(LLAMA_CACHE) $@ \
+	  || echo "warning: llama-server was not built; the embedded model uses llama-cpp-python's server"
+
+install: $(VENV)/.installed $(VENV)/bin/llama-server
 
 # Services the integration tests start themselves (redis-server) and the compose validator.
 system-deps:

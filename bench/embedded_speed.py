@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -107,7 +108,7 @@ def floor_tokens(result: DebateResult) -> float:
 
 async def prompt_throughput(models: Any) -> float:
     """Prompt tokens per second evaluated on a fresh prompt (nothing of it cached)."""
-    filler = " ".join(f"w{i}" for i in range(400))
+    filler = " ".join(f"w{i}" for i in range(150))
     model = models.for_role("judge")
     started = time.perf_counter()
     out = await model.complete(
@@ -116,57 +117,70 @@ async def prompt_throughput(models: Any) -> float:
     return out.prompt_tokens / (time.perf_counter() - started)
 
 
-async def run_path(
-    name: str, items: list[dict[str, Any]], pools: dict[str, KnowledgePool], settings: LLMSettings
-) -> dict[str, Any]:
+def item_row(item: dict[str, Any], result: DebateResult, wall: float) -> dict[str, Any]:
+    return {
+        "id": item["id"],
+        "wall_s": round(wall, 1),
+        "answer": result.answer,
+        "contains": contains_match(result.answer, item["answers"]),
+        "f1": f1_score(result.answer, item["answers"]),
+        "rounds": result.rounds,
+        "floor_tokens": round(floor_tokens(result), 1),
+        "by_role": {
+            role: {
+                "calls": u.calls,
+                "prompt_tokens": u.prompt_tokens,
+                "cached_tokens": u.cached_tokens,
+                "completion_tokens": u.completion_tokens,
+                "seconds": round(u.seconds, 1),
+            }
+            for role, u in result.usage_by_role.items()
+        },
+    }
+
+
+async def run_paths(
+    names: list[str], items: list[dict[str, Any]], pools: dict[str, KnowledgePool], settings: LLMSettings
+) -> list[dict[str, Any]]:
+    """Both servers up at once, the questions interleaved (each question on every path before the
+    next, the order alternating): whatever else the machine does weighs on both paths alike."""
     config = DebateConfig(prompt_style="robust")
-    rows: list[dict[str, Any]] = []
-    with embedded_server(
-        settings.embedded_model,
-        settings.cache_dir,
-        n_ctx=settings.embedded_ctx,
-        n_threads=settings.embedded_threads,
-        kind=PATHS[name],
-        slots=settings.embedded_slots,
-        cache_ram_mib=settings.embedded_cache_ram_mib,
-        binary=settings.embedded_server_bin,
-    ) as server:
-        base = build_role_models(settings, served=server.served())
-        models: Any = LogAccountedModels(base, server) if name == "baseline" else base
+    runs: dict[str, dict[str, Any]] = {
+        name: {"path": name, "server": PATHS[name], "items": []} for name in names
+    }
+    with contextlib.ExitStack() as stack:
+        models: dict[str, Any] = {}
+        for name in names:
+            server = stack.enter_context(
+                embedded_server(
+                    settings.embedded_model,
+                    settings.cache_dir,
+                    n_ctx=settings.embedded_ctx,
+                    n_threads=settings.embedded_threads,
+                    kind=PATHS[name],
+                    slots=settings.embedded_slots,
+                    cache_ram_mib=settings.embedded_cache_ram_mib,
+                    binary=settings.embedded_server_bin,
+                )
+            )
+            base = build_role_models(settings, served=server.served())
+            models[name] = LogAccountedModels(base, server) if name == "baseline" else base
+            runs[name]["prompt_tokens_per_s"] = round(await prompt_throughput(base), 1)
         try:
-            throughput = await prompt_throughput(base)
-            for item in items:
-                pool = pools[item["id"]]
-                started = time.perf_counter()
-                result = await run_debate(item["question"], pool, config, models)
-                wall = time.perf_counter() - started
-                rows.append(
-                    {
-                        "id": item["id"],
-                        "wall_s": round(wall, 1),
-                        "answer": result.answer,
-                        "contains": contains_match(result.answer, item["answers"]),
-                        "f1": f1_score(result.answer, item["answers"]),
-                        "rounds": result.rounds,
-                        "floor_tokens": round(floor_tokens(result), 1),
-                        "by_role": {
-                            role: {
-                                "calls": u.calls,
-                                "prompt_tokens": u.prompt_tokens,
-                                "cached_tokens": u.cached_tokens,
-                                "completion_tokens": u.completion_tokens,
-                                "seconds": round(u.seconds, 1),
-                            }
-                            for role, u in result.usage_by_role.items()
-                        },
-                    }
-                )
-                print(
-                    f"{name} {item['id']}: {wall:.1f}s, {result.rounds} rounds, {result.answer!r}", flush=True
-                )
+            for k, item in enumerate(items):
+                for name in names if k % 2 == 0 else reversed(names):
+                    started = time.perf_counter()
+                    result = await run_debate(item["question"], pools[item["id"]], config, models[name])
+                    wall = time.perf_counter() - started
+                    runs[name]["items"].append(item_row(item, result, wall))
+                    print(
+                        f"{name} {item['id']}: {wall:.1f}s, {result.rounds} rounds, {result.answer!r}",
+                        flush=True,
+                    )
         finally:
-            await models.aclose()
-    return {"path": name, "server": PATHS[name], "prompt_tokens_per_s": round(throughput, 1), "items": rows}
+            for m in models.values():
+                await m.aclose()
+    return [runs[name] for name in names]
 
 
 def summarise(run: dict[str, Any]) -> dict[str, Any]:
@@ -242,11 +256,9 @@ def main() -> None:
     items = [json.loads(x) for x in args.dataset.read_text().splitlines() if x.strip()]
     items = [it for it in items if it["id"] in pools][: args.questions]
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for name in args.paths.split(","):
-        run = asyncio.run(run_path(name, items, pools, settings))
-        (args.out / f"{name}.json").write_text(json.dumps(run, indent=1))
-        runs.append(run)
+    runs = asyncio.run(run_paths(args.paths.split(","), items, pools, settings))
+    for run in runs:
+        (args.out / f"{run['path']}.json").write_text(json.dumps(run, indent=1))
     summaries = [summarise(r) for r in runs]
     (args.out / "summary.json").write_text(json.dumps(summaries, indent=1))
     table = report(summaries)

@@ -132,14 +132,17 @@ def orderly(
         "Check the knowledge and the other answers. Keep your answer if the evidence supports it; "
         "change it if another answer is better supported."
     )
+    # What stays the same from round to round comes first (the example, the chosen items, the
+    # question: round 1's whole prompt but its last line), so the agent's server slot re-reads only
+    # the other answers and the instructions.
     return system_user(
         DEBATER_ROLE,
         join_blocks(
             EXAMPLE,
             render_knowledge(knowledge),
+            f"Question: {question}",
             other_block,
             own,
-            f"Question: {question}",
             guidance,
             ANSWER_INSTRUCTION,
         ),
