@@ -184,6 +184,18 @@ class BodyTooLarge(Exception):
     pass
 
 
+def _declared_length(scope: Scope) -> int:
+    """The largest ``Content-Length`` the request declares (0 when none or unreadable)."""
+    declared = 0
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                declared = max(declared, int(value))
+            except ValueError:
+                continue
+    return declared
+
+
 class BodyLimitMiddleware:
     """413 problem for bodies over the limit, checked on ``Content-Length`` and while streaming.
 
@@ -201,15 +213,9 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.batch_limit if scope["path"].startswith(self.batch_prefix) else self.limit
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = 0
-                if declared > limit:
-                    await self._reject(scope, receive, send, limit)
-                    return
+        if _declared_length(scope) > limit:
+            await self._reject(scope, receive, send, limit)
+            return
         seen = 0
         started = False
 

@@ -137,31 +137,13 @@ def parse_batch_json(text: str, *, max_items: int, max_config_chars: int) -> Bat
     if text[i : i + 1] == "}":
         raise NotABatch("body must be an object with an 'items' list")
     while True:
-        if text[i : i + 1] != '"':
-            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
-        key, i = decoder.raw_decode(text, i)
-        i = _skip_ws(text, i)
-        if text[i : i + 1] != ":":
-            raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
-        i = _skip_ws(text, i + 1)
+        key, i = _read_key(decoder, text, i)
         if key == "items":
             if text[i : i + 1] != "[":
                 raise NotABatch("body must be an object with an 'items' list")
             items, i = _read_array(decoder, text, i, max_items)
         elif key == "config":
-            # A config is a handful of settings: decode it from a bounded window, so a huge value
-            # is refused without being built.
-            window = text[i : i + max_config_chars]
-            cut = i + len(window) < len(text)
-            try:
-                config, end = decoder.raw_decode(window)
-            except json.JSONDecodeError:
-                if cut:
-                    raise NotABatch(f"config is larger than {max_config_chars} characters") from None
-                raise
-            if end == len(window) and cut:
-                raise NotABatch(f"config is larger than {max_config_chars} characters")
-            i += end
+            config, i = _read_config(decoder, text, i, max_config_chars)
         else:
             raise NotABatch(f"unknown fields: {[key]}")
         i = _skip_ws(text, i)
@@ -176,6 +158,36 @@ def parse_batch_json(text: str, *, max_items: int, max_config_chars: int) -> Bat
     if items is None:
         raise NotABatch("body must be an object with an 'items' list")
     return BatchDocument(items=items, config=config)
+
+
+def _read_key(decoder: json.JSONDecoder, text: str, i: int) -> tuple[Any, int]:
+    """A member's name and the position of its value (past the ``:``)."""
+    if text[i : i + 1] != '"':
+        raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
+    key, i = decoder.raw_decode(text, i)
+    i = _skip_ws(text, i)
+    if text[i : i + 1] != ":":
+        raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+    return key, _skip_ws(text, i + 1)
+
+
+def _read_config(decoder: json.JSONDecoder, text: str, i: int, max_config_chars: int) -> tuple[Any, int]:
+    """The config value at ``i`` and the position after it.
+
+    A config is a handful of settings: it is decoded from a bounded window, so a huge value is refused
+    without being built.
+    """
+    window = text[i : i + max_config_chars]
+    cut = i + len(window) < len(text)
+    try:
+        config, end = decoder.raw_decode(window)
+    except json.JSONDecodeError:
+        if cut:
+            raise NotABatch(f"config is larger than {max_config_chars} characters") from None
+        raise
+    if end == len(window) and cut:
+        raise NotABatch(f"config is larger than {max_config_chars} characters")
+    return config, i + end
 
 
 def _read_array(decoder: json.JSONDecoder, text: str, i: int, max_items: int) -> tuple[list[Any], int]:

@@ -20,22 +20,9 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-PROBLEM_JSON = "application/problem+json"
-log = logging.getLogger("parley.api")
+from services.problem_details import PROBLEM_JSON, STATUS_TITLES, problem_response, validation_errors
 
-_TITLES = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    413: "Content Too Large",
-    415: "Unsupported Media Type",
-    422: "Unprocessable Content",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
+log = logging.getLogger("parley.api")
 
 
 class Problem(Exception):
@@ -55,31 +42,9 @@ class Problem(Exception):
         self.status = status
         self.detail = detail
         self.type = type_
-        self.title = title or _TITLES.get(status, "Error")
+        self.title = title or STATUS_TITLES.get(status, "Error")
         self.headers = headers or {}
         self.extra = extra or {}
-
-
-def problem_response(
-    request: Request | None,
-    status: int,
-    detail: str,
-    *,
-    type_: str = "about:blank",
-    title: str | None = None,
-    headers: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> JSONResponse:
-    body: dict[str, Any] = {
-        "type": type_,
-        "title": title or _TITLES.get(status, "Error"),
-        "status": status,
-        "detail": detail,
-    }
-    if request is not None:
-        body["instance"] = request.url.path
-    body.update(extra or {})
-    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
 def unavailable(request: Request | None, retry_after_s: int, what: str) -> JSONResponse:
@@ -147,49 +112,50 @@ def document_problems(openapi: dict[str, Any]) -> dict[str, Any]:
     """
     components = openapi.setdefault("components", {}).setdefault("schemas", {})
     components["Problem"] = PROBLEM_SCHEMA
-    problem_content = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
     for item in openapi.get("paths", {}).values():
         for op in item.values():
-            if not isinstance(op, dict) or "responses" not in op:
-                continue
-            statuses = {503}
-            if op.get("security"):
-                statuses |= {401, 429}
-            if op.get("requestBody"):
-                statuses |= {400, 413, 422}
-            params = op.get("parameters", [])
-            if params:
-                statuses.add(422)
-            headers = {p.get("name", "").lower() for p in params if p.get("in") == "header"}
-            if "idempotency-key" in headers:
-                statuses |= {400, 409, 422}
-            responses = op["responses"]
-            for status in statuses:
-                responses.setdefault(str(status), {})
-            for code, response in responses.items():
-                if not code.isdigit() or int(code) < 400:
-                    continue
-                if response.get("description") in (None, "", "Additional Response"):
-                    response["description"] = PROBLEM_DESCRIPTIONS.get(int(code), "problem")
-                response["content"] = problem_content
-                if int(code) in (429, 503):
-                    response["headers"] = _RETRY_AFTER
-            op["responses"] = dict(sorted(responses.items()))
+            if isinstance(op, dict) and "responses" in op:
+                _document_operation(op)
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
     return openapi
 
 
+def _problem_statuses(op: dict[str, Any]) -> set[int]:
+    """The problem statuses an operation can give, from what its request carries."""
+    statuses = {503}
+    if op.get("security"):
+        statuses |= {401, 429}
+    if op.get("requestBody"):
+        statuses |= {400, 413, 422}
+    params = op.get("parameters", [])
+    if params:
+        statuses.add(422)
+    headers = {p.get("name", "").lower() for p in params if p.get("in") == "header"}
+    if "idempotency-key" in headers:
+        statuses |= {400, 409, 422}
+    return statuses
+
+
+def _document_operation(op: dict[str, Any]) -> None:
+    problem_content = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    responses = op["responses"]
+    for status in _problem_statuses(op):
+        responses.setdefault(str(status), {})
+    for code, response in responses.items():
+        if not code.isdigit() or int(code) < 400:
+            continue
+        if response.get("description") in (None, "", "Additional Response"):
+            response["description"] = PROBLEM_DESCRIPTIONS.get(int(code), "problem")
+        response["content"] = problem_content
+        if int(code) in (429, 503):
+            response["headers"] = _RETRY_AFTER
+    op["responses"] = dict(sorted(responses.items()))
+
+
 def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
     """Map every exception the app can raise to a problem document, and say so in the schema."""
-    generate = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            app.openapi_schema = document_problems(generate())
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
+    _document_in_openapi(app)
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
@@ -213,10 +179,7 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()
-        ]
+        errors = validation_errors(exc)
         first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(p) for p in first["loc"] if p != "body")
         return problem_response(
@@ -246,6 +209,23 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
         log.exception("unhandled error on %s", request.url.path)
         return problem_response(request, 500, "internal error; see the server log")
 
+    _install_store_full_handlers(app, retry_after_s, _unexpected)
+
+
+def _document_in_openapi(app: FastAPI) -> None:
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document_problems(generate())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _install_store_full_handlers(app: FastAPI, retry_after_s: int, unexpected: Any) -> None:
+    """Redis at maxmemory with noeviction: a 503 /problems/store-full, logged at ERROR."""
+
     async def _store_full(request: Request, exc: Exception) -> JSONResponse:
         # Redis at maxmemory with noeviction refuses writes: the operator must act, so ERROR.
         log.error("the job store (Redis) is full and refuses writes on %s: %s", request.url.path, exc)
@@ -261,7 +241,8 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
         # An OOM inside a script or a transaction arrives wrapped in a generic error reply.
         if "OOM command not allowed" in str(exc):
             return await _store_full(request, exc)
-        return await _unexpected(request, exc)
+        response: JSONResponse = await unexpected(request, exc)
+        return response
 
     app.add_exception_handler(redis.exceptions.OutOfMemoryError, _store_full)  # type: ignore[attr-defined]
     app.add_exception_handler(redis.exceptions.ResponseError, _redis_error_reply)

@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -30,11 +30,11 @@ from services.jvm import JVMUnavailable
 from services.knowledge import KnowledgePool
 from services.logging_setup import configure_logging
 from services.metrics import instrument_app, observe_pool
+from services.problem_details import problem_response, validation_errors
 from services.settings import ObservabilitySettings
 from services.vector_store import VectorStoreError
 
 log = logging.getLogger("parley.retriever")
-PROBLEM = "application/problem+json"
 
 
 class PoolRequest(BaseModel):
@@ -57,15 +57,6 @@ class SearchResponse(BaseModel):
     mode: SearchMode
     hits: list[SearchHit]
     timings_ms: dict[str, float]
-
-
-def problem(status: int, title: str, detail: str, instance: str | None = None, **extra: Any) -> JSONResponse:
-    """An RFC 9457 problem details response."""
-    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    if instance:
-        body["instance"] = instance
-    body.update(extra)
-    return JSONResponse(body, status_code=status, media_type=PROBLEM)
 
 
 def _runtime(request: Request) -> RetrieverRuntime:
@@ -92,7 +83,24 @@ def create_app(
     settings = settings or RetrieverSettings()
     observability = observability or ObservabilitySettings()
     telemetry.configure_tracing(observability, "parley-retriever")
+    app = FastAPI(title="Parley retriever", version="0.1.0", lifespan=_lifespan(settings, observability))
+    app.state.settings = settings
+    install_problem_handlers(app)
+    app.include_router(pools_router)
+    instrument_app(app, "retriever")
+    telemetry.instrument_fastapi(app)
+    app.include_router(health_router)
+    return app
 
+
+def _settings(request: Request) -> RetrieverSettings:
+    s: RetrieverSettings = request.app.state.settings
+    return s
+
+
+def _lifespan(
+    settings: RetrieverSettings, observability: ObservabilitySettings
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if observability.log_format == "json":
@@ -114,102 +122,107 @@ def create_app(
         finally:
             await rt.aclose()
 
-    app = FastAPI(title="Parley retriever", version="0.1.0", lifespan=lifespan)
+    return lifespan
+
+
+def _problem(status: int, title: str, detail: str) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        return problem_response(request, status, detail.format(exc=exc), title=title)
+
+    return handler
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Every error as a problem document: 422 bad input, 503 a missing index or store, 500 the rest."""
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()
-        ]
-        return problem(
-            422, "Invalid request", "the request failed validation", request.url.path, errors=errors
+        return problem_response(
+            request,
+            422,
+            "the request failed validation",
+            title="Invalid request",
+            extra={"errors": validation_errors(exc)},
         )
 
-    @app.exception_handler(InvalidRequest)
-    async def _invalid(request: Request, exc: InvalidRequest) -> JSONResponse:
-        return problem(422, "Invalid request", str(exc), request.url.path)
-
-    @app.exception_handler(IndexMissing)
-    async def _missing(request: Request, exc: IndexMissing) -> JSONResponse:
-        return problem(503, "Index not built", str(exc), request.url.path)
-
-    @app.exception_handler(VectorStoreError)
-    async def _store(request: Request, exc: VectorStoreError) -> JSONResponse:
-        return problem(503, "Store unavailable", str(exc), request.url.path)
-
-    @app.exception_handler(JVMUnavailable)
-    async def _jvm(request: Request, exc: JVMUnavailable) -> JSONResponse:
-        return problem(503, "BM25 unavailable", f"{exc}; use mode=dense", request.url.path)
+    app.add_exception_handler(InvalidRequest, _problem(422, "Invalid request", "{exc}"))
+    app.add_exception_handler(IndexMissing, _problem(503, "Index not built", "{exc}"))
+    app.add_exception_handler(VectorStoreError, _problem(503, "Store unavailable", "{exc}"))
+    app.add_exception_handler(JVMUnavailable, _problem(503, "BM25 unavailable", "{exc}; use mode=dense"))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
-        return problem(500, "Internal error", f"{type(exc).__name__}: {exc}", request.url.path)
+        return problem_response(request, 500, f"{type(exc).__name__}: {exc}", title="Internal error")
 
-    @app.post("/v1/pools", response_model=KnowledgePool)
-    async def create_pool(body: PoolRequest, request: Request) -> KnowledgePool:
-        """Build (or fetch from cache) SKPool(question)."""
-        pool = await _runtime(request).pools.build_pool(body.question, body.k_wiki, body.k_web)
-        observe_pool(pool.cached, pool.timings_ms)
-        return pool
 
-    @app.get("/v1/pools/{pool_id}", response_model=KnowledgePool)
-    async def get_pool(pool_id: str, request: Request) -> Any:
-        pool = await _runtime(request).pools.get_pool(pool_id)
-        if pool is None:
-            return problem(
-                404, "Pool not found", f"no pool {pool_id!r} (unknown or expired)", request.url.path
-            )
-        return pool
+pools_router = APIRouter()
+health_router = APIRouter()
 
-    @app.get("/v1/search", response_model=SearchResponse)
-    async def search(
-        request: Request,
-        q: Annotated[str, Query(min_length=1)],
-        k: Annotated[int, Query(ge=0, le=MAX_K)] = 10,
-        mode: SearchMode | None = None,
-    ) -> SearchResponse:
-        """Inspect Wikipedia retrieval alone: dense, BM25 or hybrid (default: the service's mode)."""
-        if not q.strip():
-            raise InvalidRequest("q must not be blank")
-        if len(q) > settings.max_question_chars:
-            raise InvalidRequest(f"q is longer than {settings.max_question_chars} characters")
-        rt = _runtime(request)
-        rt.wiki.check_ready()
-        used: SearchMode = mode or rt.wiki.default_mode()
-        timings: dict[str, float] = {}
-        t0 = time.perf_counter()
-        hits = await rt.wiki.search(q, k, used, timings=timings)
-        timings["total_ms"] = round((time.perf_counter() - t0) * 1000, 2)
-        return SearchResponse(
-            query=q,
-            mode=used,
-            hits=[
-                SearchHit(rank=i, pid=h.pid, title=h.title, text=h.text, url=h.url, score=h.score)
-                for i, h in enumerate(hits, start=1)
-            ],
-            timings_ms=timings,
+
+@pools_router.post("/v1/pools", response_model=KnowledgePool)
+async def create_pool(body: PoolRequest, request: Request) -> KnowledgePool:
+    """Build (or fetch from cache) SKPool(question)."""
+    pool = await _runtime(request).pools.build_pool(body.question, body.k_wiki, body.k_web)
+    observe_pool(pool.cached, pool.timings_ms)
+    return pool
+
+
+@pools_router.get("/v1/pools/{pool_id}", response_model=KnowledgePool)
+async def get_pool(pool_id: str, request: Request) -> Any:
+    pool = await _runtime(request).pools.get_pool(pool_id)
+    if pool is None:
+        return problem_response(
+            request, 404, f"no pool {pool_id!r} (unknown or expired)", title="Pool not found"
         )
+    return pool
 
-    instrument_app(app, "retriever")
-    telemetry.instrument_fastapi(app)
 
-    @app.get("/healthz")
-    async def healthz(request: Request) -> dict[str, Any]:
-        """Liveness plus readiness facts: 200 while the process serves; ``index_ready`` says if pools work."""
-        rt = _runtime(request)
-        passages = await asyncio.to_thread(rt.store.count, settings.collection)
-        return {
-            "status": "ok" if passages else "no_index",
-            "index_ready": passages > 0,
-            "passages": passages,
-            "collection": settings.collection,
-            "embedding_model": settings.model_name,
-            "bm25": rt.wiki.has_bm25,
-            "mode": rt.wiki.default_mode(),
-            "web_provider": settings.web_provider,
-            "store": rt.store.location,
-        }
+@pools_router.get("/v1/search", response_model=SearchResponse)
+async def search(
+    request: Request,
+    q: Annotated[str, Query(min_length=1)],
+    k: Annotated[int, Query(ge=0, le=MAX_K)] = 10,
+    mode: SearchMode | None = None,
+) -> SearchResponse:
+    """Inspect Wikipedia retrieval alone: dense, BM25 or hybrid (default: the service's mode)."""
+    settings = _settings(request)
+    if not q.strip():
+        raise InvalidRequest("q must not be blank")
+    if len(q) > settings.max_question_chars:
+        raise InvalidRequest(f"q is longer than {settings.max_question_chars} characters")
+    rt = _runtime(request)
+    rt.wiki.check_ready()
+    used: SearchMode = mode or rt.wiki.default_mode()
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    hits = await rt.wiki.search(q, k, used, timings=timings)
+    timings["total_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+    return SearchResponse(
+        query=q,
+        mode=used,
+        hits=[
+            SearchHit(rank=i, pid=h.pid, title=h.title, text=h.text, url=h.url, score=h.score)
+            for i, h in enumerate(hits, start=1)
+        ],
+        timings_ms=timings,
+    )
 
-    return app
+
+@health_router.get("/healthz")
+async def healthz(request: Request) -> dict[str, Any]:
+    """Liveness plus readiness facts: 200 while the process serves; ``index_ready`` says if pools work."""
+    settings = _settings(request)
+    rt = _runtime(request)
+    passages = await asyncio.to_thread(rt.store.count, settings.collection)
+    return {
+        "status": "ok" if passages else "no_index",
+        "index_ready": passages > 0,
+        "passages": passages,
+        "collection": settings.collection,
+        "embedding_model": settings.model_name,
+        "bm25": rt.wiki.has_bm25,
+        "mode": rt.wiki.default_mode(),
+        "web_provider": settings.web_provider,
+        "store": rt.store.location,
+    }

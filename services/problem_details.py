@@ -1,0 +1,60 @@
+"""RFC 9457 problem details, the one error format of both FastAPI apps (the gateway and the retriever).
+
+Each app maps its own exceptions to statuses and titles; the document they answer with, its media type
+and the list of field errors a validation problem carries are built here, so both speak the same shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+PROBLEM_JSON = "application/problem+json"
+
+STATUS_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def problem_response(
+    request: Request | None,
+    status: int,
+    detail: str,
+    *,
+    type_: str = "about:blank",
+    title: str | None = None,
+    headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> JSONResponse:
+    """The problem document for ``status``; ``instance`` is the request's path when there is one."""
+    body: dict[str, Any] = {
+        "type": type_,
+        "title": title or STATUS_TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+    }
+    if request is not None:
+        body["instance"] = request.url.path
+    body.update(extra or {})
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """Each refused field as ``{"loc", "msg", "type"}`` (a validation problem's ``errors``)."""
+    return [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in exc.errors()
+    ]
