@@ -1,4 +1,4 @@
-"""Final-step replay: what the current parser and summarizer make of recorded debates (issue 7).
+"""Final-step replay: what the current parser and summarizer make of recorded debates.
 
 A run's final answer is decided by its last step alone: the one answer call of ``single``/``rag``, or
 MADKE's final-round answers and then, when they differ, the summarizer (temperature 0). A change to
@@ -11,7 +11,7 @@ Every recorded reply is re-parsed with the current parser. A MADKE item is repla
 debate itself would have gone the same way: no reply before the final round parses differently or is
 unusable (an unusable reply is quoted differently now), and a final round that ended on consensus
 still has agreeing answers. Other items are counted as diverging and kept as recorded. A replayed
-item whose final answers differ calls the summarizer through the engine's own ``summarize`` on the
+item whose final answers differ calls the summarizer through the engine's own ``final_answer`` on the
 configured endpoint or the embedded model (``PARLEY_LLM_EMBEDDED_MODEL``).
 
     PARLEY_LLM_EMBEDDED_MODEL=qwen2.5-1.5b .venv/bin/python -m bench.final_step_replay \\
@@ -32,7 +32,7 @@ from typing import Any
 from debate_worker.engine.answers import answers_agree
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import DebateContext, RoleModels
-from debate_worker.engine.madke import summarize
+from debate_worker.engine.madke import final_answer, needs_summary
 from debate_worker.engine.prompts import PromptSet, get_prompts
 from debate_worker.engine.result import DebateResult, TranscriptRecord
 from debate_worker.evaluation.datasets import Item
@@ -108,7 +108,7 @@ async def replay_madke(
     final = rounds[-1]
     new_answers = [answer for answer, _ in reparsed[-1]]
     summary: tuple[str | None, str | None] | None = None
-    if prompts.SUMMARIZE_AGREEMENT or not answers_agree(new_answers):
+    if needs_summary(prompts, new_answers):
         summary = await summarize_recorded(result, config, prompts, models, final, new_answers)
         run.summarizer_role.add(summary[1])
     for records, parsed in zip(rounds[:-1], reparsed[:-1], strict=True):
@@ -136,11 +136,11 @@ async def summarize_recorded(
     final: list[TranscriptRecord],
     answers: list[str | None],
 ) -> tuple[str | None, str | None]:
-    """The engine's ``summarize`` on the recorded final round: (final answer, the summary's parse error)."""
+    """The engine's final step on the recorded final round: (final answer, the summary's parse error)."""
     if models is None:
         raise RuntimeError("this item needs a summarizer call: give an LLM endpoint or embedded model")
     ctx = DebateContext(result.question, result.pool, config, models)
-    answer, _ = await summarize(ctx, prompts, result.rounds, [rec.text for rec in final], answers)
+    answer, _ = await final_answer(ctx, prompts, result.rounds, [rec.text for rec in final], answers)
     return answer, ctx.transcript[-1].parse_error
 
 

@@ -119,6 +119,24 @@ async def summarize(
     return vote, "majority of final answers (summary unparseable)"
 
 
+def needs_summary(prompts: PromptSet, answers: list[str | None]) -> bool:
+    """Whether the final round's answers go to the summarizer.
+
+    The robust style takes the debaters' agreed answer as it is: small summarizers replaced a
+    unanimous answer with another one (the 0.5B turned "4,100 BC", "4,100 BC" into "Isle of Wight").
+    """
+    return prompts.SUMMARIZE_AGREEMENT or not answers_agree(answers)
+
+
+async def final_answer(
+    ctx: DebateContext, prompts: PromptSet, round: int, responses: list[str], answers: list[str | None]
+) -> tuple[str | None, str]:
+    """MADKE's last step: the final round's agreed answer, or the summarizer's (``summarize``)."""
+    if not needs_summary(prompts, answers):
+        return answers[0], "the debaters' agreed final answer (no summary needed)"
+    return await summarize(ctx, prompts, round, responses, answers)
+
+
 async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     cfg = ctx.config
     prompts = get_prompts(cfg.prompt_style)
@@ -168,12 +186,7 @@ async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         consensus = await judge_round(ctx, prompts, r, responses[-1], answers[-1])
         await ctx.emit("round.completed", {"round": r, "answers": answers[-1], "consensus": consensus})
         await run.checkpoint(ctx, r, {"responses": responses, "answers": answers, "consensus": consensus})
-    if not prompts.SUMMARIZE_AGREEMENT and answers_agree(answers[-1]):
-        # The robust style takes the debaters' agreed answer as it is: small summarizers replaced a
-        # unanimous answer with another one (the 0.5B turned "4,100 BC", "4,100 BC" into "Isle of Wight").
-        answer, source = answers[-1][0], "the debaters' agreed final answer (no summary needed)"
-    else:
-        answer, source = await summarize(ctx, prompts, r, responses[-1], answers[-1])
+    answer, source = await final_answer(ctx, prompts, r, responses[-1], answers[-1])
     return Outcome(
         answer=answer, answer_source=source, rounds=r, consensus=consensus, final_answers=answers[-1]
     )
