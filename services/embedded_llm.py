@@ -12,12 +12,14 @@ import contextlib
 import hashlib
 import importlib
 import json
+import logging
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -152,6 +154,12 @@ class ServedModel:
     max_concurrency: int | None = None
     # llama-server's KV-cache slots: clients pin each prompt family to one (``cache_key``).
     slots: int | None = None
+    # Tokens of context per request (llama-server's per-slot window): longer prompts are refused
+    # before the call.
+    context_tokens: int | None = None
+    # How long a call waits for a server that does not answer: the embedded server is restarted
+    # within seconds or not at all, so waiting out a remote server's outage window would be pointless.
+    retry_window_s: float | None = None
 
 
 ServerKind = Literal["llama-server", "llama-cpp-python"]
@@ -167,6 +175,10 @@ def find_llama_server(explicit: Path | None = None) -> Path | None:
         return beside
     found = shutil.which("llama-server")
     return Path(found) if found else None
+
+
+EMBEDDED_RETRY_WINDOW_S = 60.0
+log = logging.getLogger("parley.embedded")
 
 
 class EmbeddedLLMServer:
@@ -203,6 +215,10 @@ class EmbeddedLLMServer:
         self.binary = binary
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
+        # A server that dies is started again once, on the same port (clients keep their URL and
+        # their retries reach it); a second death is final and calls fail with the server's log.
+        self.restarts_left = 1
+        self._stopping = threading.Event()
 
     @property
     def base_url(self) -> str:
@@ -217,8 +233,16 @@ class EmbeddedLLMServer:
                 structured_output="json_schema",
                 max_concurrency=self.slots,
                 slots=self.slots,
+                context_tokens=self.n_ctx,
+                retry_window_s=EMBEDDED_RETRY_WINDOW_S,
             )
-        return ServedModel(self.base_url, self.alias, structured_output="json_object", max_concurrency=1)
+        return ServedModel(
+            self.base_url,
+            self.alias,
+            structured_output="json_object",
+            max_concurrency=1,
+            retry_window_s=EMBEDDED_RETRY_WINDOW_S,
+        )
 
     def _command(self) -> list[str]:
         common = ["--host", "127.0.0.1", "--port", str(self.port)]
@@ -269,7 +293,28 @@ class EmbeddedLLMServer:
         ]
 
     def start(self) -> EmbeddedLLMServer:
-        """Launch the server and wait until ``/v1/models`` answers."""
+        """Launch the server, wait until ``/v1/models`` answers, and watch it from then on."""
+        self._launch()
+        threading.Thread(target=self._watch, name="parley-embedded-watch", daemon=True).start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.5):
+            proc = self._proc
+            if proc is None or proc.poll() is None:
+                continue
+            if self.restarts_left <= 0:
+                log.error("embedded LLM server exited with %s again; not restarting", proc.returncode)
+                return
+            self.restarts_left -= 1
+            log.warning("embedded LLM server exited with %s; restarting it once", proc.returncode)
+            try:
+                self._launch()
+            except EmbeddedLLMError:
+                log.exception("embedded LLM server could not be restarted")
+                return
+
+    def _launch(self) -> None:
         if self.kind == "llama-cpp-python":
             try:
                 importlib.import_module("llama_cpp.server")
@@ -279,10 +324,12 @@ class EmbeddedLLMServer:
                     + INSTALL_HINT
                     + " (it compiles llama.cpp, about 7 minutes on 2 cores)"
                 ) from exc
-        self.port = free_port()
+        self.port = self.port or free_port()
         cmd = self._command()
-        log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log_file = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
@@ -291,7 +338,7 @@ class EmbeddedLLMServer:
                 raise EmbeddedLLMError(f"embedded LLM server exited with {self._proc.returncode}:\n{tail}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
-                    return self
+                    return
             time.sleep(0.25)
         self.stop()
         raise EmbeddedLLMError(
@@ -319,6 +366,7 @@ class EmbeddedLLMServer:
         }
 
     def stop(self) -> None:
+        self._stopping.set()
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -108,6 +109,35 @@ class LLMBadRequest(LLMError):
 
 class LLMSchemaRejected(LLMBadRequest):
     """The server refused ``response_format`` (any status whose body names it)."""
+
+
+class LLMContextExceeded(LLMBadRequest):
+    """The prompt (plus room for the reply) does not fit the server's context window."""
+
+    def __init__(self, *, url: str, prompt_tokens: int | None, context: int | None, reply_tokens: int = 0):
+        sizes = f"{prompt_tokens} prompt tokens" if prompt_tokens is not None else "the prompt"
+        room = f" + {reply_tokens} for the reply" if reply_tokens else ""
+        window = f"the context of {context} tokens" if context is not None else "the server's context"
+        message = f"{sizes}{room} do not fit {window}; shorten the question, the pool or the rounds"
+        super().__init__(message, url=url, status=400, body=message)
+        self.prompt_tokens = prompt_tokens
+        self.context = context
+
+
+_CONTEXT_REFUSAL = re.compile(r"exceed_context_size|exceeds? the (available )?context|context window", re.I)
+
+
+def context_refusal(url: str, text: str) -> LLMContextExceeded | None:
+    """llama-server's (and llama-cpp-python's) refusal of a prompt longer than the context, typed."""
+    if not _CONTEXT_REFUSAL.search(text):
+        return None
+    prompt = re.search(r'"n_prompt_tokens"\s*:\s*(\d+)|Requested tokens \((\d+)\)', text)
+    ctx = re.search(r'"n_ctx"\s*:\s*(\d+)|context window of (\d+)', text)
+    return LLMContextExceeded(
+        url=url,
+        prompt_tokens=int(next(g for g in prompt.groups() if g)) if prompt else None,
+        context=int(next(g for g in ctx.groups() if g)) if ctx else None,
+    )
 
 
 class LLMProtocolError(LLMError):
@@ -229,6 +259,7 @@ class OpenAIChatClient:
         max_tokens: int = 512,
         structured_mode: StructuredMode = "json_schema",
         slots: int | None = None,
+        context_tokens: int | None = None,
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -245,6 +276,9 @@ class OpenAIChatClient:
         # A llama.cpp server with this many KV-cache slots: calls that share a cache_key go to one
         # slot, so a prefix a role will send again stays cached there (see SLOT_AFFINITY).
         self._slots = slots
+        # A llama.cpp server's context per request: prompts that cannot fit are refused before the
+        # call (counted with the server's own tokenizer), not after a long prompt evaluation.
+        self._context_tokens = context_tokens
         self._sleep = sleep
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self._owns_client = client is None
@@ -274,6 +308,27 @@ class OpenAIChatClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    async def _check_fits(self, messages: Sequence[ChatMessage], max_tokens: int) -> None:
+        """Count the prompt with the server's ``/tokenize`` and refuse it when it cannot fit; a server
+        without that endpoint is not checked here (it refuses such a prompt itself)."""
+        root = self._base_url.removesuffix("/v1")
+        text = "\n".join(m["content"] for m in messages)
+        try:
+            resp = await self._client.post(f"{root}/tokenize", json={"content": text}, timeout=self._timeout)
+            tokens = len(resp.json()["tokens"]) if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            tokens = None
+        if tokens is None or self._context_tokens is None:
+            return
+        framing = 8 * len(messages)  # the chat template's role markers around each message
+        if tokens + framing + max_tokens > self._context_tokens:
+            raise LLMContextExceeded(
+                url=f"{self._base_url}/chat/completions",
+                prompt_tokens=tokens + framing,
+                context=self._context_tokens,
+                reply_tokens=max_tokens,
+            )
 
     def _response_format(self, schema: dict[str, Any]) -> dict[str, Any]:
         if self._structured_mode == "json_object":
@@ -316,11 +371,14 @@ class OpenAIChatClient:
             else:
                 body["response_format"] = self._response_format(json_schema)
                 output_mode = "schema"
+        if self._context_tokens is not None:
+            await self._check_fits(messages, body["max_tokens"])
         try:
             return await self._post_with_retries(body, output_mode)
         except LLMBadRequest as err:
             if (
-                output_mode == "schema"
+                not isinstance(err, LLMContextExceeded)
+                and output_mode == "schema"
                 and "response_format" in body
                 and (isinstance(err, LLMSchemaRejected) or err.status in (400, 422))
             ):
@@ -363,6 +421,8 @@ class OpenAIChatClient:
                     retry_after = parse_retry_after(resp.headers.get("retry-after"))
                     status = resp.status_code
                     text = resp.text[:500]
+                    if status in (400, 500) and (refusal := context_refusal(url, text)) is not None:
+                        raise refusal
                     if "response_format" in body and "response_format" in resp.text:
                         # Some servers (llama-cpp-python) answer an unsupported response_format with a
                         # 500 naming it; retrying cannot help, falling back to text can.

@@ -44,11 +44,14 @@ class RoleModelsFromSettings:
         structured_output: StructuredMode | None = None,
         max_concurrency: int | None = None,
         slots: int | None = None,
+        context_tokens: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         default_url = base_url or settings.base_url
-        # Slots belong to the server at the default URL (the embedded llama-server).
-        self._slots = (_normal_url(default_url), slots) if (slots and default_url) else None
+        # Slots and the context check belong to the server at the default URL (the embedded one).
+        self._embedded_url = _normal_url(default_url) if default_url else None
+        self._slots = slots
+        self._context_tokens = context_tokens
         if not default_url:
             raise ValueError("no LLM base URL: set PARLEY_LLM_BASE_URL or start the embedded model")
         self._settings = settings
@@ -92,6 +95,7 @@ class RoleModelsFromSettings:
         client = self._clients.get(endpoint)
         if client is None:
             s = self._settings
+            embedded = _normal_url(endpoint.base_url) == self._embedded_url
             client = self._clients[endpoint] = OpenAIChatClient(
                 endpoint.base_url,
                 endpoint.model,
@@ -104,9 +108,8 @@ class RoleModelsFromSettings:
                 max_concurrency=self._max_concurrency,
                 max_tokens=s.max_tokens,
                 structured_mode=self._structured,
-                slots=self._slots[1]
-                if self._slots and _normal_url(endpoint.base_url) == self._slots[0]
-                else None,
+                slots=self._slots if embedded else None,
+                context_tokens=self._context_tokens if embedded else None,
                 client=self._http,
             )
         return client
@@ -163,13 +166,13 @@ def build_role_models(
 ) -> RoleModelsFromSettings:
     """Role models for ``settings``; ``served`` (the embedded server) or the keyword arguments
     replace the globals."""
+    context_tokens = None
     if served is not None:
         base_url, model = served.base_url, served.model
-        structured_output, max_concurrency, slots = (
-            served.structured_output,
-            served.max_concurrency,
-            served.slots,
-        )
+        structured_output, max_concurrency = served.structured_output, served.max_concurrency
+        slots, context_tokens = served.slots, served.context_tokens
+        if served.retry_window_s is not None and served.retry_window_s < settings.retry_window_s:
+            settings = settings.model_copy(update={"retry_window_s": served.retry_window_s})
     return RoleModelsFromSettings(
         settings,
         base_url=base_url,
@@ -177,6 +180,7 @@ def build_role_models(
         structured_output=structured_output,
         max_concurrency=max_concurrency,
         slots=slots,
+        context_tokens=context_tokens,
     )
 
 
