@@ -20,12 +20,11 @@ import httpx
 import pytest
 
 from services.embedded_llm import EmbeddedLLMServer
-from services.llm import LLMContextExceeded, LLMUnavailable, OpenAIChatClient
+from services.llm import ChatMessage, LLMContextExceeded, LLMUnavailable, OpenAIChatClient
 from services.llm_factory import build_role_models
 from services.settings import LLMSettings
 
-
-MSG = [{"role": "user", "content": "What is the capital of France?"}]
+MSG: list[ChatMessage] = [{"role": "user", "content": "What is the capital of France?"}]
 ROOT = Path(__file__).resolve().parents[2]
 
 
