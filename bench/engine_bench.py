@@ -1,4 +1,4 @@
-"""Engine benchmark (issue 2).
+"""Engine benchmark.
 
 (a) Scheduling overhead: a 2-agent, 3-round MADKE debate against the scripted server with a fixed
     latency per call; wall time divided by the critical-path bound (per round: selection + debate of the

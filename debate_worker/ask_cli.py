@@ -21,7 +21,6 @@ from rich.panel import Panel
 from rich.table import Table
 
 from debate_worker.engine.config import DebateConfig, validate_question
-from debate_worker.engine.registry import KNOWLEDGE_FREE
 from debate_worker.engine.result import DebateResult
 from services.embedded_llm import ServedModel
 from services.errors import ParleyError
@@ -180,8 +179,7 @@ async def _run(
     from debate_worker.engine.runner import run_debate
     from services.llm_factory import build_role_models
 
-    needs_pool = config.protocol not in KNOWLEDGE_FREE and config.uses_knowledge
-    if needs_pool:
+    if config.needs_pool:
         async with pool_builder(console) as builder:
             with console.status("Building the knowledge pool …"):
                 pool = await builder.build_pool(question, k_wiki=config.k_wiki, k_web=config.k_web)
