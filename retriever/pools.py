@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from retriever.search import PassageHit, WikiRetriever
+from retriever.search import PassageHit, WikiRetriever, elapsed_ms
 from retriever.settings import RetrieverSettings
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.vector_store import VectorStore, point_id
@@ -291,7 +291,7 @@ class PoolService:
             if cached is None:
                 cached = await asyncio.to_thread(self.pools.lookup, qhash)
             if cached is not None:
-                ms = _ms(t0)
+                ms = elapsed_ms(t0)
                 pool = cached.model_copy(
                     update={"question": q, "cached": True, "timings_ms": {"cache_ms": ms, "total_ms": ms}}
                 )
@@ -316,7 +316,7 @@ class PoolService:
         if maybe_qvec is None:  # k_wiki = 0 or BM25-only mode: the header and web dedupe still need it
             t = time.perf_counter()
             maybe_qvec = await self.wiki.embed_query(q)
-            timings["embed_ms"] = _ms(t)
+            timings["embed_ms"] = elapsed_ms(t)
         qvec = maybe_qvec
         web_hits, web_failed = await web_task
         t = time.perf_counter()
@@ -330,7 +330,7 @@ class PoolService:
             vec = web_vecs[i] if web_vecs is not None else None
             cands.append(_Candidate("web", w.title, w.snippet, w.url, 1.0 / w.rank, vec))
         kept = dedupe(cands, self.settings.dedupe_cosine)
-        timings["dedupe_ms"] = _ms(t)
+        timings["dedupe_ms"] = elapsed_ms(t)
         items = [
             KnowledgeItem(
                 n=i, source=c.source, title=c.title, text=c.text, url=c.url, score=round(c.score, 6)
@@ -340,7 +340,7 @@ class PoolService:
         pool = KnowledgePool(pool_id=uuid.uuid4().hex, question=q, items=items, warnings=warnings)
         vecs = [c.vector if c.vector is not None else qvec for c in kept]
         self._save_behind(pool, qhash, qvec, vecs, cache=not web_failed)
-        timings["total_ms"] = _ms(t0)
+        timings["total_ms"] = elapsed_ms(t0)
         self.builds += 1
         return pool.model_copy(update={"timings_ms": timings})
 
@@ -362,7 +362,7 @@ class PoolService:
             warnings.append(f"web search failed ({exc}): the pool is Wikipedia-only")
             return [], True
         finally:
-            timings["web_ms"] = _ms(t)
+            timings["web_ms"] = elapsed_ms(t)
 
     def _save_behind(
         self, pool: KnowledgePool, qhash: str, qvec: np.ndarray, vecs: list[np.ndarray], *, cache: bool
@@ -413,7 +413,3 @@ class PoolService:
 
 def _wiki_candidate(h: PassageHit) -> _Candidate:
     return _Candidate("wikipedia", h.title, h.text, h.url, h.score, h.vector)
-
-
-def _ms(t0: float) -> float:
-    return round((time.perf_counter() - t0) * 1000.0, 2)

@@ -159,7 +159,7 @@ class WikiRetriever:
         if qvec is None:
             t = time.perf_counter()
             qvec = await self.embed_query(query)
-            timings["embed_ms"] = _ms(t)
+            timings["embed_ms"] = elapsed_ms(t)
         dense = await self._dense(qvec, depth, with_vectors or mode == "hybrid", timings)
         if sparse_task is None:
             return dense[:k], qvec
@@ -175,7 +175,7 @@ class WikiRetriever:
         for h in await self._by_pids(missing, with_vectors=True):
             known[h.pid] = h
         out = [_replace_score(known[pid], score) for pid, score in fused if pid in known]
-        timings["fuse_ms"] = _ms(t)
+        timings["fuse_ms"] = elapsed_ms(t)
         return out, qvec
 
     async def _dense(
@@ -185,14 +185,14 @@ class WikiRetriever:
         hits = await asyncio.to_thread(
             self.store.search, self.settings.collection, qvec, k, with_vectors=with_vectors
         )
-        timings["dense_ms"] = _ms(t)
+        timings["dense_ms"] = elapsed_ms(t)
         return [_from_hit(h) for h in hits]
 
     async def _sparse(self, query: str, depth: int, timings: dict[str, float]) -> list[tuple[str, float]]:
         assert self.bm25 is not None
         t = time.perf_counter()
         sparse = await self.bm25.asearch(query, depth)
-        timings["bm25_ms"] = _ms(t)
+        timings["bm25_ms"] = elapsed_ms(t)
         return sparse
 
     async def _bm25_only(
@@ -201,7 +201,7 @@ class WikiRetriever:
         assert self.bm25 is not None
         t = time.perf_counter()
         sparse = await self.bm25.asearch(query, k)
-        timings["bm25_ms"] = _ms(t)
+        timings["bm25_ms"] = elapsed_ms(t)
         by_pid = {h.pid: h for h in await self._by_pids([p for p, _ in sparse], with_vectors=with_vectors)}
         return [_replace_score(by_pid[pid], score) for pid, score in sparse if pid in by_pid]
 
@@ -221,5 +221,6 @@ def _replace_score(h: PassageHit, score: float) -> PassageHit:
     return PassageHit(h.pid, h.title, h.text, h.url, score, h.vector)
 
 
-def _ms(t0: float) -> float:
+def elapsed_ms(t0: float) -> float:
+    """Milliseconds since ``t0`` (a ``time.perf_counter()`` reading), as the timings report them."""
     return round((time.perf_counter() - t0) * 1000.0, 2)

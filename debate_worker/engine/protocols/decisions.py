@@ -218,24 +218,24 @@ def parse_simple_vote(text: str, base: int) -> int | None:
     return int(found[0]) - base if found else None
 
 
-def parse_approval(text: str, base: int) -> list[int] | None:
-    """Approved solution numbers (JSON ``{"approved": [..]}`` or comma-separated), 0-based."""
+def _numbers(text: str, key: str, base: int) -> list[int] | None:
+    """The JSON ``{key: [..]}`` list, else every number in the text; 0-based; None when there are none."""
     data = first_json_object(text)
-    approved = data.get("approved") if data is not None else None
-    if isinstance(approved, list):
-        return [int(x) - base for x in approved if isinstance(x, int)]
+    listed = data.get(key) if data is not None else None
+    if isinstance(listed, list):
+        return [int(x) - base for x in listed if isinstance(x, int)]
     found = _INT.findall(text or "")
     return [int(x) - base for x in found] if found else None
+
+
+def parse_approval(text: str, base: int) -> list[int] | None:
+    """Approved solution numbers (JSON ``{"approved": [..]}`` or comma-separated), 0-based."""
+    return _numbers(text, "approved", base)
 
 
 def parse_ranking(text: str, base: int) -> list[int] | None:
     """A ranking, best first (JSON ``{"ranking": [..]}`` or numbers separated by spaces), 0-based."""
-    data = first_json_object(text)
-    ranking = data.get("ranking") if data is not None else None
-    if isinstance(ranking, list):
-        return [int(x) - base for x in ranking if isinstance(x, int)]
-    found = _INT.findall(text or "")
-    return [int(x) - base for x in found] if found else None
+    return _numbers(text, "ranking", base)
 
 
 def parse_allocation(text: str, base: int) -> dict[int, float] | None:
