@@ -140,7 +140,11 @@ def item_row(item: dict[str, Any], result: DebateResult, wall: float) -> dict[st
 
 
 async def run_paths(
-    names: list[str], items: list[dict[str, Any]], pools: dict[str, KnowledgePool], settings: LLMSettings
+    names: list[str],
+    items: list[dict[str, Any]],
+    pools: dict[str, KnowledgePool],
+    settings: LLMSettings,
+    out: Path,
 ) -> list[dict[str, Any]]:
     """Both servers up at once, the questions interleaved (each question on every path before the
     next, the order alternating): whatever else the machine does weighs on both paths alike."""
@@ -173,6 +177,7 @@ async def run_paths(
                     result = await run_debate(item["question"], pools[item["id"]], config, models[name])
                     wall = time.perf_counter() - started
                     runs[name]["items"].append(item_row(item, result, wall))
+                    write_outputs([runs[n] for n in names], out)  # a stopped run keeps what finished
                     print(
                         f"{name} {item['id']}: {wall:.1f}s, {result.rounds} rounds, {result.answer!r}",
                         flush=True,
@@ -256,14 +261,22 @@ def main() -> None:
     items = [json.loads(x) for x in args.dataset.read_text().splitlines() if x.strip()]
     items = [it for it in items if it["id"] in pools][: args.questions]
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = asyncio.run(run_paths(args.paths.split(","), items, pools, settings))
+    runs = asyncio.run(run_paths(args.paths.split(","), items, pools, settings, args.out))
+    print(write_outputs(runs, args.out))
+
+
+def write_outputs(runs: list[dict[str, Any]], out: Path) -> str:
+    """Raw runs, the summary and the report for the questions every path has finished."""
+    done = min(len(r["items"]) for r in runs)
     for run in runs:
-        (args.out / f"{run['path']}.json").write_text(json.dumps(run, indent=1))
-    summaries = [summarise(r) for r in runs]
-    (args.out / "summary.json").write_text(json.dumps(summaries, indent=1))
+        (out / f"{run['path']}.json").write_text(json.dumps(run, indent=1))
+    if not done:
+        return ""
+    summaries = [summarise({**r, "items": r["items"][:done]}) for r in runs]
+    (out / "summary.json").write_text(json.dumps(summaries, indent=1))
     table = report(summaries)
-    (args.out / "report.md").write_text(table)
-    print(table)
+    (out / "report.md").write_text(table)
+    return table
 
 
 if __name__ == "__main__":
