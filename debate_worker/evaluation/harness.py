@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from debate_worker.engine.config import SINGLE_AGENT_PROTOCOLS, DebateConfig
+from debate_worker.engine.config import HONOURED, SINGLE_AGENT_PROTOCOLS, DebateConfig
 from debate_worker.engine.context import RoleModels
 from debate_worker.evaluation.api_client import BatchClient, run_via_api
 from debate_worker.evaluation.datasets import Dataset, OnError, load_dataset
@@ -89,10 +89,17 @@ def plan_runs(protocols: Sequence[str], styles: Sequence[str] | None, base: dict
         raise PlanError(f"protocols listed twice: {', '.join(sorted(dupes))}")
     specs: list[RunSpec] = []
     errors: list[str] = []
+    # Shared settings go to the protocols that use them (``--set rounds=2`` shapes the debates, not
+    # the single-agent baselines beside them; each run's config in the report says what it used).
+    # A setting no planned protocol uses is refused: it would change nothing.
+    unused = sorted(k for k in base if all(k not in HONOURED.get(p, {k}) for p in protocols))
+    if unused:
+        raise PlanError(f"no listed protocol uses {', '.join(unused)} ({', '.join(protocols)})")
     for protocol in protocols:
         style_list: list[str | None] = list(styles) if styles else [None]
+        shared = {k: v for k, v in base.items() if k in HONOURED.get(protocol, set(base))}
         for style in style_list:
-            values = {**base, "protocol": protocol}
+            values = {**shared, "protocol": protocol}
             if style is not None:
                 values["prompt_style"] = style
             try:
