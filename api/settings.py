@@ -24,7 +24,7 @@ class ApiSettings(ParleySettings):
     key_prefix: str = "parley"
     job_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
 
-    # API keys as name → sha256 hex digest of the key (``parley api hash-key KEY`` prints one).
+    # API keys as name → sha256 hex digest of the key (``parley hash-key KEY`` prints one).
     # Empty: no authentication, every caller is the owner "public" (development only).
     keys: dict[str, str] = Field(default_factory=dict)
     rate_limit_per_minute: int = Field(default=600, ge=1, description="requests per key per minute")
@@ -130,6 +130,6 @@ def exposure_error(settings: ApiSettings, host: str) -> str | None:
         return None
     return (
         f"refusing to serve on {host} without API keys: set PARLEY_API_KEYS (hashes from "
-        "`parley api hash-key KEY`), bind a loopback address, or set PARLEY_API_ANONYMOUS=true to "
+        "`parley hash-key KEY`), bind a loopback address, or set PARLEY_API_ANONYMOUS=true to "
         "serve everyone as one anonymous owner"
     )

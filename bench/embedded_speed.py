@@ -34,7 +34,7 @@ from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.result import DebateResult
 from debate_worker.engine.runner import run_debate
 from debate_worker.evaluation.metrics import contains_match, f1_score
-from services.embedded_llm import EmbeddedLLMServer, ServerKind, embedded_server
+from services.embedded_llm import EmbeddedLLMServer, ServerKind, embedded_from_settings
 from services.knowledge import KnowledgePool
 from services.llm import ChatCompletion, ChatMessage, ChatModel
 from services.llm_factory import build_role_models
@@ -155,18 +155,9 @@ async def run_paths(
     with contextlib.ExitStack() as stack:
         models: dict[str, Any] = {}
         for name in names:
-            server = stack.enter_context(
-                embedded_server(
-                    settings.embedded_model,
-                    settings.cache_dir,
-                    n_ctx=settings.embedded_ctx,
-                    n_threads=settings.embedded_threads,
-                    kind=PATHS[name],
-                    slots=settings.embedded_slots,
-                    cache_ram_mib=settings.embedded_cache_ram_mib,
-                    binary=settings.embedded_server_bin,
-                )
-            )
+            # The operator's embedded settings, only the server kind changed per path.
+            kind_settings = settings.model_copy(update={"embedded_server": PATHS[name]})
+            server = stack.enter_context(embedded_from_settings(kind_settings))
             base = build_role_models(settings, served=server.served())
             models[name] = LogAccountedModels(base, server) if name == "baseline" else base
             runs[name]["prompt_tokens_per_s"] = round(await prompt_throughput(base), 1)
