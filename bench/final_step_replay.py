@@ -32,8 +32,9 @@ from typing import Any
 from debate_worker.engine.answers import answers_agree
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import DebateContext, RoleModels
-from debate_worker.engine.madke import final_answer, needs_summary
-from debate_worker.engine.prompts import PromptSet, get_prompts
+from debate_worker.engine.protocols.madke import prompts_for as get_prompts
+from debate_worker.engine.protocols.madke.prompts import MadkePrompts as PromptSet
+from debate_worker.engine.protocols.madke.runner import final_answer, needs_summary
 from debate_worker.engine.result import DebateResult, TranscriptRecord
 from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.report import answer_shares, example_answers, knowledge_label

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from debate_worker.engine.prompts import get_prompts
+from debate_worker.engine.registry import PROTOCOLS
 from services.settings import ENDPOINT_NAME
 
 MAX_AGENTS = 8
@@ -16,11 +18,12 @@ KnowledgeMode = Literal["all", "wikipedia", "web", "none"]
 PromptStyle = Literal["paper", "robust"]
 JudgeMode = Literal["llm", "rule", "both", "auto"]
 
-# Protocols that use a single agent; the others need at least two.
-SINGLE_AGENT_PROTOCOLS = frozenset({"single", "cot", "self_consistency", "rag"})
+# Protocols that use a single agent; the others need at least two (derived from the registry).
+SINGLE_AGENT_PROTOCOLS = frozenset(name for name, spec in PROTOCOLS.items() if spec.single_agent)
 # Protocols that never look at the knowledge pool, so no pool need be built for them.
-KNOWLEDGE_FREE = frozenset({"single", "cot", "self_consistency", "kks"})
+KNOWLEDGE_FREE = frozenset(name for name, spec in PROTOCOLS.items() if not spec.uses_pool)
 
+# The registry's names, spelled out for typing and the OpenAPI enum (a test keeps the two equal).
 ProtocolName = Literal["madke", "single", "cot", "self_consistency", "rag", "society", "mad", "mallm", "kks"]
 # The order in which an agent is shown the other agents' answers (Zhang et al.).
 Ordering = Literal["fixed", "random", "madc", "truth_last"]
@@ -183,10 +186,16 @@ class DebateConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_agents(self) -> DebateConfig:
-        if self.protocol not in SINGLE_AGENT_PROTOCOLS and self.agents < 2:
-            raise ValueError(f"protocol {self.protocol!r} needs at least 2 agents")
-        if self.protocol == "mad" and self.agents != 2:
-            raise ValueError("agents: protocol 'mad' has exactly 2 debaters (affirmative, negative)")
+        spec = PROTOCOLS[self.protocol]
+        if self.agents < spec.min_agents:
+            raise ValueError(f"protocol {self.protocol!r} needs at least {spec.min_agents} agents")
+        if not spec.single_agent and spec.max_agents is not None and self.agents > spec.max_agents:
+            raise ValueError(
+                f"agents: protocol {self.protocol!r} has exactly {spec.max_agents} debaters "
+                f"({', '.join(spec.answer_roles)})"
+                if spec.max_agents == spec.min_agents
+                else f"agents: protocol {self.protocol!r} takes at most {spec.max_agents} agents"
+            )
         if (
             self.protocol == "mallm"
             and self.mallm.decision in VOTING_DECISIONS
@@ -231,7 +240,7 @@ class DebateConfig(BaseModel):
     def judge_mode(self) -> str:
         """``judge`` with ``auto`` resolved by prompt style (what measured better, reports/styles-*)."""
         if self.judge == "auto":
-            return "both" if self.prompt_style == "robust" else "llm"
+            return get_prompts(self.prompt_style).AUTO_JUDGE
         return self.judge
 
     @property
@@ -241,7 +250,7 @@ class DebateConfig(BaseModel):
     @property
     def needs_pool(self) -> bool:
         """Whether a knowledge pool must be built (or may be brought) for this debate."""
-        return self.protocol not in KNOWLEDGE_FREE and self.uses_knowledge
+        return PROTOCOLS[self.protocol].uses_pool and self.uses_knowledge
 
     def knowledge_sources(self) -> set[str]:
         return {"all": {"wikipedia", "web"}, "wikipedia": {"wikipedia"}, "web": {"web"}, "none": set()}[
@@ -249,37 +258,10 @@ class DebateConfig(BaseModel):
         ]
 
 
-# Which settings each protocol honours. A setting outside its protocol's set must keep its default
-# (``DebateConfig._honoured_settings``); the tests check each listed one takes effect.
-# ``sequential`` holds in every protocol: those with one call at a time (single, mad) satisfy it as is.
-_COMMON = frozenset(
-    {
-        "protocol",
-        "temperature",
-        "max_tokens",
-        "seed",
-        "prompt_style",
-        "budget_calls",
-        "budget_tokens",
-        "sequential",
-    }
-)
-_KNOWLEDGE = frozenset({"knowledge", "selection", "max_selected", "k_wiki", "k_web"})
-HONOURED: dict[str, frozenset[str]] = {
-    "madke": _COMMON | _KNOWLEDGE | {"agents", "rounds", "judge", "team", "ordering"},
-    "single": _COMMON,
-    "cot": _COMMON,
-    "rag": _COMMON | {"knowledge", "k_wiki", "k_web"},
-    "self_consistency": _COMMON | {"samples"},
-    "society": _COMMON
-    | _KNOWLEDGE
-    | {"agents", "rounds", "team", "ordering", "confidence", "speaking_order"},
-    "mad": _COMMON | _KNOWLEDGE | {"agents", "rounds", "team", "reasks", "mad"},
-    "mallm": _COMMON
-    | _KNOWLEDGE
-    | {"agents", "rounds", "team", "ordering", "speaking_order", "reasks", "mallm"},
-    "kks": _COMMON | {"agents", "team", "ordering", "confidence", "speaking_order", "depth", "reasks"},
-}
+# Which settings each protocol honours (its registry spec's ``settings``). A setting outside its
+# protocol's set must keep its default (``DebateConfig._honoured_settings``); the tests check each
+# listed one takes effect.
+HONOURED: dict[str, frozenset[str]] = {name: spec.settings for name, spec in PROTOCOLS.items()}
 
 
 def ignored_settings(config: DebateConfig) -> list[str]:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from debate_worker.engine.config import DebateConfig
+from debate_worker.engine.registry import role_endpoints
 from debate_worker.engine.result import TranscriptRecord, Usage
 from services.knowledge import KnowledgePool
 from services.llm import ChatCompletion, ChatMessage, ChatModel, LLMError
@@ -22,23 +23,16 @@ from services.telemetry import RoundSpans
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
 
-# Which configured endpoint serves which transcript role.
-ROLE_ENDPOINT = {
-    "select": "debater",
-    "debater": "debater",
-    "vote": "debater",
-    "draft": "debater",
-    "affirmative": "debater",
-    "negative": "debater",
-    "sample": "debater",
-    "answer": "debater",
-    "extract": "debater",
-    "propose": "debater",
-    "adjust": "debater",
-    "judge": "judge",
-    "moderator": "judge",
-    "summarizer": "summarizer",
-}
+# Which configured endpoint serves which transcript role (from the protocol registry).
+ROLE_ENDPOINT = role_endpoints()
+
+
+def endpoint_for(role: str) -> str:
+    """The endpoint that plays ``role``; a role no protocol declares is a bug, never the debater's."""
+    try:
+        return ROLE_ENDPOINT[role]
+    except KeyError:
+        raise ValueError(f"role {role!r} is not declared by any protocol in the registry") from None
 
 
 class RoleModels(Protocol):
@@ -136,7 +130,7 @@ class DebateContext:
         self._check_budget()
         self._calls_started += 1
         seq = next(self._seq)
-        endpoint = ROLE_ENDPOINT.get(role, "debater")
+        endpoint = endpoint_for(role)
         model = self.models.for_role(endpoint, agent)
         # Metrics and the call's span are labelled with the endpoint's name, never its URL.
         with self._spans.llm_call(round, role, agent, model.model, endpoint, messages) as span:

@@ -9,7 +9,7 @@ from debate_worker.engine.config import DebateConfig, validate_question
 from debate_worker.engine.context import BudgetExhausted, DebateContext, EventSink, RoleModels
 from debate_worker.engine.outcome import CheckpointSink, Outcome, ProtocolRun
 from debate_worker.engine.protocols.common import apply_team, require_gold
-from debate_worker.engine.registry import PROTOCOLS
+from debate_worker.engine.registry import spec_for
 from debate_worker.engine.result import Checkpoint, DebateResult
 from services.knowledge import KnowledgePool, empty_pool
 
@@ -47,7 +47,7 @@ async def run_debate(
     # Set-up every protocol shares, done once here so no protocol can skip it.
     require_gold(ctx, gold)
     apply_team(ctx)
-    protocol = PROTOCOLS[config.protocol]
+    protocol = spec_for(config.protocol).load_runner()
     try:
         outcome = await protocol(ctx, ProtocolRun(on_checkpoint, resume, gold))
     except BudgetExhausted as exc:
@@ -70,18 +70,14 @@ async def run_debate(
     )
 
 
-# Roles whose parsed answer is an agent's own answer to the question (not a vote or a verdict).
-AGENT_ANSWER_ROLES = frozenset(
-    {"debater", "answer", "sample", "affirmative", "negative", "propose", "adjust", "draft"}
-)
-
-
 def answer_within_budget(ctx: DebateContext, exc: BudgetExhausted) -> Outcome:
     """The answer of a debate stopped by its budget: the majority of each agent's latest answer."""
+    # Only roles whose parsed answer is an agent's own answer to the question (not a vote or verdict).
+    answer_roles = spec_for(ctx.config.protocol).answer_roles
     latest: dict[int, tuple[int, str | None]] = {}
     for rec in ctx.transcript:
         agent = rec.agent
-        if rec.role not in AGENT_ANSWER_ROLES or agent is None or not rec.answer:
+        if rec.role not in answer_roles or agent is None or not rec.answer:
             continue
         if agent not in latest or rec.round >= latest[agent][0]:
             latest[agent] = (rec.round, rec.answer)

@@ -6,8 +6,8 @@ import pytest
 
 from debate_worker.engine.jsontext import first_json_object, json_objects
 from debate_worker.engine.prompts import robust
-from debate_worker.engine.protocols import decisions
 from debate_worker.engine.protocols.mad import parse_mad_verdict
+from debate_worker.engine.protocols.mallm import decisions
 from debate_worker.kks.scoring import parse_assignment, parse_role
 
 pytestmark = pytest.mark.unit

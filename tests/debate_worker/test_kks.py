@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from debate_worker.engine.protocols.kks_debate import parse_role
+from debate_worker.engine.protocols.kks.runner import parse_role
 from debate_worker.evaluation.datasets import load_dataset
 from debate_worker.kks.dataset import write_jsonl
 from debate_worker.kks.generator import generate_dataset

@@ -9,6 +9,8 @@ import pytest
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import SingleModel
 from debate_worker.engine.prompts import get_prompts, paper, robust
+from debate_worker.engine.protocols.madke import prompts_for as madke_prompts
+from debate_worker.engine.protocols.madke import robust as madke_robust
 from debate_worker.engine.result import DebateResult
 from debate_worker.engine.runner import run_debate
 from services.knowledge import KnowledgePool
@@ -23,7 +25,7 @@ def test_knowledge_numbering_cannot_collide_with_the_answer_form(pool: Knowledge
     text = robust.render_knowledge(pool.items)
     assert "(K1) Apollo 11:" in text and "[1]" not in text
     # The answer is a JSON field, asked for once at the end: no bracket form a K-number could fill.
-    prompt = robust.simultaneous(Q, pool.items)[1]["content"]
+    prompt = madke_robust.simultaneous(Q, pool.items)[1]["content"]
     assert prompt.rstrip().endswith(robust.ANSWER_INSTRUCTION)
     assert prompt.count('"answer":') == 2  # the marked example and the instruction
     assert "[" not in robust.ANSWER_INSTRUCTION
@@ -74,7 +76,7 @@ def test_unusable_json_answers_say_why() -> None:
 def test_an_unusable_reply_is_not_quoted_to_the_summarizer() -> None:
     # The 0.5B debater copied the format example; shown verbatim, its answer became the summary.
     copied = '{"reason": "Plants take in carbon dioxide during photosynthesis.", "answer": "carbon dioxide"}'
-    user = robust.summary(
+    user = madke_robust.summary(
         "architectural elements forming rib vaults", [copied, '{"reason": "r", "answer": "ribs"}']
     )
     text = user[-1]["content"]
@@ -86,7 +88,7 @@ def test_example_answers_are_declared_for_each_style() -> None:
     for style in ("paper", "robust"):
         prompts = get_prompts(style)
         assert prompts.EXAMPLE_ANSWERS
-        example_text = prompts.simultaneous(Q, [])[1]["content"]
+        example_text = madke_prompts(style).simultaneous(Q, [])[1]["content"]
         assert all(a in example_text for a in prompts.EXAMPLE_ANSWERS[:1])
 
 

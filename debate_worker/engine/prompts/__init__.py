@@ -1,55 +1,49 @@
-"""Prompt styles. Each style is a module with the same functions (see ``PromptSet``)."""
+"""Prompt styles' shared vocabulary. Each style is a module with the same names (see ``PromptSet``).
+
+What every protocol of a style shares lives here: the debater role line, the answer form and its
+parser, how knowledge items are shown, and the knowledge selection step (MADKE's Prompt 3.1, used by
+every protocol that reads a pool). Each protocol's own prompts live in its folder under
+``engine/protocols/`` and build on this.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any, Protocol
 
 from debate_worker.engine.parsing import ParsedAnswer, ParsedSelection, ParsedVerdict
+from debate_worker.engine.prompts import paper, robust
+from debate_worker.engine.styles import ByStyle
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
 
 
 class PromptSet(Protocol):
-    STYLE: str
-    ANSWER_SCHEMA: dict[str, Any] | None
-    SUMMARIZE_AGREEMENT: bool
-    KNOWLEDGE_LABEL: re.Pattern[str]  # how an answer that is only a knowledge item's label looks
-    SELECT_SCHEMA: dict[str, Any] | None
-    JUDGE_SCHEMA: dict[str, Any] | None
-    EXAMPLE_ANSWERS: tuple[str, ...]
+    """A style's shared vocabulary: what every protocol of the style reads answers and knowledge with."""
+
+    @property
+    def STYLE(self) -> str: ...
+    @property
+    def ANSWER_SCHEMA(self) -> dict[str, Any] | None: ...
+    @property
+    def SELECT_SCHEMA(self) -> dict[str, Any] | None: ...
+    # how an answer that is only a knowledge item's label looks
+    @property
+    def KNOWLEDGE_LABEL(self) -> re.Pattern[str]: ...
+    @property
+    def EXAMPLE_ANSWERS(self) -> tuple[str, ...]: ...
+    # what ``judge=auto`` means with this style
+    @property
+    def AUTO_JUDGE(self) -> str: ...
 
     def select(
         self, question: str, pool: Sequence[KnowledgeItem], previous_answer: str | None
     ) -> list[ChatMessage]: ...
-    def simultaneous(self, question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]: ...
-    def orderly(
-        self,
-        question: str,
-        knowledge: Sequence[KnowledgeItem],
-        others: Sequence[str],
-        own_history: Sequence[str],
-    ) -> list[ChatMessage]: ...
-    def judge(self, question: str, responses: Sequence[str]) -> list[ChatMessage]: ...
-    def summary(self, question: str, responses: Sequence[str]) -> list[ChatMessage]: ...
-    def standard(self, question: str) -> list[ChatMessage]: ...
-    def chain_of_thought(self, question: str) -> list[ChatMessage]: ...
-    def rag(self, question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]: ...
     def render_knowledge(self, items: Sequence[KnowledgeItem]) -> str: ...
     def parse_answer(self, text: str) -> ParsedAnswer: ...
     def parse_select(self, text: str, pool_size: int, max_selected: int) -> ParsedSelection: ...
     def parse_judge(self, text: str) -> ParsedVerdict: ...
 
 
-def get_prompts(style: str) -> PromptSet:
-    """The prompt module for ``style`` ("paper" or "robust")."""
-    module: ModuleType
-    if style == "paper":
-        from debate_worker.engine.prompts import paper as module
-    elif style == "robust":
-        from debate_worker.engine.prompts import robust as module
-    else:
-        raise ValueError(f"unknown prompt style {style!r}")
-    return module
+get_prompts: ByStyle[PromptSet] = ByStyle(paper=paper, robust=robust)

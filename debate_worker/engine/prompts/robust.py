@@ -13,6 +13,10 @@ What the paper style gets wrong with 0.5-1.5B models (measured on the dev sets) 
 - the judge sees the debaters' extracted short answers, not their whole replies;
 - role prompts are one sentence;
 - a unanimous final answer is taken as it is; the summarizer only chooses between differing answers.
+
+This module is the style's shared vocabulary (role line, format example, answer form, knowledge
+rendering and parsers); each protocol's robust prompts build on it (MADKE's judge and summarizer are
+in ``protocols/madke/robust.py``).
 """
 
 from __future__ import annotations
@@ -41,8 +45,6 @@ from services.llm import ChatMessage
 STYLE = "robust"
 
 DEBATER_ROLE = "You answer factual questions accurately and briefly, using the knowledge given when it helps."
-JUDGE_ROLE = "You check whether several short answers say the same thing."
-SUMMARIZER_ROLE = "You pick the final answer that the debaters' answers and reasons best support."
 
 # The answer is asked for as JSON: with schema-constrained decoding (llama.cpp, vLLM) the reply cannot
 # miss the answer field, which is where free-text replies failed most (a sentence and no answer line).
@@ -75,14 +77,6 @@ ANSWER_SCHEMA: dict[str, Any] = {
     "required": ["reason", "answer"],
     "additionalProperties": False,
 }
-# A unanimous final answer is the answer; the summarizer is asked only when the debaters differ.
-SUMMARIZE_AGREEMENT = False
-JUDGE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"consensus": {"type": "boolean"}},
-    "required": ["consensus"],
-    "additionalProperties": False,
-}
 
 _FINAL = re.compile(r"final answer\s*[:：]\s*(.+)", re.IGNORECASE)
 _KNUM = re.compile(r"\(?\bK\s*(\d{1,3})\b\)?", re.IGNORECASE)
@@ -93,6 +87,8 @@ KNOWLEDGE_LABEL = re.compile(r"^[\s(\[]*K\s*\d+[\s)\]]*([,;]\s*[\s(\[]*K\s*\d+[\
 _SPEAKER_LABEL = re.compile(r"^(debater|agent)\s*\d+$", re.IGNORECASE)
 _LEADS = re.compile(r"^(the\s+)?((final|short)\s+)?answer\s*(is\b|:)\s*", re.IGNORECASE)
 MAX_ANSWER_WORDS = 12
+# ``judge=auto``: the LLM judge checked by the rule (what measured better with small models).
+AUTO_JUDGE = "both"
 
 
 def render_knowledge(items: Sequence[KnowledgeItem]) -> str:
@@ -112,92 +108,6 @@ def select(question: str, pool: Sequence[KnowledgeItem], previous_answer: str | 
         '{"selected": [2, 5]}, or {"selected": []} if none helps.'
     )
     return system_user(DEBATER_ROLE, join_blocks(render_knowledge(pool), prev, instruction))
-
-
-def simultaneous(question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]:
-    return system_user(
-        DEBATER_ROLE,
-        join_blocks(EXAMPLE, render_knowledge(knowledge), f"Question: {question}", ANSWER_INSTRUCTION),
-    )
-
-
-def orderly(
-    question: str, knowledge: Sequence[KnowledgeItem], others: Sequence[str], own_history: Sequence[str]
-) -> list[ChatMessage]:
-    other_block = "Other debaters' answers:\n" + "\n".join(
-        f"- Debater {i}: {answer_with_reason(a)}" for i, a in enumerate(others, start=1)
-    )
-    own = f"Your previous answer: {answer_with_reason(own_history[-1])}" if own_history else ""
-    guidance = (
-        "Check the knowledge and the other answers. Keep your answer if the evidence supports it; "
-        "change it if another answer is better supported."
-    )
-    # What stays the same from round to round comes first (the example, the chosen items, the
-    # question: round 1's whole prompt but its last line), so the agent's server slot re-reads only
-    # the other answers and the instructions.
-    return system_user(
-        DEBATER_ROLE,
-        join_blocks(
-            EXAMPLE,
-            render_knowledge(knowledge),
-            f"Question: {question}",
-            other_block,
-            own,
-            guidance,
-            ANSWER_INSTRUCTION,
-        ),
-    )
-
-
-def judge(question: str, responses: Sequence[str]) -> list[ChatMessage]:
-    answers = "\n".join(
-        f"- Debater {i}: {short_answer(r) or '(no answer)'}" for i, r in enumerate(responses, start=1)
-    )
-    return system_user(
-        JUDGE_ROLE,
-        join_blocks(
-            f"Question: {question}",
-            f"Short answers:\n{answers}",
-            "Do all debaters give the same answer (the same person, place, date, number or thing, even if "
-            'worded differently)? Reply with JSON only: {"consensus": true} or {"consensus": false}.',
-        ),
-    )
-
-
-def summary(question: str, responses: Sequence[str]) -> list[ChatMessage]:
-    listing = "\n".join(f"- Debater {i}: {answer_with_reason(r)}" for i, r in enumerate(responses, start=1))
-    return system_user(
-        SUMMARIZER_ROLE,
-        join_blocks(
-            f"Question: {question}",
-            f"Debaters' final answers:\n{listing}",
-            "Give the answer the debaters agree on, or the best supported one if they differ. Do not add "
-            "new facts.",
-            ANSWER_INSTRUCTION,
-        ),
-    )
-
-
-def standard(question: str) -> list[ChatMessage]:
-    return system_user(
-        DEBATER_ROLE,
-        join_blocks(
-            EXAMPLE,
-            f"Question: {question}",
-            "Answer directly. " + ANSWER_INSTRUCTION,
-        ),
-    )
-
-
-def chain_of_thought(question: str) -> list[ChatMessage]:
-    return system_user(
-        DEBATER_ROLE,
-        join_blocks(EXAMPLE, f"Question: {question}", "Let's think step by step. " + ANSWER_INSTRUCTION),
-    )
-
-
-def rag(question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]:
-    return simultaneous(question, knowledge)
 
 
 def answer_with_reason(text: str, limit: int = 400) -> str:

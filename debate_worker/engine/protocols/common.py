@@ -1,5 +1,5 @@
-"""What the protocols of the literature share: view ordering, speaking order, heterogeneous teams,
-confidence statements and bounded re-asks for unreadable votes and verdicts.
+"""What the protocols share: knowledge selection and answer parsing, view ordering, speaking order,
+heterogeneous teams, confidence statements and bounded re-asks for unreadable votes and verdicts.
 
 Everything here is either a pure function (tested on its own) or a thin layer over
 ``DebateContext.call``, so every protocol keeps the engine's uniform accounting.
@@ -15,8 +15,11 @@ from typing import Any, Protocol
 
 from debate_worker.engine.answers import normalize_answer
 from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.context import DebateContext, RoleModels
+from debate_worker.engine.context import DebateContext, Parser, RoleModels
+from debate_worker.engine.parsing import ParsedAnswer, parse_selection_json
+from debate_worker.engine.prompts import PromptSet
 from debate_worker.engine.result import TranscriptRecord
+from services.knowledge import KnowledgeItem
 from services.llm import ChatCompletion, ChatMessage, ChatModel
 
 UNPARSED_KEY = "\x00unparsed"
@@ -24,6 +27,59 @@ UNPARSED_KEY = "\x00unparsed"
 
 class GoldRequired(ValueError):
     """``ordering=truth_last`` without a reference answer: an evaluation-only setting was misused."""
+
+
+# ------------------------------------------------------------------------- knowledge and answers
+async def select_knowledge(
+    ctx: DebateContext, style: PromptSet, round: int, agent: int, previous_answer: str | None
+) -> list[KnowledgeItem]:
+    """MADKE Eq. 2: the items this agent sees before speaking (none, all, or its own selection)."""
+    items = ctx.pool.items
+    if not items:
+        return []
+    if not ctx.config.selection:
+        return list(items)
+    size, cap = len(items), ctx.config.max_selected
+
+    def parse(c: ChatCompletion) -> dict[str, Any]:
+        if c.output_mode == "schema":
+            sel = parse_selection_json(c.text, size, cap)
+        else:
+            sel = style.parse_select(c.text, size, cap)
+        return {
+            "selected": sel.selected,
+            "no_found": sel.no_found,
+            "ignored_selection": sel.ignored,
+            "parse_error": sel.parse_error,
+        }
+
+    record = await ctx.call(
+        round=round,
+        role="select",
+        agent=agent,
+        messages=with_persona(style.select(ctx.question, items, previous_answer), persona(ctx.config, agent)),
+        parse=parse,
+        temperature=ctx.config.agent_temperature(agent),
+        json_schema=style.SELECT_SCHEMA,
+    )
+    by_n = ctx.pool.by_number()
+    return [by_n[n] for n in record.selected or []]
+
+
+class AnswerReader(Protocol):
+    """Any prompt set that reads an answer from a reply in its style."""
+
+    def parse_answer(self, text: str) -> ParsedAnswer: ...
+
+
+def answer_parser(prompts: AnswerReader) -> Parser:
+    """A transcript parser that records the reply's answer (or why there is none)."""
+
+    def parse(c: ChatCompletion) -> dict[str, Any]:
+        parsed = prompts.parse_answer(c.text)
+        return {"answer": parsed.answer, "parse_error": parsed.parse_error}
+
+    return parse
 
 
 # --------------------------------------------------------------------------------------- ordering

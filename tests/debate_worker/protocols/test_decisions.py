@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from debate_worker.engine.protocols import decisions as dr
+from debate_worker.engine.protocols.mallm import decisions as dr
 
 pytestmark = pytest.mark.unit
 

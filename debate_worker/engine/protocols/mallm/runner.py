@@ -22,25 +22,26 @@ from typing import Any
 from debate_worker.engine.answers import majority_vote, normalize_answer
 from debate_worker.engine.config import CONSENSUS_DECISIONS
 from debate_worker.engine.context import DebateContext
-from debate_worker.engine.madke import select_knowledge
 from debate_worker.engine.outcome import Outcome, ProtocolRun
-from debate_worker.engine.prompts import PromptSet, get_prompts
-from debate_worker.engine.protocols import decisions as dr
-from debate_worker.engine.protocols import mallm_prompts as mpr
+from debate_worker.engine.prompts import get_prompts
 from debate_worker.engine.protocols.common import (
+    AnswerReader,
     call_with_reasks,
     order_views,
     persona,
+    select_knowledge,
     speaking_order,
     view_seed,
 )
+from debate_worker.engine.protocols.mallm import decisions as dr
+from debate_worker.engine.protocols.mallm import prompts_for
 from debate_worker.engine.result import TranscriptRecord
 from services.llm import ChatCompletion
 
 _TAGS = re.compile(r"\[\s*(dis)?agree\s*\]", re.I)
 
 
-def discussion_parser(prompts: PromptSet) -> Any:
+def discussion_parser(prompts: AnswerReader) -> Any:
     """Answer and agreement of one message; the [AGREE] tag is never mistaken for the answer."""
 
     def parse(c: ChatCompletion) -> dict[str, Any]:
@@ -121,9 +122,9 @@ class MallmDebate:
         self.run_info = run
         self.cfg = ctx.config
         self.ms = self.cfg.mallm
-        self.style = self.cfg.prompt_style
-        self.prompts = get_prompts(self.style)
-        self.parse_msg = discussion_parser(self.prompts)
+        self.style = get_prompts(self.cfg.prompt_style)
+        self.prompts = prompts_for(self.cfg.prompt_style)
+        self.parse_msg = discussion_parser(self.style)
         self.n = self.cfg.agents
         self.consensus_mode = self.ms.decision in CONSENSUS_DECISIONS
         # turns[t] = list of {"agent", "text", "answer", "agreed"} in speaking order
@@ -227,13 +228,12 @@ class MallmDebate:
     ) -> TranscriptRecord:
         ctx, cfg = self.ctx, self.cfg
         own = self.latest(i)
-        knowledge = await select_knowledge(ctx, self.prompts, t, i, own["text"] if own else None)
+        knowledge = await select_knowledge(ctx, self.style, t, i, own["text"] if own else None)
         return await ctx.call(
             round=t,
             role="debater",
             agent=i,
-            messages=mpr.discussion(
-                self.style,
+            messages=self.prompts.discussion(
                 ctx.question,
                 knowledge,
                 history,
@@ -306,7 +306,7 @@ class MallmDebate:
             round=t,
             role="extract",
             agent=speaker,
-            messages=mpr.extraction(self.style, self.ctx.question, text, persona(self.cfg, speaker), speaker),
+            messages=self.prompts.extraction(self.ctx.question, text, persona(self.cfg, speaker), speaker),
             parse=self.parse_msg,
             temperature=0.0,
         )
@@ -355,8 +355,7 @@ class MallmDebate:
             round=t,
             role="vote",
             agent=i,
-            messages=mpr.vote(
-                self.style,
+            messages=self.prompts.vote(
                 ms.decision,
                 self.ctx.question,
                 solutions,
@@ -368,6 +367,6 @@ class MallmDebate:
             parse=ballot_parser(ms.decision, ms.ranking_base),
             readable=lambda r: r.extra.get("ballot") is not None,
             temperature=0.0,
-            json_schema=mpr.VOTE_SCHEMAS[ms.decision] if self.style == "robust" else None,
+            json_schema=self.prompts.VOTE_SCHEMAS[ms.decision],
         )
         return rec

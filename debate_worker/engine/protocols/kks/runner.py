@@ -17,7 +17,6 @@ from typing import Any
 from debate_worker.engine.context import DebateContext
 from debate_worker.engine.jsontext import first_json_object
 from debate_worker.engine.outcome import Outcome, ProtocolRun
-from debate_worker.engine.protocols import kks_prompts as kp
 from debate_worker.engine.protocols.common import (
     call_with_reasks,
     order_views,
@@ -25,6 +24,8 @@ from debate_worker.engine.protocols.common import (
     speaking_order,
     view_seed,
 )
+from debate_worker.engine.protocols.kks import prompts_for
+from debate_worker.engine.protocols.kks.prompts import Position, agent_name
 from debate_worker.engine.result import TranscriptRecord
 from debate_worker.kks.dataset import players_from_question
 from debate_worker.kks.scoring import parse_assignment, parse_role, render_assignment, team_answer
@@ -58,7 +59,7 @@ class KksDebate:
         self.ctx = ctx
         self.run_info = run
         self.cfg = cfg = ctx.config
-        self.style = cfg.prompt_style
+        self.prompts = prompts_for(cfg.prompt_style)
         self.players = players = players_from_question(ctx.question)
         if not players:
             raise ValueError(
@@ -66,7 +67,7 @@ class KksDebate:
             )
         self.game = game_of(ctx.question)
         self.n = n = cfg.agents
-        self.names = [kp.agent_name(i) for i in range(n)]
+        self.names = [agent_name(i) for i in range(n)]
         self.steps: list[tuple[str, int]] = [("initial", -1)]
         self.steps += [("player", p) for _ in range(cfg.depth) for p in range(len(players))]
         self.steps.append(("final", -1))
@@ -87,7 +88,7 @@ class KksDebate:
             kind, p = self.steps[index]
             r = index + 1
             if kind == "initial":
-                msgs = kp.initial(self.style, self.game, len(players), self.cfg.confidence)
+                msgs = self.prompts.initial(self.game, len(players), self.cfg.confidence)
                 await ctx.gather([functools.partial(self.full, r, i, "propose", msgs) for i in range(self.n)])
             elif kind == "player":
                 await self.player_step(r, players[p])
@@ -153,17 +154,17 @@ class KksDebate:
         }
 
     def shown(
-        self, me: int, views: list[kp.Position], keys: list[str | None], gold: list[str] | None, r: int
-    ) -> list[kp.Position]:
+        self, me: int, views: list[Position], keys: list[str | None], gold: list[str] | None, r: int
+    ) -> list[Position]:
         cfg = self.cfg
         others = order_views(
             [j for j in range(self.n) if j != me], keys, cfg.ordering, seed=view_seed(cfg, r, me), gold=gold
         )
         return [views[me], *(views[j] for j in others)]
 
-    def latest_views(self) -> list[kp.Position]:
+    def latest_views(self) -> list[Position]:
         return [
-            kp.Position(
+            Position(
                 self.names[i],
                 render_assignment(self.assign[i], self.players) or "(none)",
                 self.expl[i],
@@ -190,7 +191,7 @@ class KksDebate:
             parse=self.assignment_parser,
             readable=lambda x: bool(x.extra.get("assignment")),
             temperature=cfg.agent_temperature(i),
-            json_schema=kp.ASSIGNMENT_SCHEMA if self.style == "robust" else None,
+            json_schema=self.prompts.ASSIGNMENT_SCHEMA,
         )
         if ok:
             self.assign[i] = {**self.assign[i], **rec.extra["assignment"]}
@@ -211,8 +212,7 @@ class KksDebate:
                     r,
                     i,
                     "adjust",
-                    kp.adjust(
-                        self.style,
+                    self.prompts.adjust(
                         self.names[i],
                         player,
                         self.game,
@@ -225,12 +225,11 @@ class KksDebate:
             ]
         )
 
-    async def argue(self, r: int, player: str) -> list[kp.Position]:
+    async def argue(self, r: int, player: str) -> list[Position]:
         cfg, n, names, assign = self.cfg, self.n, self.names, self.assign
-        arguments: list[kp.Position] = []
+        arguments: list[Position] = []
         current = [
-            kp.Position(names[i], assign[i].get(player, "(none)"), self.expl[i], self.conf[i])
-            for i in range(n)
+            Position(names[i], assign[i].get(player, "(none)"), self.expl[i], self.conf[i]) for i in range(n)
         ]
         keys: list[str | None] = [assign[i].get(player) for i in range(n)]
         # Without a gold role for this player, order_views raises the error naming `ordering`.
@@ -241,8 +240,7 @@ class KksDebate:
                 round=r,
                 role="debater",
                 agent=i,
-                messages=kp.debate(
-                    self.style,
+                messages=self.prompts.debate(
                     names[i],
                     player,
                     self.game,
@@ -254,13 +252,13 @@ class KksDebate:
                 parse=self.role_parser,
                 readable=lambda x: x.answer is not None,
                 temperature=cfg.agent_temperature(i),
-                json_schema=kp.ROLE_SCHEMA if self.style == "robust" else None,
+                json_schema=self.prompts.ROLE_SCHEMA,
             )
             if not ok:
                 self.abstentions += 1
             role = rec.answer or assign[i].get(player, "(none)")
             c = rec.extra.get("confidence") if cfg.confidence else None
-            arguments.append(kp.Position(names[i], role, rec.extra.get("reasoning", ""), c))
+            arguments.append(Position(names[i], role, rec.extra.get("reasoning", ""), c))
         return arguments
 
     async def final_step(self, r: int) -> None:
@@ -273,8 +271,7 @@ class KksDebate:
                     r,
                     i,
                     "debater",
-                    kp.final(
-                        self.style,
+                    self.prompts.final(
                         self.names[i],
                         self.game,
                         self.shown(i, views, keys, gold, r),

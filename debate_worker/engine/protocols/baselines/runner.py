@@ -12,15 +12,16 @@ from collections.abc import Sequence
 
 from debate_worker.engine.answers import majority_vote
 from debate_worker.engine.context import DebateContext
-from debate_worker.engine.madke import answer_parser
 from debate_worker.engine.outcome import Outcome, ProtocolRun
-from debate_worker.engine.prompts import PromptSet, get_prompts
+from debate_worker.engine.protocols.baselines import prompts_for
+from debate_worker.engine.protocols.baselines.prompts import BaselinePrompts
+from debate_worker.engine.protocols.common import answer_parser
 from debate_worker.engine.result import TranscriptRecord
 from services.llm import ChatMessage
 
 
 async def _answer_once(
-    ctx: DebateContext, prompts: PromptSet, messages: list[ChatMessage], knowledge: Sequence[int] = ()
+    ctx: DebateContext, prompts: BaselinePrompts, messages: list[ChatMessage], knowledge: Sequence[int] = ()
 ) -> Outcome:
     """One agent, one call: the shared shape of ``single``, ``cot`` and ``rag``."""
     rec = await ctx.call(
@@ -36,23 +37,23 @@ async def _answer_once(
 
 
 async def run_single(ctx: DebateContext, run: ProtocolRun) -> Outcome:
-    prompts = get_prompts(ctx.config.prompt_style)
+    prompts = prompts_for(ctx.config.prompt_style)
     return await _answer_once(ctx, prompts, prompts.standard(ctx.question))
 
 
 async def run_cot(ctx: DebateContext, run: ProtocolRun) -> Outcome:
-    prompts = get_prompts(ctx.config.prompt_style)
+    prompts = prompts_for(ctx.config.prompt_style)
     return await _answer_once(ctx, prompts, prompts.chain_of_thought(ctx.question))
 
 
 async def run_rag(ctx: DebateContext, run: ProtocolRun) -> Outcome:
-    prompts = get_prompts(ctx.config.prompt_style)
+    prompts = prompts_for(ctx.config.prompt_style)
     items = ctx.pool.items
     return await _answer_once(ctx, prompts, prompts.rag(ctx.question, items), [k.n for k in items])
 
 
 async def run_self_consistency(ctx: DebateContext, run: ProtocolRun) -> Outcome:
-    prompts = get_prompts(ctx.config.prompt_style)
+    prompts = prompts_for(ctx.config.prompt_style)
     parse = answer_parser(prompts)
     messages = prompts.chain_of_thought(ctx.question)
 

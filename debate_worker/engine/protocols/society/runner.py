@@ -12,17 +12,19 @@ import functools
 
 from debate_worker.engine.answers import answers_agree, majority_vote
 from debate_worker.engine.context import DebateContext
-from debate_worker.engine.madke import answer_parser, select_knowledge
 from debate_worker.engine.outcome import Outcome, ProtocolRun
 from debate_worker.engine.prompts import get_prompts
-from debate_worker.engine.protocols import society_prompts as sp
 from debate_worker.engine.protocols.common import (
+    answer_parser,
     order_views,
     parse_confidence,
     persona,
+    select_knowledge,
     speaking_order,
     view_seed,
 )
+from debate_worker.engine.protocols.society import prompts_for
+from debate_worker.engine.protocols.society.prompts import View
 from debate_worker.engine.result import TranscriptRecord
 
 
@@ -34,19 +36,20 @@ def views_for(
     texts: list[str],
     answers: list[str | None],
     confidences: list[int | None],
-) -> list[sp.View]:
+) -> list[View]:
     """The other agents' round answers in the order this agent sees them (Zhang et al.)."""
     others = [j for j in range(len(texts)) if j != agent]
     order = order_views(
         others, answers, ctx.config.ordering, seed=view_seed(ctx.config, round, agent), gold=run.gold
     )
-    return [sp.View(texts[j], confidences[j]) for j in order]
+    return [View(texts[j], confidences[j]) for j in order]
 
 
 async def run_society(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     cfg = ctx.config
-    prompts = get_prompts(cfg.prompt_style)
-    parse_answer = answer_parser(prompts)
+    style = get_prompts(cfg.prompt_style)
+    prompts = prompts_for(cfg.prompt_style)
+    parse_answer = answer_parser(style)
     responses: list[list[str]] = []
     answers: list[list[str | None]] = []
     confidences: list[list[int | None]] = []
@@ -58,13 +61,12 @@ async def run_society(ctx: DebateContext, run: ProtocolRun) -> Outcome:
 
     async def speak(r: int, i: int) -> TranscriptRecord:
         own = [h[i] for h in responses]
-        knowledge = await select_knowledge(ctx, prompts, r, i, own[-1] if own else None)
+        knowledge = await select_knowledge(ctx, style, r, i, own[-1] if own else None)
         others_by_round = [
             views_for(ctx, run, i, k + 1, responses[k], answers[k], confidences[k])
             for k in range(len(responses))
         ]
-        messages = sp.messages(
-            cfg.prompt_style,
+        messages = prompts.messages(
             ctx.question,
             knowledge,
             others_by_round,

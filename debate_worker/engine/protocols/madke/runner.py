@@ -14,62 +14,24 @@ from typing import Any
 from debate_worker.engine.answers import answers_agree, majority_vote
 from debate_worker.engine.context import DebateContext
 from debate_worker.engine.outcome import Outcome, ProtocolRun
-from debate_worker.engine.parsing import parse_selection_json, parse_verdict_json
-from debate_worker.engine.prompts import PromptSet, get_prompts
-from debate_worker.engine.protocols.common import order_views, persona, view_seed, with_persona
+from debate_worker.engine.parsing import parse_verdict_json
+from debate_worker.engine.prompts import get_prompts
+from debate_worker.engine.protocols.common import (
+    answer_parser,
+    order_views,
+    persona,
+    select_knowledge,
+    view_seed,
+    with_persona,
+)
+from debate_worker.engine.protocols.madke import prompts_for
+from debate_worker.engine.protocols.madke.prompts import MadkePrompts
 from debate_worker.engine.result import TranscriptRecord
-from services.knowledge import KnowledgeItem
 from services.llm import ChatCompletion
 
 
-async def select_knowledge(
-    ctx: DebateContext, prompts: PromptSet, round: int, agent: int, previous_answer: str | None
-) -> list[KnowledgeItem]:
-    """Eq. 2: the items this agent sees before speaking (none, all, or its own selection)."""
-    items = ctx.pool.items
-    if not items:
-        return []
-    if not ctx.config.selection:
-        return list(items)
-    size, cap = len(items), ctx.config.max_selected
-
-    def parse(c: ChatCompletion) -> dict[str, Any]:
-        if c.output_mode == "schema":
-            sel = parse_selection_json(c.text, size, cap)
-        else:
-            sel = prompts.parse_select(c.text, size, cap)
-        return {
-            "selected": sel.selected,
-            "no_found": sel.no_found,
-            "ignored_selection": sel.ignored,
-            "parse_error": sel.parse_error,
-        }
-
-    record = await ctx.call(
-        round=round,
-        role="select",
-        agent=agent,
-        messages=with_persona(
-            prompts.select(ctx.question, items, previous_answer), persona(ctx.config, agent)
-        ),
-        parse=parse,
-        temperature=ctx.config.agent_temperature(agent),
-        json_schema=prompts.SELECT_SCHEMA,
-    )
-    by_n = ctx.pool.by_number()
-    return [by_n[n] for n in record.selected or []]
-
-
-def answer_parser(prompts: PromptSet) -> Any:
-    def parse(c: ChatCompletion) -> dict[str, Any]:
-        parsed = prompts.parse_answer(c.text)
-        return {"answer": parsed.answer, "parse_error": parsed.parse_error}
-
-    return parse
-
-
 async def judge_round(
-    ctx: DebateContext, prompts: PromptSet, round: int, responses: list[str], answers: list[str | None]
+    ctx: DebateContext, prompts: MadkePrompts, round: int, responses: list[str], answers: list[str | None]
 ) -> bool:
     """Eq. 5 with Parley's rule check: ``judge=llm|rule|both`` (both stops only when the rule agrees)."""
     rule = answers_agree(answers)
@@ -101,7 +63,7 @@ async def judge_round(
 
 
 async def summarize(
-    ctx: DebateContext, prompts: PromptSet, round: int, responses: list[str], answers: list[str | None]
+    ctx: DebateContext, prompts: MadkePrompts, round: int, responses: list[str], answers: list[str | None]
 ) -> tuple[str | None, str]:
     """Eq. 6; if the summary cannot be parsed, the debaters' majority answer is used and said so."""
     record = await ctx.call(
@@ -119,7 +81,7 @@ async def summarize(
     return vote, "majority of final answers (summary unparseable)"
 
 
-def needs_summary(prompts: PromptSet, answers: list[str | None]) -> bool:
+def needs_summary(prompts: MadkePrompts, answers: list[str | None]) -> bool:
     """Whether the final round's answers go to the summarizer.
 
     The robust style takes the debaters' agreed answer as it is: small summarizers replaced a
@@ -129,7 +91,7 @@ def needs_summary(prompts: PromptSet, answers: list[str | None]) -> bool:
 
 
 async def final_answer(
-    ctx: DebateContext, prompts: PromptSet, round: int, responses: list[str], answers: list[str | None]
+    ctx: DebateContext, prompts: MadkePrompts, round: int, responses: list[str], answers: list[str | None]
 ) -> tuple[str | None, str]:
     """MADKE's last step: the final round's agreed answer, or the summarizer's (``summarize``)."""
     if not needs_summary(prompts, answers):
@@ -139,7 +101,8 @@ async def final_answer(
 
 async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     cfg = ctx.config
-    prompts = get_prompts(cfg.prompt_style)
+    style = get_prompts(cfg.prompt_style)
+    prompts = prompts_for(cfg.prompt_style)
     responses: list[list[str]] = []
     answers: list[list[str | None]] = []
     consensus = False
@@ -152,7 +115,7 @@ async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
 
     async def speak(r: int, i: int) -> TranscriptRecord:
         previous = responses[-1][i] if r > 1 else None
-        knowledge = await select_knowledge(ctx, prompts, r, i, previous)
+        knowledge = await select_knowledge(ctx, style, r, i, previous)
         if r == 1:
             messages = prompts.simultaneous(ctx.question, knowledge)
         else:

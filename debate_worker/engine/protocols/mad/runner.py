@@ -11,121 +11,23 @@ a bounded number of times, then recorded as abstentions (the debate continues, o
 from __future__ import annotations
 
 import functools
-import re
-from dataclasses import dataclass
 from typing import Any
 
 from debate_worker.engine.answers import answers_agree
 from debate_worker.engine.context import DebateContext
-from debate_worker.engine.jsontext import first_json_object
-from debate_worker.engine.madke import answer_parser, select_knowledge
 from debate_worker.engine.outcome import Outcome, ProtocolRun
-from debate_worker.engine.prompts import get_prompts, robust
-from debate_worker.engine.protocols import mad_prompts as mp
-from debate_worker.engine.protocols.common import call_with_reasks
-from services.llm import ChatCompletion
-
-
-@dataclass(frozen=True)
-class MadVerdict:
-    preference: bool | None
-    side: str | None
-    answer: str | None
-    reason: str | None = None
-    parse_error: str | None = None
-
-
-def _norm_key(key: str) -> str:
-    return re.sub(r"[^a-z]", "", key.lower())
-
-
-def _truthy(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        v = value.strip().lower()
-        if v in ("yes", "true", "y"):
-            return True
-        if v in ("no", "false", "n"):
-            return False
-    return None
-
-
-_PREF_RE = re.compile(r"preference\"?\s*:\s*\"?(yes|no|true|false)", re.I)
-_SIDE_RE = re.compile(r"side\"?\s*:\s*\"?(affirmative|negative|none)", re.I)
-_ANSWER_RE = re.compile(r"debate_answer\"?\s*:\s*\"([^\"]*)\"", re.I)
-
-
-def parse_mad_verdict(text: str, *, require_preference: bool = True) -> MadVerdict:
-    """A moderator/judge verdict from the paper's JSON keys or the robust style's keys.
-
-    ``require_preference=False`` reads the extractive judge's ``{"Reason", "debate_answer"}``.
-    """
-    obj = first_json_object(text)
-    error = None
-    if obj is not None:
-        fields = {_norm_key(k): v for k, v in obj.items()}
-        pref = _truthy(fields.get("whetherthereisapreference", fields.get("preference")))
-        side_raw = fields.get("supportedside")
-        side = str(side_raw).strip().lower() if isinstance(side_raw, str) and side_raw.strip() else None
-        ans_raw = fields.get("debateanswer")
-        answer = (
-            str(ans_raw).strip() if isinstance(ans_raw, str | int | float) and str(ans_raw).strip() else None
-        )
-        reason = fields.get("reason")
-        reason_s = str(reason) if reason is not None else None
-    else:
-        error = "no JSON object; used key patterns"
-        m_pref = _PREF_RE.search(text or "")
-        m_side = _SIDE_RE.search(text or "")
-        m_ans = _ANSWER_RE.search(text or "")
-        pref = _truthy(m_pref.group(1)) if m_pref else None
-        side = m_side.group(1).lower() if m_side else None
-        answer = m_ans.group(1).strip() or None if m_ans else None
-        reason_s = None
-    if side not in ("affirmative", "negative"):
-        side = None
-    if require_preference and pref is None:
-        return MadVerdict(
-            None,
-            side,
-            answer,
-            reason_s,
-            (error or "") + "; no preference stated" if error else "no preference stated",
-        )
-    if not require_preference and answer is None:
-        return MadVerdict(None, side, None, reason_s, error or "no debate_answer")
-    return MadVerdict(pref if require_preference else True, side, answer, reason_s, error)
-
-
-def short(answer: str | None) -> str | None:
-    """A verdict's answer as a short span (the moderator may answer in a sentence)."""
-    if not answer:
-        return None
-    bracket = re.search(r"\[([^\[\]]+)\]", answer)
-    return robust.shorten(bracket.group(1) if bracket else answer) or None
-
-
-def verdict_parser(require_preference: bool) -> Any:
-    """A transcript parser for the moderator's verdicts (or, without a preference, the judge's)."""
-
-    def parse(c: ChatCompletion) -> dict[str, Any]:
-        v = parse_mad_verdict(c.text, require_preference=require_preference)
-        return {
-            "verdict": v.preference,
-            "answer": short(v.answer),
-            "parse_error": v.parse_error,
-            "extra": {"supported_side": v.side, "reason": v.reason},
-        }
-
-    return parse
+from debate_worker.engine.prompts import get_prompts
+from debate_worker.engine.protocols.common import answer_parser, call_with_reasks, select_knowledge
+from debate_worker.engine.protocols.mad import prompts_for
+from debate_worker.engine.protocols.mad.prompts import conversation
+from debate_worker.engine.protocols.mad.verdict import verdict_parser
 
 
 async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     cfg = ctx.config
-    style = cfg.prompt_style
-    prompts = get_prompts(style)
-    parse_answer = answer_parser(prompts)
+    style = get_prompts(cfg.prompt_style)
+    prompts = prompts_for(cfg.prompt_style)
+    parse_answer = answer_parser(style)
     level = cfg.mad.tit_for_tat
     aff_agent, neg_agent = (1, 0) if cfg.mad.swap_sides else (0, 1)
     aff_turns: list[list[str]] = []  # [user, assistant] pairs
@@ -141,14 +43,14 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
 
     async def debater(r: int, side: str, agent: int, user_for: Any, turns: list[list[str]]) -> Any:
         previous = turns[-1][1] if turns else None
-        knowledge = await select_knowledge(ctx, prompts, r, agent, previous)
+        knowledge = await select_knowledge(ctx, style, r, agent, previous)
         user = user_for(knowledge)
         record = await ctx.call(
             round=r,
             role=side,
             agent=agent,
-            messages=mp.conversation(
-                mp.debater_system(style, ctx.question, level, side), [*((u, a) for u, a in turns), (user, "")]
+            messages=conversation(
+                prompts.debater_system(ctx.question, level, side), [*((u, a) for u, a in turns), (user, "")]
             ),
             parse=parse_answer,
             temperature=cfg.agent_temperature(agent),
@@ -163,33 +65,33 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         r += 1
         if r == 1:
             aff = await debater(
-                r, "affirmative", aff_agent, lambda k: mp.opening(style, ctx.question, k), aff_turns
+                r, "affirmative", aff_agent, lambda k: prompts.opening(ctx.question, k), aff_turns
             )
             neg = await debater(
-                r, "negative", neg_agent, lambda k: mp.rebut_first(style, aff_turns[-1][1], k), neg_turns
+                r, "negative", neg_agent, lambda k: prompts.rebut_first(aff_turns[-1][1], k), neg_turns
             )
         else:
             last_neg = neg_turns[-1][1]
             aff = await debater(
-                r, "affirmative", aff_agent, functools.partial(mp.respond, style, last_neg), aff_turns
+                r, "affirmative", aff_agent, functools.partial(prompts.respond, last_neg), aff_turns
             )
             neg = await debater(
-                r, "negative", neg_agent, lambda k: mp.respond(style, aff_turns[-1][1], k), neg_turns
+                r, "negative", neg_agent, lambda k: prompts.respond(aff_turns[-1][1], k), neg_turns
             )
         answers.append([aff.answer, neg.answer] if aff_agent == 0 else [neg.answer, aff.answer])
-        user = mp.moderator(style, r, aff.text, neg.text)
+        user = prompts.moderator(r, aff.text, neg.text)
         record, readable = await call_with_reasks(
             ctx,
             round=r,
             role="moderator",
             agent=None,
-            messages=mp.conversation(
-                mp.moderator_system(style, ctx.question), [*((u, a) for u, a in mod_turns), (user, "")]
+            messages=conversation(
+                prompts.moderator_system(ctx.question), [*((u, a) for u, a in mod_turns), (user, "")]
             ),
             parse=verdict_parser(True),
             readable=lambda rec: rec.verdict is not None,
             temperature=0.0,
-            json_schema=mp.VERDICT_SCHEMA if style == "robust" else None,
+            json_schema=prompts.VERDICT_SCHEMA,
         )
         mod_turns.append([user, record.text])
         verdict_state = {
@@ -245,28 +147,28 @@ async def extractive_judge(
 ) -> Outcome:
     """The paper's two-step judge (candidates, then the final answer); if its verdict stays
     unreadable, a side's last answer (the negative's first), else no answer."""
-    style = ctx.config.prompt_style
-    system = mp.moderator_system(style, ctx.question)
-    step1 = mp.judge_candidates(style, aff_last, neg_last)
+    prompts = prompts_for(ctx.config.prompt_style)
+    system = prompts.moderator_system(ctx.question)
+    step1 = prompts.judge_candidates(aff_last, neg_last)
     cand = await ctx.call(
         round=r,
         role="judge",
         agent=None,
-        messages=mp.conversation(system, [(step1, "")]),
+        messages=conversation(system, [(step1, "")]),
         parse=lambda c: {"extra": {"step": "candidates"}},
         temperature=0.0,
     )
-    step2 = mp.judge_final(style, ctx.question)
+    step2 = prompts.judge_final(ctx.question)
     record, readable = await call_with_reasks(
         ctx,
         round=r,
         role="judge",
         agent=None,
-        messages=mp.conversation(system, [(step1, cand.text), (step2, "")]),
+        messages=conversation(system, [(step1, cand.text), (step2, "")]),
         parse=verdict_parser(False),
         readable=lambda rec: rec.answer is not None,
         temperature=0.0,
-        json_schema=mp.FINAL_SCHEMA if style == "robust" else None,
+        json_schema=prompts.FINAL_SCHEMA,
     )
     if readable and record.answer:
         return Outcome(record.answer, "extractive judge (round limit)", r, answers_agree(final), final)
