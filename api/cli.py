@@ -6,6 +6,8 @@ the commands so parley --help stays instant.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -97,31 +99,56 @@ def submit(
     ] = None,
 ) -> None:
     """Submit a JSONL file as one batch; with --wait show progress and write the results."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from services.gateway_client import GatewayClient, GatewayClientSettings
 
-    from api.client import ApiClientSettings, ApiError, ParleyClient
-
-    settings = ApiClientSettings()
     cfg: dict[str, Any] = {}
     if config:
         text = Path(config[1:]).read_text() if config.startswith("@") else config
         cfg = json.loads(text)
-    client = ParleyClient.from_settings(settings)
-    if api_url:
-        key = settings.key.get_secret_value() if settings.key else None
-        client = ParleyClient(api_url, api_key=key, timeout_s=settings.client_timeout_s)
-    with client:
-        try:
-            accepted = client.submit_batch_file(file, cfg, idempotency_key=idempotency_key)
-        except ApiError as exc:
-            typer.echo(f"rejected: {exc}", err=True)
-            for err in exc.problem.get("errors", [])[:20]:
-                typer.echo(f"  {err}", err=True)
-            raise typer.Exit(2) from exc
-        batch_id = accepted["batch_id"]
-        typer.echo(json.dumps(accepted))
-        if not wait:
-            return
+    client = GatewayClient.from_settings(GatewayClientSettings(), url=api_url)
+    job = SubmitJob(
+        file, cfg, wait=wait, out=out, poll=poll, idempotency_key=idempotency_key, timeout=timeout
+    )
+    code = asyncio.run(job.run(client))
+    if code:
+        raise typer.Exit(code)
+
+
+@dataclasses.dataclass
+class SubmitJob:
+    """``parley submit``: upload, then (with ``wait``) a progress bar and the results file."""
+
+    file: Path
+    config: dict[str, Any]
+    wait: bool
+    out: Path | None
+    poll: float
+    idempotency_key: str | None
+    timeout: float | None
+
+    async def run(self, client: Any) -> int:
+        """The exit code: 0 done, 2 refused, 3 not finished within ``timeout``."""
+        from services.gateway_client import GatewayError
+
+        async with client:
+            try:
+                accepted = await client.submit_batch_file(
+                    self.file, self.config, idempotency_key=self.idempotency_key
+                )
+            except GatewayError as exc:
+                typer.echo(f"rejected: {exc}", err=True)
+                for err in exc.problem.get("errors", [])[:20]:
+                    typer.echo(f"  {err}", err=True)
+                return 2
+            typer.echo(json.dumps(accepted))
+            if not self.wait:
+                return 0
+            timed_out = await self._wait(client, accepted)
+            return await self._write_results(client, accepted["batch_id"], timed_out)
+
+    async def _wait(self, client: Any, accepted: dict[str, Any]) -> bool:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),
@@ -130,7 +157,7 @@ def submit(
             TimeElapsedColumn(),
         )
         with Progress(*columns) as progress:
-            task = progress.add_task(batch_id, total=accepted["total"], detail="")
+            task = progress.add_task(accepted["batch_id"], total=accepted["total"], detail="")
 
             def show(status: dict[str, Any]) -> None:
                 c = status["counts"]
@@ -139,30 +166,35 @@ def submit(
                 progress.update(task, completed=done, detail=detail)
 
             try:
-                client.wait_batch(batch_id, poll_s=poll, on_progress=show, timeout_s=timeout)
-                timed_out = False
+                await client.wait_batch(
+                    accepted["batch_id"], poll_s=self.poll, on_progress=show, timeout_s=self.timeout
+                )
             except TimeoutError:
-                timed_out = True
-        target = out or file.with_suffix(".results.jsonl")
+                return True
+        return False
+
+    async def _write_results(self, client: Any, batch_id: str, timed_out: bool) -> int:
+        target = self.out or self.file.with_suffix(".results.jsonl")
         n = failed = 0
         unfinished: list[dict[str, Any]] = []
         with target.open("w") as fh:
-            for row in client.iter_results(batch_id):
+            async for row in client.iter_results(batch_id):
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                 n += 1
-                failed += row["status"] != "completed"
-                if row["status"] in ("queued", "retrieving", "debating"):
+                failed += row.get("status") != "completed"
+                if row.get("status") in ("queued", "retrieving", "debating"):
                     unfinished.append(row)
         typer.echo(f"wrote {n} results to {target} ({failed} not completed)")
-        if timed_out:
-            typer.echo(
-                f"batch {batch_id} did not finish within {timeout:.0f}s; "
-                f"{len(unfinished)} item(s) unfinished:",
-                err=True,
-            )
-            for row in unfinished[:50]:
-                typer.echo(f"  {row['id']} ({row['job_id']}): {row['status']}", err=True)
-            raise typer.Exit(3)
+        if not timed_out:
+            return 0
+        typer.echo(
+            f"batch {batch_id} did not finish within {self.timeout:.0f}s; "
+            f"{len(unfinished)} item(s) unfinished:",
+            err=True,
+        )
+        for row in unfinished[:50]:
+            typer.echo(f"  {row['id']} ({row['job_id']}): {row['status']}", err=True)
+        return 3
 
 
 @app.command("hash-key")

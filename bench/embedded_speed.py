@@ -33,7 +33,7 @@ from typing import Any
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.result import DebateResult
 from debate_worker.engine.runner import run_debate
-from debate_worker.evaluation.metrics import contains_match, f1_score
+from debate_worker.evaluation.metrics import contains_match, f1_score, paired_bootstrap
 from services.embedded_llm import EmbeddedLLMServer, ServerKind, embedded_from_settings
 from services.knowledge import KnowledgePool
 from services.llm import ChatCompletion, ChatMessage, ChatModel
@@ -106,15 +106,33 @@ def floor_tokens(result: DebateResult) -> float:
     return total
 
 
-async def prompt_throughput(models: Any) -> float:
-    """Prompt tokens per second evaluated on a fresh prompt (nothing of it cached)."""
-    filler = " ".join(f"w{i}" for i in range(150))
-    model = models.for_role("judge")
+async def _fresh_call(model: ChatModel, words: int, max_tokens: int) -> tuple[ChatCompletion, float]:
+    """One call on a prompt no earlier call shares a prefix with (it starts with the clock)."""
+    filler = " ".join(f"w{i}" for i in range(words))
     started = time.perf_counter()
     out = await model.complete(
-        [{"role": "user", "content": f"{time.time()} {filler}"}], temperature=0.0, max_tokens=1
+        [{"role": "user", "content": f"{time.time_ns()} {filler}"}], temperature=0.0, max_tokens=max_tokens
     )
-    return out.prompt_tokens / (time.perf_counter() - started)
+    return out, time.perf_counter() - started
+
+
+async def throughput(models: Any) -> dict[str, float]:
+    """Prompt and generation tokens per second on this machine, now.
+
+    Each rate is a difference of two calls (a short and a long prompt; 1 and 48 generated tokens) so
+    the fixed cost of a request (HTTP, scheduling, the first token) cancels; the best of two tries."""
+    model = models.for_role("judge")
+    prompt_rates, gen_rates = [], []
+    for _ in range(2):
+        short, t_short = await _fresh_call(model, 40, 1)
+        long, t_long = await _fresh_call(model, 400, 1)
+        prompt_rates.append((long.prompt_tokens - short.prompt_tokens) / max(t_long - t_short, 1e-3))
+        gen, t_gen = await _fresh_call(model, 40, 48)
+        gen_rates.append((gen.completion_tokens - short.completion_tokens) / max(t_gen - t_short, 1e-3))
+    return {
+        "prompt_tokens_per_s": round(max(prompt_rates), 1),
+        "completion_tokens_per_s": round(max(gen_rates), 1),
+    }
 
 
 def item_row(item: dict[str, Any], result: DebateResult, wall: float) -> dict[str, Any]:
@@ -150,7 +168,7 @@ async def run_paths(
     next, the order alternating): whatever else the machine does weighs on both paths alike."""
     config = DebateConfig(prompt_style="robust")
     runs: dict[str, dict[str, Any]] = {
-        name: {"path": name, "server": PATHS[name], "items": []} for name in names
+        name: {"path": name, "server": PATHS[name], "items": [], "failed": []} for name in names
     }
     with contextlib.ExitStack() as stack:
         models: dict[str, Any] = {}
@@ -160,12 +178,19 @@ async def run_paths(
             server = stack.enter_context(embedded_from_settings(kind_settings))
             base = build_role_models(settings, served=server.served())
             models[name] = LogAccountedModels(base, server) if name == "baseline" else base
-            runs[name]["prompt_tokens_per_s"] = round(await prompt_throughput(base), 1)
+            runs[name].update(await throughput(base))
         try:
             for k, item in enumerate(items):
                 for name in names if k % 2 == 0 else reversed(names):
                     started = time.perf_counter()
-                    result = await run_debate(item["question"], pools[item["id"]], config, models[name])
+                    try:
+                        result = await run_debate(item["question"], pools[item["id"]], config, models[name])
+                    except Exception as exc:
+                        runs[name]["failed"].append(
+                            {"id": item["id"], "error": f"{type(exc).__name__}: {exc}"}
+                        )
+                        print(f"{name} {item['id']}: FAILED {exc!r}", flush=True)
+                        continue
                     wall = time.perf_counter() - started
                     runs[name]["items"].append(item_row(item, result, wall))
                     write_outputs([runs[n] for n in names], out)  # a stopped run keeps what finished
@@ -189,12 +214,16 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
                 acc[k] += v
     prompt = sum(r["prompt_tokens"] for r in roles.values())
     cached = sum(r["cached_tokens"] for r in roles.values())
+    completion = sum(r["completion_tokens"] for r in roles.values())
     floor = sum(r["floor_tokens"] for r in rows)
     n = len(rows)
+    prompt_floor = floor / n / run["prompt_tokens_per_s"]
+    generation_floor = completion / n / run["completion_tokens_per_s"]
     return {
         "path": run["path"],
         "server": run["server"],
         "questions": n,
+        "failed": len(run.get("failed", [])),
         "wall_s_per_q": round(statistics.mean(r["wall_s"] for r in rows), 1),
         "contains": round(statistics.mean(r["contains"] for r in rows), 3),
         "f1": round(statistics.mean(r["f1"] for r in rows), 3),
@@ -203,30 +232,64 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
         "cached_tokens": int(cached),
         "cached_share": round(cached / prompt, 3) if prompt else 0.0,
         "evaluated_tokens": int(prompt - cached),
+        "completion_tokens": int(completion),
         "prompt_tokens_per_s": run["prompt_tokens_per_s"],
+        "completion_tokens_per_s": run["completion_tokens_per_s"],
         "floor_tokens_per_q": round(floor / n, 1),
-        "floor_s_per_q": round(floor / n / run["prompt_tokens_per_s"], 1),
+        "prompt_floor_s_per_q": round(prompt_floor, 1),
+        "serial_floor_s_per_q": round(prompt_floor + generation_floor, 1),
         "by_role": {role: {k: round(v, 1) for k, v in u.items()} for role, u in roles.items()},
     }
 
 
-def report(summaries: list[dict[str, Any]]) -> str:
+def paired_quality(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-question differences (other − base) in contains and F1 with 95 % paired-bootstrap intervals."""
+    out: dict[str, Any] = {}
+    for metric in ("contains", "f1", "wall_s"):
+        ci = paired_bootstrap([float(r[metric]) for r in base], [float(r[metric]) for r in other])
+        out[metric] = {"diff": round(ci.diff, 3), "low": round(ci.low, 3), "high": round(ci.high, 3)}
+    out["same_answer"] = sum(
+        a["answer"].strip().lower() == b["answer"].strip().lower() for a, b in zip(base, other, strict=True)
+    )
+    return out
+
+
+def report(summaries: list[dict[str, Any]], paired: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| path | server | s/q | ratio | prompt tok | cached | cached % | evaluated | floor s/q | "
-        "contains | F1 | rounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| path | server | questions | s/q | ratio | prompt tok | cached | cached % | evaluated | "
+        "prompt floor s/q | serial floor s/q | contains | F1 | rounds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = summaries[0]["wall_s_per_q"]
     for s in summaries:
         lines.append(
-            f"| {s['path']} | {s['server']} | {s['wall_s_per_q']} | {s['wall_s_per_q'] / base:.2f} | "
-            f"{s['prompt_tokens']} | {s['cached_tokens']} | {100 * s['cached_share']:.0f} | "
-            f"{s['evaluated_tokens']} | {s['floor_s_per_q']} | {s['contains']:.2f} | {s['f1']:.2f} | "
-            f"{s['rounds']} |"
+            f"| {s['path']} | {s['server']} | {s['questions']} | {s['wall_s_per_q']} | "
+            f"{s['wall_s_per_q'] / base:.2f} | {s['prompt_tokens']} | {s['cached_tokens']} | "
+            f"{100 * s['cached_share']:.0f} | {s['evaluated_tokens']} | {s['prompt_floor_s_per_q']} | "
+            f"{s['serial_floor_s_per_q']} | {s['contains']:.2f} | {s['f1']:.2f} | {s['rounds']} |"
         )
-    lines.append("")
-    lines.append("| path | role | calls | prompt tok | cached | completion tok | seconds |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines += [
+        "",
+        "Measured rates (fresh prompts, request overhead cancelled): "
+        + "; ".join(
+            f"{s['path']} {s['prompt_tokens_per_s']} prompt tok/s, "
+            f"{s['completion_tokens_per_s']} generated tok/s"
+            for s in summaries
+        ),
+        "",
+        "| compared with baseline | Δ contains [95 % CI] | Δ F1 [95 % CI] | Δ s/q [95 % CI] | same answer |",
+        "|---|---|---|---|---|",
+    ]
+    for name, q in paired.items():
+        cells = [f"{q[m]['diff']:+.3f} [{q[m]['low']:+.3f}, {q[m]['high']:+.3f}]" for m in ("contains", "f1")]
+        w = q["wall_s"]
+        cells.append(f"{w['diff']:+.1f} [{w['low']:+.1f}, {w['high']:+.1f}]")
+        lines.append(f"| {name} | {' | '.join(cells)} | {q['same_answer']}/{summaries[0]['questions']} |")
+    lines += [
+        "",
+        "| path | role | calls | prompt tok | cached | completion tok | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for s in summaries:
         for role, u in s["by_role"].items():
             lines.append(
@@ -234,6 +297,34 @@ def report(summaries: list[dict[str, Any]]) -> str:
                 f"{u['cached_tokens']:.0f} | {u['completion_tokens']:.0f} | {u['seconds']:.1f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    """Seconds per question for each path (paired questions side by side) and the cached share."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / len(runs)
+    for k, run in enumerate(runs):
+        xs = [i + k * width for i in range(len(run["items"]))]
+        ax.bar(xs, [r["wall_s"] for r in run["items"]], width=width, label=f"{run['path']} ({run['server']})")
+        prompt = sum(u["prompt_tokens"] for r in run["items"] for u in r["by_role"].values())
+        cached = sum(u["cached_tokens"] for r in run["items"] for u in r["by_role"].values())
+        bx.bar([k], [100 * cached / max(prompt, 1)], label=run["path"])
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(runs[0]["items"]))])
+    ax.set_xticklabels([r["id"] for r in runs[0]["items"]], rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("seconds per question (MADKE, robust, 1.5B)")
+    ax.legend()
+    bx.set_xticks(range(len(runs)))
+    bx.set_xticklabels([r["path"] for r in runs])
+    bx.set_ylabel("prompt tokens served from cache (%)")
+    bx.set_ylim(0, 100)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -244,7 +335,9 @@ def main() -> None:
     ap.add_argument("--paths", default="baseline,slots")
     ap.add_argument("--out", type=Path, default=Path("reports/embedded-speed"))
     args = ap.parse_args()
-    settings = LLMSettings()
+    # A question waits on its turn at a busy server: allow longer than an interactive read timeout.
+    env = LLMSettings()
+    settings = env.model_copy(update={"timeout_s": max(env.timeout_s, 900.0)})
     pools = {}
     for line in args.pools.read_text().splitlines():
         obj = json.loads(line)
@@ -257,16 +350,19 @@ def main() -> None:
 
 
 def write_outputs(runs: list[dict[str, Any]], out: Path) -> str:
-    """Raw runs, the summary and the report for the questions every path has finished."""
-    done = min(len(r["items"]) for r in runs)
+    """Raw runs, then the summary, report and plot over the questions every path has finished."""
     for run in runs:
         (out / f"{run['path']}.json").write_text(json.dumps(run, indent=1))
-    if not done:
+    common = set.intersection(*({r["id"] for r in run["items"]} for run in runs))
+    if not common:
         return ""
-    summaries = [summarise({**r, "items": r["items"][:done]}) for r in runs]
-    (out / "summary.json").write_text(json.dumps(summaries, indent=1))
-    table = report(summaries)
+    paired_runs = [{**run, "items": [r for r in run["items"] if r["id"] in common]} for run in runs]
+    summaries = [summarise(r) for r in paired_runs]
+    paired = {r["path"]: paired_quality(paired_runs[0]["items"], r["items"]) for r in paired_runs[1:]}
+    (out / "summary.json").write_text(json.dumps({"paths": summaries, "paired": paired}, indent=1))
+    table = report(summaries, paired)
     (out / "report.md").write_text(table)
+    plot(paired_runs, out / "seconds_per_question.png")
     return table
 
 

@@ -37,7 +37,6 @@ from pydantic import ValidationError
 
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import RoleModels
-from debate_worker.engine.registry import KNOWLEDGE_FREE
 from debate_worker.engine.result import Checkpoint
 from debate_worker.engine.runner import run_debate
 from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
@@ -364,7 +363,7 @@ class JobRunner:
         return "completed" if done else "skipped:finished-elsewhere"
 
     async def _build_pool(self, job: JobRecord, config: DebateConfig) -> KnowledgePool:
-        if config.protocol in KNOWLEDGE_FREE or not config.uses_knowledge:
+        if not config.needs_pool:
             return empty_pool(job.question)
         if job.pool is not None:
             # The client brought the pool (a benchmark's precomputed one): no retrieval.

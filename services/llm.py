@@ -205,6 +205,25 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def retryable_failure(
+    resp: httpx.Response, url: str, asked_schema: bool, retry_after: float | None
+) -> LLMError:
+    """The error an unsuccessful reply is worth retrying as; raises the ones retrying cannot help."""
+    status = resp.status_code
+    text = resp.text[:500]
+    if status in (400, 500) and (refusal := context_refusal(url, text)) is not None:
+        raise refusal
+    if asked_schema and "response_format" in resp.text:
+        # Some servers (llama-cpp-python) answer an unsupported response_format with a 500 naming it;
+        # retrying cannot help, falling back to text can.
+        raise LLMSchemaRejected(f"HTTP {status}: {text}", url=url, status=status, body=text)
+    if status == 429:
+        return LLMRateLimited(f"rate limited (429): {text}", url=url, retry_after=retry_after)
+    if status in RETRYABLE_STATUS or status >= 500:
+        return LLMServerError(f"HTTP {status}: {text}", url=url, status=status)
+    raise LLMBadRequest(f"HTTP {status}: {text}", url=url, status=status, body=text)
+
+
 class _EndpointLimits:
     """Process-wide semaphores per endpoint, rebuilt per event loop (asyncio primitives bind to one)."""
 
@@ -419,22 +438,7 @@ class OpenAIChatClient:
                             self._schema_supported = True
                         return completion
                     retry_after = parse_retry_after(resp.headers.get("retry-after"))
-                    status = resp.status_code
-                    text = resp.text[:500]
-                    if status in (400, 500) and (refusal := context_refusal(url, text)) is not None:
-                        raise refusal
-                    if "response_format" in body and "response_format" in resp.text:
-                        # Some servers (llama-cpp-python) answer an unsupported response_format with a
-                        # 500 naming it; retrying cannot help, falling back to text can.
-                        raise LLMSchemaRejected(f"HTTP {status}: {text}", url=url, status=status, body=text)
-                    if status == 429:
-                        failure = LLMRateLimited(
-                            f"rate limited (429): {text}", url=url, retry_after=retry_after
-                        )
-                    elif status in RETRYABLE_STATUS or status >= 500:
-                        failure = LLMServerError(f"HTTP {status}: {text}", url=url, status=status)
-                    else:
-                        raise LLMBadRequest(f"HTTP {status}: {text}", url=url, status=status, body=text)
+                    failure = retryable_failure(resp, url, "response_format" in body, retry_after)
             if retry_after is not None and retry_after > self._retry.retry_after_cap_s:
                 raise failure
             delay = self._retry.backoff(attempt, retry_after)

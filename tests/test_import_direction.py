@@ -14,15 +14,12 @@ PACKAGES = ("api", "retriever", "debate_worker", "services", "parley_testing")
 # Each package's command-line module: only the root (parley_cli) assembles them.
 CLI_MODULES = {
     "api.cli",
-    "debate_worker.cli",
     "debate_worker.worker_cli",
     "debate_worker.ask_cli",
     "debate_worker.kks.cli",
     "debate_worker.evaluation.cli",
     "retriever.cli",
 }
-# The former root, kept as an alias of parley_cli for ``python -m debate_worker.cli`` callers.
-ALIAS = Path("debate_worker/cli.py")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -51,8 +48,6 @@ def test_no_package_imports_the_root_another_cli_or_the_tests() -> None:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT)
-            if rel == ALIAS:
-                continue
             bad = offending_imports(path, package)
             if bad:
                 found[str(rel)] = bad

@@ -11,11 +11,9 @@ interrupted evaluation resumes by polling the same batch instead of submitting t
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import httpx
 from pydantic import ValidationError
 
 from debate_worker.engine.result import DebateResult
@@ -23,110 +21,19 @@ from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.judge import AnswerJudge
 from debate_worker.evaluation.runner import EvalOptions, RunTally, grade, make_progress, result_record
 from debate_worker.evaluation.store import ResultRecord, RunSpec, Workspace, now_iso
-
-TERMINAL = frozenset(
-    {"completed", "complete", "done", "finished", "failed", "cancelled", "canceled", "partial"}
-)
-FINISHED_COUNTS = ("completed", "succeeded", "done", "failed", "cancelled", "canceled")
+from services.gateway_client import GatewayClient, GatewayNotFound, finished_count
 
 
-class BatchAPIError(RuntimeError):
-    """The gateway refused or failed a request; ``detail`` is the problem+json detail when given."""
-
-    def __init__(self, message: str, *, status: int | None = None, detail: str | None = None) -> None:
-        super().__init__(message + (f": {detail}" if detail else ""))
-        self.status = status
-        self.detail = detail
-
-
-class BatchNotFound(BatchAPIError):
-    """The gateway no longer knows a batch (e.g. its store was wiped); the run resubmits."""
-
-
-class BatchClient:
-    """A small async client of the batch API. Pass ``transport`` or ``client`` to control the network."""
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        timeout_s: float = 30.0,
-        client: httpx.AsyncClient | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._owns = client is None
-        self._client = client or httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
-        )
-        if client is not None and api_key:
-            self._client.headers.update(headers)
-
-    async def aclose(self) -> None:
-        if self._owns:
-            await self._client.aclose()
-
-    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            resp = await self._client.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise BatchAPIError(f"cannot reach the Parley API ({type(exc).__name__})") from exc
-        if resp.status_code >= 400:
-            detail: str | None = None
-            try:
-                body = resp.json()
-                detail = str(body.get("detail") or body.get("title") or "") or None
-            except (ValueError, AttributeError):
-                detail = resp.text[:200] or None
-            cls = BatchNotFound if resp.status_code == 404 else BatchAPIError
-            raise cls(f"{method} {path} → HTTP {resp.status_code}", status=resp.status_code, detail=detail)
-        return resp
-
-    async def submit(self, items: Sequence[Item], config: dict[str, Any]) -> dict[str, Any]:
-        """Enqueue ``items`` as one batch debated with ``config``; returns the 202 body."""
-        payload = {
-            "items": [{"id": it.id, "question": it.question, "answers": it.answers} for it in items],
-            "config": config,
-        }
-        data: dict[str, Any] = (await self._request("POST", "/v1/batches", json=payload)).json()
-        return data
-
-    async def status(self, batch_id: str) -> dict[str, Any]:
-        data: dict[str, Any] = (await self._request("GET", f"/v1/batches/{batch_id}")).json()
-        return data
-
-    async def results(self, batch_id: str) -> list[dict[str, Any]]:
-        """The NDJSON result lines; an unreadable line is reported as a failed entry, not dropped."""
-        resp = await self._request("GET", f"/v1/batches/{batch_id}/results")
-        lines = []
-        for n, raw in enumerate(resp.text.splitlines(), start=1):
-            if not raw.strip():
-                continue
-            try:
-                lines.append(json.loads(raw))
-            except json.JSONDecodeError:
-                lines.append({"id": None, "error": f"unreadable results line {n}"})
-        return lines
-
-
-def finished_count(status: dict[str, Any]) -> int:
-    counts = status.get("counts") or {}
-    return sum(int(counts.get(k, 0) or 0) for k in FINISHED_COUNTS)
-
-
-def is_terminal(status: dict[str, Any]) -> bool:
-    total = int(status.get("total") or 0)
-    return str(status.get("status", "")).lower() in TERMINAL or (
-        total > 0 and finished_count(status) >= total
-    )
+def batch_items(items: Sequence[Item]) -> list[dict[str, Any]]:
+    """Dataset items as the gateway's batch items."""
+    return [{"id": it.id, "question": it.question, "answers": it.answers} for it in items]
 
 
 async def run_via_api(
     ws: Workspace,
     items: Sequence[Item],
     runs: Sequence[RunSpec],
-    client: BatchClient,
+    client: GatewayClient,
     *,
     judge: AnswerJudge | None = None,
     options: EvalOptions | None = None,
@@ -154,15 +61,15 @@ async def run_via_api(
             while True:
                 if state is not None:
                     try:
-                        await client.status(state["batch_id"])
-                    except BatchNotFound:
+                        await client.get_batch(state["batch_id"])
+                    except GatewayNotFound:
                         ws.save_batch_state(spec.label, None)
                         state = None
                 if state is None:
                     fresh = [it for it in todo if it.id not in attempted]
                     if not fresh:
                         break
-                    created = await client.submit(fresh, spec.config)
+                    created = await client.submit_batch(batch_items(fresh), spec.config)
                     state = {
                         "batch_id": created["batch_id"],
                         "ids": [it.id for it in fresh],
@@ -197,7 +104,7 @@ async def run_via_api(
 
 
 async def _poll(
-    client: BatchClient,
+    client: GatewayClient,
     batch_id: str,
     bar: Any,
     poll_interval_s: float,
@@ -206,11 +113,11 @@ async def _poll(
     """Poll until the batch is finished, moving the progress bar by the items finished so far."""
     seen = 0
     while True:
-        status = await client.status(batch_id)
+        status = await client.get_batch(batch_id)
         done = finished_count(status)
         bar.update(max(0, done - seen))
         seen = max(seen, done)
-        if is_terminal(status):
+        if status.get("status") == "completed":
             return
         await sleep(poll_interval_s)
 

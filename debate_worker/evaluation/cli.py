@@ -169,10 +169,7 @@ def eval_command(
     if out is None:
         raise typer.BadParameter("is required", param_hint="--out")
     settings = EvalSettings()
-    if on_error not in ("skip", "fail"):
-        raise typer.BadParameter("must be skip or fail", param_hint="--on-error")
-    if primary not in ("em", "contains", "judge"):
-        raise typer.BadParameter("must be em, contains or judge", param_hint="--primary")
+    _check_choices(on_error=on_error, primary=primary)
     pairs = parse_compare(compare)
     samples = bootstrap_samples or settings.bootstrap_samples
     boot_seed = settings.bootstrap_seed if seed is None else seed
@@ -231,6 +228,18 @@ def eval_command(
     except EvalAborted as exc:
         console.print(f"[red]stopped:[/red] {exc}")
         raise typer.Exit(3) from None
+    _print_outcome(console, outcome, out)
+
+
+def _check_choices(*, on_error: str, primary: str) -> None:
+    if on_error not in ("skip", "fail"):
+        raise typer.BadParameter("must be skip or fail", param_hint="--on-error")
+    if primary not in ("em", "contains", "judge"):
+        raise typer.BadParameter("must be em, contains or judge", param_hint="--primary")
+
+
+def _print_outcome(console: Any, outcome: Any, out: Path) -> None:
+    """Dataset lines skipped, pool entries dropped, the summary and the items to retry."""
     for problem in outcome.dataset.problems:
         console.print(f"[yellow]dataset {problem}[/yellow] (skipped)")
     if outcome.dataset.pool_items_dropped:
@@ -278,10 +287,10 @@ async def _evaluate(
     try:
         api_url = api or settings.api_url
         if api_url:
-            from debate_worker.evaluation.api_client import BatchClient
+            from services.gateway_client import GatewayClient
 
             key = api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
-            client = BatchClient(api_url, api_key=key, timeout_s=settings.api_timeout_s)
+            client = GatewayClient(api_url, api_key=key, timeout_s=settings.api_timeout_s)
             try:
                 return await evaluate(
                     request, judge=judge, batch_client=client, poll_interval_s=settings.api_poll_interval_s

@@ -22,7 +22,6 @@ index in a JSON array), and ``on_error="fail"`` turns the first one into a ``Dat
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import string
@@ -34,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from debate_worker.evaluation.equivalence import is_numeric
+from debate_worker.kks import puzzle_question
 from services.knowledge import GivenKnowledge, KnowledgePool, KnowledgeSource, pool_from_items
 
 ItemKind = Literal["qa", "fever", "mc", "kks", "math"]
@@ -217,7 +217,7 @@ def load_mc(record: dict[str, Any], default_id: str) -> Item:
 # ("knight", "knave", "spy"), ``answers`` is the solution rendered as "A: knight, B: knave, …" so the
 # text metrics still work. If ``debate_worker.kks`` provides ``puzzle_question(record) -> str`` it is
 # used to phrase the question from a generated puzzle; otherwise the record's "question"/"puzzle"
-# text is used as is. Scoring (Strict/Smooth) is in ``metrics.kks_strict``/``metrics.kks_smooth``.
+# text is used as is. Scoring (Strict/Smooth) is ``debate_worker.kks.score_kks``.
 # ---------------------------------------------------------------------------------------------
 def render_solution(solution: dict[str, str]) -> str:
     return ", ".join(f"{player}: {role}" for player, role in solution.items())
@@ -282,17 +282,9 @@ def load_kks(record: dict[str, Any], default_id: str) -> Item:
     if not all(isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in solution.items()):
         raise LineError("'solution' must map player names to role names")
     solution = {k.strip(): v.strip().lower() for k, v in solution.items()}
-    question: str | None = None
-    try:
-        kks = importlib.import_module("debate_worker.kks")  # the protocols engineer's package
-
-        phrase = getattr(kks, "puzzle_question", None)
-        if callable(phrase) and not isinstance(record.get("question"), str):
-            question = str(phrase(record))
-    except ImportError:
-        pass
-    if question is None:
-        question = _text(record, "question", "puzzle")
+    # A record without its question text gets the KKS paper's phrasing of its game.
+    question = record["question"] if isinstance(record.get("question"), str) else None
+    question = _text(record, "question", "puzzle") if question is not None else puzzle_question(record)
     return Item(
         id=str(record.get("id", default_id)),
         question=question,
@@ -525,6 +517,26 @@ def read_jsonl(handle: Iterable[str]) -> Iterator[RawRecord]:
             yield RawRecord(lineno, None, error=f"invalid JSON ({exc.msg} at column {exc.colno})")
 
 
+def _load_record(rec: RawRecord, detected: str) -> tuple[Item | None, str, str | None]:
+    """One record as an item, the format (detected from the first good record when not given), and
+    the reason when the record is unusable."""
+    if rec.error is not None:
+        return None, detected, rec.error
+    record = rec.value
+    if not isinstance(record, dict):
+        return None, detected, f"expected a JSON object, got {type(record).__name__}"
+    if not detected:
+        try:
+            detected = detect_format(record)
+        except DatasetError as exc:
+            return None, detected, str(exc)
+    default_id = f"index-{rec.index}" if rec.index is not None else f"line-{rec.line}"
+    try:
+        return LOADERS[detected](record, default_id), detected, None
+    except LineError as exc:
+        return None, detected, f"{exc} ({detected} format)"
+
+
 def load_dataset(
     path: Path,
     *,
@@ -543,8 +555,8 @@ def load_dataset(
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise DatasetError(f"cannot read dataset {path}: {reason}") from exc
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise DatasetError(f"cannot read dataset {path}: {why}") from exc
     is_array = text.lstrip().startswith("[")
     records = read_json_array(text) if is_array else read_jsonl(text.split("\n"))
     items: list[Item] = []
@@ -561,27 +573,11 @@ def load_dataset(
     for rec in records:
         if limit is not None and len(items) >= limit:
             break
-        if rec.error is not None:
-            problem(rec, rec.error)
-            continue
-        record = rec.value
-        if not isinstance(record, dict):
-            problem(rec, f"expected a JSON object, got {type(record).__name__}")
-            continue
-        if not detected:
-            try:
-                detected = detect_format(record)
-            except DatasetError as exc:
-                problem(rec, str(exc))
-                continue
-        default_id = f"index-{rec.index}" if rec.index is not None else f"line-{rec.line}"
-        try:
-            item = LOADERS[detected](record, default_id)
-        except LineError as exc:
-            problem(rec, f"{exc} ({detected} format)")
-            continue
-        if item.id in seen:
-            problem(rec, f"duplicate id {item.id!r}")
+        item, detected, reason = _load_record(rec, detected)
+        if item is not None and item.id in seen:
+            reason = f"duplicate id {item.id!r}"
+        if item is None or reason is not None:
+            problem(rec, reason or "unreadable record")
             continue
         seen.add(item.id)
         items.append(item.model_copy(update={"line": rec.line, "index": rec.index}))

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from debate_worker.engine.config import HONOURED, SINGLE_AGENT_PROTOCOLS, DebateConfig
 from debate_worker.engine.context import RoleModels
-from debate_worker.evaluation.api_client import BatchClient, run_via_api
+from debate_worker.evaluation.api_client import run_via_api
 from debate_worker.evaluation.datasets import Dataset, OnError, load_dataset
 from debate_worker.evaluation.judge import AnswerJudge
 from debate_worker.evaluation.presets import UnknownPreset, get_preset, shared_settings
@@ -34,6 +34,7 @@ from debate_worker.evaluation.runner import (
 )
 from debate_worker.evaluation.scoring import PrimaryMetric
 from debate_worker.evaluation.store import Manifest, RunSpec, Workspace, check_label
+from services.gateway_client import GatewayClient
 from services.knowledge import PoolBuilder
 
 
@@ -204,7 +205,7 @@ async def evaluate(
     models: RoleModels | None = None,
     pool_builder: PoolBuilder | None = None,
     judge: AnswerJudge | None = None,
-    batch_client: BatchClient | None = None,
+    batch_client: GatewayClient | None = None,
     poll_interval_s: float = 2.0,
 ) -> EvalOutcome:
     """Run (or resume) every requested run and write the report. In-process needs ``models`` (and a

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,38 +135,6 @@ def mc_choice(answer: str | None, choices: Sequence[str]) -> int | None:
     if m:
         return letters.index(m.group(1).upper())
     return None
-
-
-# --------------------------------------------------------------------------------------------- KKS
-
-_ROLE_WORDS = ("knight", "knave", "spy")
-
-
-def parse_role_assignment(answer: str | None, players: Sequence[str]) -> dict[str, str]:
-    """Roles per player from text like "A: knight, B: knave" or "A is a knight and B is a spy".
-
-    Used when the KKS protocol gives a plain-text answer; players missing from the text are absent.
-    """
-    out: dict[str, str] = {}
-    text = answer or ""
-    for player in players:
-        pattern = rf"\b{re.escape(player)}\b\s*(?::|=|-|is(?: an?| the)?|was(?: an?)?)\s*(knight|knave|spy)"
-        m = re.search(pattern, text, re.IGNORECASE)
-        if m:
-            out[player] = m.group(1).lower()
-    return out
-
-
-def kks_strict(predicted: Mapping[str, str], gold: Mapping[str, str]) -> float:
-    """1.0 only when every player's role is right (KKS paper, StrictAccuracy per instance)."""
-    return float(bool(gold) and all(predicted.get(p, "").lower() == r.lower() for p, r in gold.items()))
-
-
-def kks_smooth(predicted: Mapping[str, str], gold: Mapping[str, str]) -> float:
-    """The share of players whose role is right (KKS paper, SmoothAccuracy per instance)."""
-    if not gold:
-        return 0.0
-    return sum(predicted.get(p, "").lower() == r.lower() for p, r in gold.items()) / len(gold)
 
 
 # ---------------------------------------------------------------------------------------- Co2/Cons

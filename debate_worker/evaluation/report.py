@@ -7,16 +7,14 @@ bootstrap comparisons use only items that finished in both runs.
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from debate_worker.engine.prompts import paper
+from debate_worker.engine.prompts import PromptSet, get_prompts, paper
 from debate_worker.engine.result import DebateResult, TranscriptRecord
 from debate_worker.evaluation import metrics, published
 from debate_worker.evaluation.datasets import Item
@@ -27,25 +25,22 @@ from debate_worker.evaluation.store import Manifest, ResultRecord, RunSpec, Work
 NON_ANSWER_ROLES = frozenset({"select", "judge", "summarizer", "moderator", "vote", "extract"})
 
 
-def _style_module(style: str) -> ModuleType | None:
+def _style(style: str) -> PromptSet:
+    """The style's prompt set; the paper's for a style this version does not know (an old report)."""
     try:
-        return importlib.import_module(f"debate_worker.engine.prompts.{style}")
-    except ImportError:
-        return None
+        return get_prompts(style)
+    except ValueError:
+        return paper
 
 
 def knowledge_label(style: str) -> re.Pattern[str]:
-    """``KNOWLEDGE_LABEL`` of the style's prompt module, or the paper's ``[n]`` form."""
-    found = getattr(_style_module(style), "KNOWLEDGE_LABEL", None)
-    return found if isinstance(found, re.Pattern) else paper.KNOWLEDGE_LABEL
+    """How an answer that is only a knowledge item's label looks in ``style``."""
+    return _style(style).KNOWLEDGE_LABEL
 
 
 def example_answers(style: str) -> tuple[str, ...]:
-    """``EXAMPLE_ANSWERS`` of the style's prompt module, or the paper's when the module has none."""
-    found = getattr(_style_module(style), "EXAMPLE_ANSWERS", None)
-    if not found:
-        return tuple(paper.EXAMPLE_ANSWERS)
-    return tuple(str(a) for a in found)
+    """The example answers ``style``'s prompts show (an answer copying one is flagged)."""
+    return tuple(str(a) for a in _style(style).EXAMPLE_ANSWERS)
 
 
 def _share(flags: Iterable[bool]) -> float | None:
@@ -356,6 +351,71 @@ def _fmt(value: Any, pct: bool = False, digits: int = 1) -> str:
     return str(value)
 
 
+def _comparison_lines(report: dict[str, Any]) -> list[str]:
+    """The paired-bootstrap differences section (empty without comparisons)."""
+    lines: list[str] = []
+    if report["comparisons"]:
+        lines += [
+            "",
+            "## Differences (paired bootstrap, 95% CI)",
+            "",
+            f"Accuracy of B minus accuracy of A over the items both finished; "
+            f"{report['bootstrap']['samples']} resamples, seed {report['bootstrap']['seed']}. "
+            "A CI that contains 0 means the difference may be noise.",
+            "",
+            "| A | B | n | A % | B % | B − A (pp) | 95% CI (pp) | verdict |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for c in report["comparisons"]:
+            if not c["n"]:
+                lines.append(
+                    f"| {c['a']} | {c['b']} | 0 | – | – | – | – | no item finished in both runs yet |"
+                )
+                continue
+            verdict = "real difference" if c["significant"] else "may be noise"
+            lines.append(
+                f"| {c['a']} | {c['b']} | {c['n']} | {_fmt(c['accuracy_a'], True)} "
+                f"| {_fmt(c['accuracy_b'], True)} | {100 * c['diff']:+.1f} "
+                f"| [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {verdict} |"
+            )
+    return lines
+
+
+def _diagnostic_lines(report: dict[str, Any]) -> list[str]:
+    """Prompt diagnostics per run and the parse-error rate per role."""
+    lines: list[str] = []
+    lines += [
+        "",
+        "## Prompt diagnostics",
+        "",
+        "Final answers: bare numbers (a knowledge label taken for the answer: `3` for an item shown as "
+        "`[3]` in the paper style, `K3` in the robust style, where a plain number is a real answer), "
+        "copies of the one-shot "
+        "example's answer, placeholders (empty, `answer`, `your answer`; in brackets the part where no "
+        "answer could be parsed at all); turn columns count every agent turn. Selection: steps whose reply "
+        "parsed (an empty selection counts as valid) and `[No Found]` share. Judge/rule: LLM judge "
+        "verdicts equal to the rule check.",
+        "",
+        "| run | bare number % | example copy % | placeholder % | (no answer %) | turn bare % "
+        "| turn copy % | valid selection % | No Found % | judge = rule % |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["runs"]:
+        a, t, s = r["answers"], r["turn_answers"], r["selection"]
+        lines.append(
+            f"| {r['label']} | {_fmt(a['bare_number'], True)} | {_fmt(a['example_copy'], True)} "
+            f"| {_fmt(a['placeholder'], True)} | {_fmt(a['no_answer'], True)} "
+            f"| {_fmt(t['bare_number'], True)} | {_fmt(t['example_copy'], True)} "
+            f"| {_fmt(s['valid_selection_share'], True)} | {_fmt(s['no_found_share'], True)} "
+            f"| {_fmt(r['judge_rule']['agreement'], True)} |"
+        )
+    lines += ["", "Parse-error rate per role (errors / records):", ""]
+    for r in report["runs"]:
+        parts = [f"{role} {v['errors']}/{v['records']}" for role, v in r["parse_errors"].items()]
+        lines.append(f"- **{r['label']}**: " + (", ".join(parts) if parts else "no transcripts"))
+    return lines
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The human-readable report: results, comparisons with CIs, prompt diagnostics, failures."""
     lines = [
@@ -386,59 +446,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r['label']} | {_fmt(r['kks_strict'], True)} | {_fmt(r['kks_smooth'], True)} |")
     lines += _budget_lines(report)
     lines += _published_lines(report)
-    if report["comparisons"]:
-        lines += [
-            "",
-            "## Differences (paired bootstrap, 95% CI)",
-            "",
-            f"Accuracy of B minus accuracy of A over the items both finished; "
-            f"{report['bootstrap']['samples']} resamples, seed {report['bootstrap']['seed']}. "
-            "A CI that contains 0 means the difference may be noise.",
-            "",
-            "| A | B | n | A % | B % | B − A (pp) | 95% CI (pp) | verdict |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for c in report["comparisons"]:
-            if not c["n"]:
-                lines.append(
-                    f"| {c['a']} | {c['b']} | 0 | – | – | – | – | no item finished in both runs yet |"
-                )
-                continue
-            verdict = "real difference" if c["significant"] else "may be noise"
-            lines.append(
-                f"| {c['a']} | {c['b']} | {c['n']} | {_fmt(c['accuracy_a'], True)} "
-                f"| {_fmt(c['accuracy_b'], True)} | {100 * c['diff']:+.1f} "
-                f"| [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {verdict} |"
-            )
-    lines += [
-        "",
-        "## Prompt diagnostics",
-        "",
-        "Final answers: bare numbers (a knowledge label taken for the answer: `3` for an item shown as "
-        "`[3]` in the paper style, `K3` in the robust style, where a plain number is a real answer), "
-        "copies of the one-shot "
-        "example's answer, placeholders (empty, `answer`, `your answer`; in brackets the part where no "
-        "answer could be parsed at all); turn columns count every agent turn. Selection: steps whose reply "
-        "parsed (an empty selection counts as valid) and `[No Found]` share. Judge/rule: LLM judge "
-        "verdicts equal to the rule check.",
-        "",
-        "| run | bare number % | example copy % | placeholder % | (no answer %) | turn bare % "
-        "| turn copy % | valid selection % | No Found % | judge = rule % |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in report["runs"]:
-        a, t, s = r["answers"], r["turn_answers"], r["selection"]
-        lines.append(
-            f"| {r['label']} | {_fmt(a['bare_number'], True)} | {_fmt(a['example_copy'], True)} "
-            f"| {_fmt(a['placeholder'], True)} | {_fmt(a['no_answer'], True)} "
-            f"| {_fmt(t['bare_number'], True)} | {_fmt(t['example_copy'], True)} "
-            f"| {_fmt(s['valid_selection_share'], True)} | {_fmt(s['no_found_share'], True)} "
-            f"| {_fmt(r['judge_rule']['agreement'], True)} |"
-        )
-    lines += ["", "Parse-error rate per role (errors / records):", ""]
-    for r in report["runs"]:
-        parts = [f"{role} {v['errors']}/{v['records']}" for role, v in r["parse_errors"].items()]
-        lines.append(f"- **{r['label']}**: " + (", ".join(parts) if parts else "no transcripts"))
+    lines += _comparison_lines(report)
+    lines += _diagnostic_lines(report)
     if report.get("plots"):
         lines += ["", "## Plots", ""]
         lines += [f"![{Path(p).stem}]({p})" for p in report["plots"]]

@@ -21,7 +21,6 @@ from typing import Any, Literal
 from debate_worker.engine.answers import answers_agree, majority_vote
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import RoleModels
-from debate_worker.engine.registry import KNOWLEDGE_FREE
 from debate_worker.engine.result import DebateResult, TranscriptRecord, Usage
 from debate_worker.engine.runner import run_debate
 from debate_worker.evaluation.datasets import Item
@@ -65,8 +64,7 @@ def make_progress(desc: str, total: int, initial: int, enabled: bool = True) -> 
 
 
 def needs_pool(spec: RunSpec) -> bool:
-    cfg = DebateConfig.model_validate(spec.config)
-    return cfg.protocol not in KNOWLEDGE_FREE and cfg.uses_knowledge
+    return DebateConfig.model_validate(spec.config).needs_pool
 
 
 def own_pool_ids(items: Sequence[Item], pool_source: PoolSource) -> set[str]:

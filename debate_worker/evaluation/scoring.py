@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from debate_worker.evaluation import metrics
 from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.equivalence import numeric_match
+from debate_worker.kks import score_kks
 
 PrimaryMetric = Literal["em", "contains", "judge"]
 
@@ -53,9 +54,7 @@ def score_answer(
         return Scores(em=em, f1=f1, contains=contains, correct=max(numeric, em), numeric=numeric)
     if item.kind == "kks":
         solution: dict[str, str] = dict(item.meta.get("solution", {}))
-        predicted = parse_roles(answer, list(solution))
-        strict = metrics.kks_strict(predicted, solution)
-        smooth = metrics.kks_smooth(predicted, solution)
+        strict, smooth = score_kks(answer, solution)
         return Scores(em=em, f1=f1, contains=contains, correct=strict, strict=strict, smooth=smooth)
     if primary == "judge":
         correct = float(bool(judge))
@@ -64,15 +63,6 @@ def score_answer(
     else:
         correct = em
     return Scores(em=em, f1=f1, contains=contains, correct=correct, judge=judge)
-
-
-def parse_roles(answer: str | None, players: list[str]) -> dict[str, str]:
-    """The KKS package's parser (JSON or text, as its protocol prompts ask) when present, else ours."""
-    try:
-        from debate_worker.kks import parse_assignment
-    except ImportError:
-        return metrics.parse_role_assignment(answer, players)
-    return parse_assignment(answer, players)
 
 
 def is_correct(item: Item, answer: str | None, primary: PrimaryMetric = "em") -> bool:

@@ -20,10 +20,11 @@ from fastapi.responses import JSONResponse, Response
 
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.runner import run_debate
-from debate_worker.evaluation.api_client import BatchAPIError, BatchClient
+from debate_worker.evaluation.api_client import batch_items
 from debate_worker.evaluation.datasets import load_dataset
 from debate_worker.evaluation.harness import EvalRequest, evaluate
 from debate_worker.evaluation.store import Workspace
+from services.gateway_client import GatewayClient, GatewayError
 from services.knowledge import empty_pool
 from tests.debate_worker.evaluation.conftest import QUESTIONS, models_for
 from tests.support.scripted_llm import ScriptedLLM, free_port
@@ -158,7 +159,7 @@ async def test_api_run_records_failures_and_resubmits_only_them(
 ) -> None:
     out = tmp_path / "api"
     gateway.fail_questions = {QUESTIONS[2]["question"]}
-    client = BatchClient(gateway.url, api_key=KEY)
+    client = GatewayClient(gateway.url, api_key=KEY)
     try:
         outcome = await evaluate(
             req(nq_dataset, out, protocols=["single", "cot"]), batch_client=client, poll_interval_s=0.02
@@ -195,11 +196,13 @@ async def test_resume_polls_the_submitted_batch_instead_of_resubmitting(
     gateway: ContractGateway, nq_dataset: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "resume"
-    client = BatchClient(gateway.url, api_key=KEY)
+    client = GatewayClient(gateway.url, api_key=KEY)
     try:
         # An earlier invocation submitted a batch with the first two items and was interrupted.
         items = load_dataset(nq_dataset).items[:2]
-        created = await client.submit(items, DebateConfig(protocol="single").model_dump(mode="json"))
+        created = await client.submit_batch(
+            batch_items(items), DebateConfig(protocol="single").model_dump(mode="json")
+        )
         Workspace(out).save_batch_state(
             "single", {"batch_id": created["batch_id"], "ids": [i.id for i in items]}
         )
@@ -222,10 +225,10 @@ async def test_resume_polls_the_submitted_batch_instead_of_resubmitting(
 
 
 async def test_wrong_key_is_a_clear_error(gateway: ContractGateway) -> None:
-    client = BatchClient(gateway.url, api_key="wrong")
+    client = GatewayClient(gateway.url, api_key="wrong")
     try:
-        with pytest.raises(BatchAPIError, match="401: missing or wrong API key"):
-            await client.status("bat-1")
+        with pytest.raises(GatewayError, match="401: missing or wrong API key"):
+            await client.get_batch("bat-1")
     finally:
         await client.aclose()
 
@@ -250,7 +253,7 @@ async def test_against_the_real_gateway(nq_dataset: Path, tmp_path: Path) -> Non
                     support.worker_env(redis_server.url, llm.base_url), tmp_path / "worker.log"
                 ),
             ):
-                client = BatchClient(api.url, api_key=KEY)
+                client = GatewayClient(api.url, api_key=KEY)
                 try:
                     outcome = await evaluate(
                         req(nq_dataset, tmp_path / "real", protocols=["single"]),

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from debate_worker.cli import app
+from parley_cli import build_app
 from tests.debate_worker.evaluation.conftest import QUESTIONS, write_jsonl
 from tests.debate_worker.evaluation.test_api_mode import KEY, ContractGateway
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.integration
+
+app = build_app()
 runner = CliRunner()
 
 
@@ -172,7 +174,7 @@ def test_sigterm_stops_cleanly_and_the_run_resumes(nq_dataset: Path, tmp_path: P
     args = [
         sys.executable,
         "-m",
-        "debate_worker.cli",
+        "parley_cli",
         "eval",
         "--dataset",
         str(nq_dataset),

@@ -8,6 +8,8 @@ from debate_worker.evaluation import metrics
 from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.report import example_answers, knowledge_label
 from debate_worker.evaluation.scoring import score_answer
+from debate_worker.kks.scoring import parse_assignment
+from debate_worker.kks.scoring import score as kks_score
 
 pytestmark = pytest.mark.unit
 
@@ -86,12 +88,11 @@ def test_fever_labels_and_multiple_choice() -> None:
 
 def test_kks_strict_and_smooth() -> None:
     gold = {"A": "knight", "B": "knave", "C": "spy"}
-    predicted = metrics.parse_role_assignment("A is a knight, B: spy and C is the spy", list(gold))
+    predicted = parse_assignment("A is a knight, B: spy and C is the spy", list(gold))
     assert predicted == {"A": "knight", "B": "spy", "C": "spy"}
-    assert metrics.kks_strict(predicted, gold) == 0.0
-    assert metrics.kks_smooth(predicted, gold) == pytest.approx(2 / 3)
-    assert metrics.kks_strict(gold, gold) == 1.0
-    assert metrics.kks_smooth({}, gold) == 0.0
+    assert kks_score(predicted, gold) == (0.0, pytest.approx(2 / 3))
+    assert kks_score(gold, gold) == (1.0, 1.0)
+    assert kks_score({}, gold) == (0.0, 0.0)
 
 
 def test_co2_and_cons_hand_computed() -> None:

@@ -11,16 +11,18 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from debate_worker.cli import app
 from debate_worker.evaluation.harness import EvalRequest, PlanError, evaluate
 from debate_worker.evaluation.presets import PRESETS
 from debate_worker.evaluation.store import Workspace
+from parley_cli import build_app
 from services.knowledge import KnowledgeItem, KnowledgePool
 from tests.debate_worker.evaluation.conftest import QUESTIONS, FixedPools, models_for
 from tests.debate_worker.evaluation.test_cli import env_for
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 pytestmark = pytest.mark.integration
+
+app = build_app()
 runner = CliRunner()
 
 
