@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,8 +23,12 @@ SINGLE_AGENT_PROTOCOLS = frozenset(name for name, spec in PROTOCOLS.items() if s
 # Protocols that never look at the knowledge pool, so no pool need be built for them.
 KNOWLEDGE_FREE = frozenset(name for name, spec in PROTOCOLS.items() if not spec.uses_pool)
 
-# The registry's names, spelled out for typing and the OpenAPI enum (a test keeps the two equal).
-ProtocolName = Literal["madke", "single", "cot", "self_consistency", "rag", "society", "mad", "mallm", "kks"]
+# The registry's names, in its order: pydantic validates them and lists them as the OpenAPI enum.
+# mypy cannot read a Literal built at run time, so it sees a plain string.
+if TYPE_CHECKING:
+    ProtocolName = str
+else:
+    ProtocolName = Literal[tuple(PROTOCOLS)]
 # The order in which an agent is shown the other agents' answers (Zhang et al.).
 Ordering = Literal["fixed", "random", "madc", "truth_last"]
 SpeakingOrder = Literal["fixed", "random", "reverse"]

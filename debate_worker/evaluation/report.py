@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from debate_worker.engine.prompts import PromptSet, get_prompts, paper
+from debate_worker.engine.registry import answer_roles
 from debate_worker.engine.result import DebateResult, TranscriptRecord
 from debate_worker.evaluation import metrics, published
 from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.scoring import PrimaryMetric, is_correct
 from debate_worker.evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
 
-# Roles whose records carry an agent's own answer to the question (not a selection, verdict or vote).
-NON_ANSWER_ROLES = frozenset({"select", "judge", "summarizer", "moderator", "vote", "extract"})
+# Roles whose records carry an agent's own answer to the question (not a selection, verdict or vote),
+# as the protocol registry declares them: a role no protocol declares is not counted as an answer.
+ANSWER_ROLES = answer_roles()
 
 
 def _style(style: str) -> PromptSet:
@@ -73,7 +75,7 @@ def agent_answers_by_round(transcript: Sequence[TranscriptRecord]) -> dict[int, 
     """round → agent → that agent's (last) answer in the round."""
     out: dict[int, dict[int, str | None]] = defaultdict(dict)
     for rec in transcript:
-        if rec.role in NON_ANSWER_ROLES or rec.agent is None or rec.round < 1:
+        if rec.role not in ANSWER_ROLES or rec.agent is None or rec.round < 1:
             continue
         out[rec.round][rec.agent] = rec.answer
     return dict(out)
