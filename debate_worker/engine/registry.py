@@ -73,9 +73,24 @@ class ProtocolSpec:
         return self.max_agents == 1
 
 
-_ANSWER = {"answer": DEBATER}
 _SELECT = {"select": DEBATER}
-_BASELINES = "debate_worker.engine.protocols.baselines.runner"
+
+
+def _baseline(
+    name: str, role: str = "answer", settings: frozenset[str] = frozenset(), *, uses_pool: bool = False
+) -> ProtocolSpec:
+    """A single-agent baseline of the MADKE paper (§4.2): one agent, one role, no debate."""
+    return ProtocolSpec(
+        name=name,
+        runner=f"debate_worker.engine.protocols.baselines.runner:run_{name}",
+        roles={role: DEBATER},
+        answer_roles=(role,),
+        settings=COMMON_SETTINGS | settings,
+        min_agents=1,
+        max_agents=1,
+        uses_pool=uses_pool,
+    )
+
 
 SPECS: tuple[ProtocolSpec, ...] = (
     ProtocolSpec(
@@ -85,45 +100,10 @@ SPECS: tuple[ProtocolSpec, ...] = (
         answer_roles=("debater",),
         settings=COMMON_SETTINGS | KNOWLEDGE_SETTINGS | {"agents", "rounds", "judge", "team", "ordering"},
     ),
-    ProtocolSpec(
-        name="single",
-        runner=f"{_BASELINES}:run_single",
-        roles=_ANSWER,
-        answer_roles=("answer",),
-        settings=COMMON_SETTINGS,
-        min_agents=1,
-        max_agents=1,
-        uses_pool=False,
-    ),
-    ProtocolSpec(
-        name="cot",
-        runner=f"{_BASELINES}:run_cot",
-        roles=_ANSWER,
-        answer_roles=("answer",),
-        settings=COMMON_SETTINGS,
-        min_agents=1,
-        max_agents=1,
-        uses_pool=False,
-    ),
-    ProtocolSpec(
-        name="self_consistency",
-        runner=f"{_BASELINES}:run_self_consistency",
-        roles={"sample": DEBATER},
-        answer_roles=("sample",),
-        settings=COMMON_SETTINGS | {"samples"},
-        min_agents=1,
-        max_agents=1,
-        uses_pool=False,
-    ),
-    ProtocolSpec(
-        name="rag",
-        runner=f"{_BASELINES}:run_rag",
-        roles=_ANSWER,
-        answer_roles=("answer",),
-        settings=COMMON_SETTINGS | {"knowledge", "k_wiki", "k_web"},
-        min_agents=1,
-        max_agents=1,
-    ),
+    _baseline("single"),
+    _baseline("cot"),
+    _baseline("self_consistency", "sample", frozenset({"samples"})),
+    _baseline("rag", settings=frozenset({"knowledge", "k_wiki", "k_web"}), uses_pool=True),
     ProtocolSpec(
         name="society",
         runner="debate_worker.engine.protocols.society.runner:run_society",
