@@ -5,16 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from debate_worker.engine.prompts.compose import join_blocks
-from debate_worker.engine.prompts.paper import (
-    ANSWER_SCHEMA as ANSWER_SCHEMA,
-)
-from debate_worker.engine.prompts.paper import (
-    EXAMPLE,
-    STEP,
-)
-from debate_worker.engine.prompts.paper import (
-    parse_answer as parse_answer,
-)
+
+# Re-exported (``X as X``): part of this protocol's prompt interface.
+from debate_worker.engine.prompts.paper import ANSWER_SCHEMA as ANSWER_SCHEMA
+from debate_worker.engine.prompts.paper import EXAMPLE, STEP
+from debate_worker.engine.prompts.paper import parse_answer as parse_answer
 from debate_worker.engine.protocols.madke.paper import simultaneous
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage

@@ -10,12 +10,10 @@ from debate_worker.engine.prompts.robust import (
     DEBATER_ROLE,
     EXAMPLE,
 )
-from debate_worker.engine.prompts.robust import (
-    ANSWER_SCHEMA as ANSWER_SCHEMA,
-)
-from debate_worker.engine.prompts.robust import (
-    parse_answer as parse_answer,
-)
+
+# Re-exported (``X as X``): part of this protocol's prompt interface.
+from debate_worker.engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
+from debate_worker.engine.prompts.robust import parse_answer as parse_answer
 from debate_worker.engine.protocols.madke.robust import simultaneous
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage

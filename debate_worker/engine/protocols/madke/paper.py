@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from debate_worker.engine.prompts.compose import join_blocks, system_user
-from debate_worker.engine.prompts.paper import (
-    ANSWER_SCHEMA as ANSWER_SCHEMA,
-)
+
+# Re-exported (``X as X``): part of this protocol's prompt interface.
+from debate_worker.engine.prompts.paper import ANSWER_SCHEMA as ANSWER_SCHEMA
 from debate_worker.engine.prompts.paper import (
     DEBATER_ROLE,
     EXAMPLE,
@@ -19,12 +19,8 @@ from debate_worker.engine.prompts.paper import (
     render_knowledge,
     truncate,
 )
-from debate_worker.engine.prompts.paper import (
-    parse_answer as parse_answer,
-)
-from debate_worker.engine.prompts.paper import (
-    parse_judge as parse_judge,
-)
+from debate_worker.engine.prompts.paper import parse_answer as parse_answer
+from debate_worker.engine.prompts.paper import parse_judge as parse_judge
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
 

@@ -18,15 +18,11 @@ from debate_worker.engine.prompts.robust import (
     render_knowledge,
     short_answer,
 )
-from debate_worker.engine.prompts.robust import (
-    ANSWER_SCHEMA as ANSWER_SCHEMA,
-)
-from debate_worker.engine.prompts.robust import (
-    parse_answer as parse_answer,
-)
-from debate_worker.engine.prompts.robust import (
-    parse_judge as parse_judge,
-)
+
+# Re-exported (``X as X``): part of this protocol's prompt interface.
+from debate_worker.engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
+from debate_worker.engine.prompts.robust import parse_answer as parse_answer
+from debate_worker.engine.prompts.robust import parse_judge as parse_judge
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
 
