@@ -106,33 +106,27 @@ def floor_tokens(result: DebateResult) -> float:
     return total
 
 
-async def _fresh_call(model: ChatModel, words: int, max_tokens: int) -> tuple[ChatCompletion, float]:
-    """One call on a prompt no earlier call shares a prefix with (it starts with the clock)."""
-    filler = " ".join(f"w{i}" for i in range(words))
+def fresh_text(words: int) -> str:
+    """A prompt no earlier call shares a prefix with (it starts with the clock)."""
+    return f"{time.time_ns()} " + " ".join(f"w{i}" for i in range(words))
+
+
+async def timed(model: ChatModel, text: str, max_tokens: int) -> tuple[ChatCompletion, float]:
     started = time.perf_counter()
-    out = await model.complete(
-        [{"role": "user", "content": f"{time.time_ns()} {filler}"}], temperature=0.0, max_tokens=max_tokens
-    )
+    out = await model.complete([{"role": "user", "content": text}], temperature=0.0, max_tokens=max_tokens)
     return out, time.perf_counter() - started
 
 
 async def throughput(models: Any) -> dict[str, float]:
-    """Prompt and generation tokens per second on this machine, now.
-
-    Each rate is a difference of two calls (a short and a long prompt; 1 and 48 generated tokens) so
-    the fixed cost of a request (HTTP, scheduling, the first token) cancels; the best of two tries."""
+    """Prompt tokens per second on this machine, now: a short and a long fresh prompt, one generated
+    token each, so the difference cancels the fixed cost of a request; the best of two tries."""
     model = models.for_role("judge")
-    prompt_rates, gen_rates = [], []
+    rates = []
     for _ in range(2):
-        short, t_short = await _fresh_call(model, 40, 1)
-        long, t_long = await _fresh_call(model, 400, 1)
-        prompt_rates.append((long.prompt_tokens - short.prompt_tokens) / max(t_long - t_short, 1e-3))
-        gen, t_gen = await _fresh_call(model, 40, 48)
-        gen_rates.append((gen.completion_tokens - short.completion_tokens) / max(t_gen - t_short, 1e-3))
-    return {
-        "prompt_tokens_per_s": round(max(prompt_rates), 1),
-        "completion_tokens_per_s": round(max(gen_rates), 1),
-    }
+        short, t_short = await timed(model, fresh_text(40), 1)
+        long, t_long = await timed(model, fresh_text(400), 1)
+        rates.append((long.prompt_tokens - short.prompt_tokens) / max(t_long - t_short, 1e-3))
+    return {"prompt_tokens_per_s": round(max(rates), 1)}
 
 
 def item_row(item: dict[str, Any], result: DebateResult, wall: float) -> dict[str, Any]:
@@ -217,8 +211,6 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
     completion = sum(r["completion_tokens"] for r in roles.values())
     floor = sum(r["floor_tokens"] for r in rows)
     n = len(rows)
-    prompt_floor = floor / n / run["prompt_tokens_per_s"]
-    generation_floor = completion / n / run["completion_tokens_per_s"]
     return {
         "path": run["path"],
         "server": run["server"],
@@ -234,10 +226,8 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
         "evaluated_tokens": int(prompt - cached),
         "completion_tokens": int(completion),
         "prompt_tokens_per_s": run["prompt_tokens_per_s"],
-        "completion_tokens_per_s": run["completion_tokens_per_s"],
         "floor_tokens_per_q": round(floor / n, 1),
-        "prompt_floor_s_per_q": round(prompt_floor, 1),
-        "serial_floor_s_per_q": round(prompt_floor + generation_floor, 1),
+        "floor_s_per_q": round(floor / n / run["prompt_tokens_per_s"], 1),
         "by_role": {role: {k: round(v, 1) for k, v in u.items()} for role, u in roles.items()},
     }
 
@@ -256,26 +246,25 @@ def paired_quality(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> d
 
 def report(summaries: list[dict[str, Any]], paired: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| path | server | questions | s/q | ratio | prompt tok | cached | cached % | evaluated | "
-        "prompt floor s/q | serial floor s/q | contains | F1 | rounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| path | server | questions | s/q | ratio | rounds | s/round | prompt tok | cached | cached % | "
+        "evaluated | completion tok | floor s/q | contains | F1 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = summaries[0]["wall_s_per_q"]
     for s in summaries:
         lines.append(
             f"| {s['path']} | {s['server']} | {s['questions']} | {s['wall_s_per_q']} | "
-            f"{s['wall_s_per_q'] / base:.2f} | {s['prompt_tokens']} | {s['cached_tokens']} | "
-            f"{100 * s['cached_share']:.0f} | {s['evaluated_tokens']} | {s['prompt_floor_s_per_q']} | "
-            f"{s['serial_floor_s_per_q']} | {s['contains']:.2f} | {s['f1']:.2f} | {s['rounds']} |"
+            f"{s['wall_s_per_q'] / base:.2f} | {s['rounds']} | {s['wall_s_per_q'] / s['rounds']:.1f} | "
+            f"{s['prompt_tokens']} | {s['cached_tokens']} | {100 * s['cached_share']:.0f} | "
+            f"{s['evaluated_tokens']} | {s['completion_tokens']} | {s['floor_s_per_q']} | "
+            f"{s['contains']:.2f} | {s['f1']:.2f} |"
         )
     lines += [
         "",
-        "Measured rates (fresh prompts, request overhead cancelled): "
-        + "; ".join(
-            f"{s['path']} {s['prompt_tokens_per_s']} prompt tok/s, "
-            f"{s['completion_tokens_per_s']} generated tok/s"
-            for s in summaries
-        ),
+        "Floor: the prompt tokens a perfect prefix cache would still evaluate, per question, divided by "
+        "the prompt rate measured when the run started (fresh prompts, request overhead cancelled): "
+        + "; ".join(f"{s['path']} {s['prompt_tokens_per_s']} tok/s" for s in summaries)
+        + ". Generation is not in it.",
         "",
         "| compared with baseline | Δ contains [95 % CI] | Δ F1 [95 % CI] | Δ s/q [95 % CI] | same answer |",
         "|---|---|---|---|---|",
@@ -345,7 +334,8 @@ def main() -> None:
     items = [json.loads(x) for x in args.dataset.read_text().splitlines() if x.strip()]
     items = [it for it in items if it["id"] in pools][: args.questions]
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = asyncio.run(run_paths(args.paths.split(","), items, pools, settings, args.out))
+    names = args.paths.split(",")
+    runs = asyncio.run(run_paths(names, items, pools, settings, args.out))
     print(write_outputs(runs, args.out))
 
 
