@@ -21,6 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from debate_worker.engine.config import DebateConfig, validate_question
+from debate_worker.engine.prompts import get_prompts
 from debate_worker.engine.result import DebateResult
 from services.embedded_llm import ServedModel
 from services.errors import ParleyError
@@ -200,10 +201,11 @@ async def _run(
 def resolve_style(prompt_style: str, judge: str, *, embedded: bool) -> tuple[str, str]:
     """``auto`` picks what measured better: the robust style with the rule-checked judge on the small
     embedded models (reports/styles-*), the paper's prompts and LLM judge on a configured server."""
-    if prompt_style == "auto":
-        prompt_style = "robust" if embedded else "paper"
+    prompt_style = {"auto": "robust" if embedded else "paper"}.get(prompt_style, prompt_style)
     if judge == "auto":
-        judge = "both" if prompt_style == "robust" else "llm"
+        # An unknown style keeps "auto": DebateConfig refuses the style, naming the valid ones.
+        with contextlib.suppress(ValueError):
+            judge = get_prompts(prompt_style).AUTO_JUDGE
     return prompt_style, judge
 
 
