@@ -5,7 +5,9 @@ default) run once per server path, one question at a time as a user would:
 
 - ``baseline``: llama-cpp-python's server (one KV cache, one request at a time), as before;
 - ``slots``: llama.cpp's llama-server with one KV-cache slot per prompt family (the selection, each
-  agent, the panel), affinity per call, a bounded host-memory prompt cache and concurrent requests.
+  agent, the panel), affinity per call, a bounded host-memory prompt cache and concurrent requests;
+- ``reuse`` (only when named in ``--paths``): ``slots`` plus llama-server's reuse of cached chunks past
+  the common prefix (``PARLEY_LLM_EMBEDDED_CACHE_REUSE=64``), an approximation measured on its own.
 
 Reported per path: wall time per question, calls, prompt tokens evaluated vs served from cache,
 completion tokens and seconds per role, answer quality (contains, F1), and the physical floor: the
@@ -40,7 +42,14 @@ from services.llm import ChatCompletion, ChatMessage, ChatModel
 from services.llm_factory import build_role_models
 from services.settings import LLMSettings
 
-PATHS: dict[str, ServerKind] = {"baseline": "llama-cpp-python", "slots": "llama-server"}
+PATHS: dict[str, ServerKind] = {
+    "baseline": "llama-cpp-python",
+    "slots": "llama-server",
+    "reuse": "llama-server",
+}
+# Settings a path changes besides the server kind: ``reuse`` is slots plus chunk reuse past the common
+# prefix (``PARLEY_LLM_EMBEDDED_CACHE_REUSE``), a named option measured on its own.
+PATH_SETTINGS: dict[str, dict[str, Any]] = {"reuse": {"embedded_cache_reuse": 64}}
 
 
 class LogAccounted:
@@ -167,8 +176,10 @@ async def run_paths(
     with contextlib.ExitStack() as stack:
         models: dict[str, Any] = {}
         for name in names:
-            # The operator's embedded settings, only the server kind changed per path.
-            kind_settings = settings.model_copy(update={"embedded_server": PATHS[name]})
+            # The operator's embedded settings; per path only the server kind and PATH_SETTINGS change.
+            kind_settings = settings.model_copy(
+                update={"embedded_server": PATHS[name], **PATH_SETTINGS.get(name, {})}
+            )
             server = stack.enter_context(embedded_from_settings(kind_settings))
             base = build_role_models(settings, served=server.served())
             models[name] = LogAccountedModels(base, server) if name == "baseline" else base

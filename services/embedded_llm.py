@@ -201,6 +201,7 @@ class EmbeddedLLMServer:
         kind: ServerKind = "llama-cpp-python",
         slots: int = 4,
         cache_ram_mib: int = 512,
+        cache_reuse: int = 0,
         binary: Path | None = None,
     ) -> None:
         self.gguf = gguf
@@ -212,6 +213,7 @@ class EmbeddedLLMServer:
         self.kind: ServerKind = kind
         self.slots = slots
         self.cache_ram_mib = cache_ram_mib
+        self.cache_reuse = cache_reuse
         self.binary = binary
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -272,6 +274,8 @@ class EmbeddedLLMServer:
                 # for a later prompt with the same prefix.
                 "--cache-ram",
                 str(self.cache_ram_mib),
+                # Off by default: a shifted chunk keeps the keys it got next to its old neighbours.
+                *(["--cache-reuse", str(self.cache_reuse)] if self.cache_reuse else []),
                 "--no-webui",
             ]
         return [
@@ -395,6 +399,7 @@ def embedded_server(
     kind: ServerKind | Literal["auto"] = "auto",
     slots: int = 4,
     cache_ram_mib: int = 512,
+    cache_reuse: int = 0,
     binary: Path | None = None,
 ) -> Iterator[EmbeddedLLMServer]:
     """Assemble the named model if needed and serve it for the duration of the block.
@@ -415,6 +420,7 @@ def embedded_server(
         kind=chosen,
         slots=slots,
         cache_ram_mib=cache_ram_mib,
+        cache_reuse=cache_reuse,
         binary=binary,
     )
     with server:
@@ -435,5 +441,6 @@ def embedded_from_settings(
         kind=settings.embedded_server,
         slots=settings.embedded_slots,
         cache_ram_mib=settings.embedded_cache_ram_mib,
+        cache_reuse=settings.embedded_cache_reuse,
         binary=settings.embedded_server_bin,
     )

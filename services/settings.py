@@ -113,6 +113,12 @@ class LLMSettings(ParleySettings):
     embedded_cache_ram_mib: int = Field(
         default=512, ge=0, description="llama-server host-memory prompt cache bound (MiB; 0 = off)"
     )
+    embedded_cache_reuse: int = Field(
+        default=0,
+        ge=0,
+        description="llama-server: reuse cached chunks of at least this many tokens past the common "
+        "prefix by shifting them (approximate attention for the moved chunks; 0 = off)",
+    )
     embedded_server_bin: Path | None = Field(
         default=None, description="llama-server binary; unset = the virtualenv's, then PATH"
     )

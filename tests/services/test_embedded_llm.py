@@ -60,6 +60,11 @@ def test_llama_server_keeps_a_bounded_cache_per_slot(tmp_path: Path) -> None:
     # Memory is fixed at start: 3 slots of 2048 tokens, a prompt cache of at most 256 MiB.
     assert cmd[cmd.index("--ctx-size") + 1] == "6144" and cmd[cmd.index("--parallel") + 1] == "3"
     assert cmd[cmd.index("--cache-ram") + 1] == "256"
+    # Chunk reuse past the common prefix is approximate: only when the operator names a chunk size.
+    assert "--cache-reuse" not in cmd
+    server.cache_reuse = 64
+    reuse_cmd = server._command()
+    assert reuse_cmd[reuse_cmd.index("--cache-reuse") + 1] == "64"
     served = server.served()
     assert (served.slots, served.max_concurrency, served.structured_output) == (3, 3, "json_schema")
     old = EmbeddedLLMServer(tmp_path / "m.gguf", alias="m", kind="llama-cpp-python").served()
