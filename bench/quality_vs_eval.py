@@ -7,7 +7,7 @@ intervals of the differences (path − eval run).
 
     .venv/bin/python -m bench.quality_vs_eval --path-run reports/embedded-speed/quality-40/slots.json \\
         --eval-results reports/styles-1.5b/results/madke-robust.jsonl \\
-        --out reports/embedded-speed/quality-40/report.md
+        --out reports/embedded-speed/quality-40/paired.md
 """
 
 from __future__ import annotations
