@@ -482,7 +482,8 @@
       const picks = new Map();
       const round = state.rounds.get(r);
       if (!round) return picks;
-      for (const [i, agent] of round.agents) {
+      // Agents in number order, whichever finished its selection first.
+      for (const [i, agent] of [...round.agents].sort((a, b) => a[0] - b[0])) {
         const numbers = agent.select?.selected ?? agent.turns.find((t) => t.knowledge?.length)?.knowledge ?? [];
         for (const n of numbers) {
           if (!picks.has(n)) picks.set(n, []);
