@@ -10,9 +10,12 @@ import asyncio
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from services.gateway_client import GatewayClient
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
 
@@ -126,7 +129,7 @@ class SubmitJob:
     idempotency_key: str | None
     timeout: float | None
 
-    async def run(self, client: Any) -> int:
+    async def run(self, client: GatewayClient) -> int:
         """The exit code: 0 done, 2 refused, 3 not finished within ``timeout``."""
         from services.gateway_client import GatewayError
 
@@ -146,7 +149,7 @@ class SubmitJob:
             timed_out = await self._wait(client, accepted)
             return await self._write_results(client, accepted["batch_id"], timed_out)
 
-    async def _wait(self, client: Any, accepted: dict[str, Any]) -> bool:
+    async def _wait(self, client: GatewayClient, accepted: dict[str, Any]) -> bool:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         columns = (
@@ -173,7 +176,7 @@ class SubmitJob:
                 return True
         return False
 
-    async def _write_results(self, client: Any, batch_id: str, timed_out: bool) -> int:
+    async def _write_results(self, client: GatewayClient, batch_id: str, timed_out: bool) -> int:
         target = self.out or self.file.with_suffix(".results.jsonl")
         n = failed = 0
         unfinished: list[dict[str, Any]] = []

@@ -299,7 +299,7 @@ def report(summaries: list[dict[str, Any]], paired: dict[str, dict[str, Any]]) -
     return "\n".join(lines) + "\n"
 
 
-def plot(runs: list[dict[str, Any]], path: Path) -> None:
+def plot(runs: list[dict[str, Any]], summaries: list[dict[str, Any]], path: Path) -> None:
     """Seconds per question for each path (paired questions side by side) and the cached share."""
     import matplotlib
 
@@ -311,9 +311,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     for k, run in enumerate(runs):
         xs = [i + k * width for i in range(len(run["items"]))]
         ax.bar(xs, [r["wall_s"] for r in run["items"]], width=width, label=f"{run['path']} ({run['server']})")
-        prompt = sum(u["prompt_tokens"] for r in run["items"] for u in r["by_role"].values())
-        cached = sum(u["cached_tokens"] for r in run["items"] for u in r["by_role"].values())
-        bx.bar([k], [100 * cached / max(prompt, 1)], label=run["path"])
+        bx.bar([k], [100 * summaries[k]["cached_share"]], label=run["path"])
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(runs[0]["items"]))])
     ax.set_xticklabels([r["id"] for r in runs[0]["items"]], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("seconds per question (MADKE, robust, 1.5B)")
@@ -363,7 +361,7 @@ def write_outputs(runs: list[dict[str, Any]], out: Path) -> str:
     (out / "summary.json").write_text(json.dumps({"paths": summaries, "paired": paired}, indent=1))
     table = report(summaries, paired)
     (out / "report.md").write_text(table)
-    plot(paired_runs, out / "seconds_per_question.png")
+    plot(paired_runs, summaries, out / "seconds_per_question.png")
     return table
 
 
