@@ -107,6 +107,10 @@ def install_lifecycle(app: Celery, settings: WorkerSettings) -> None:
                 logging.getLogger("parley.worker").exception("could not clear the drain flag of %s", node)
             finally:
                 client.close()
+        # Ready again after an in-place restart (celery_restarts): one sweeper, not one per start.
+        for stop in stoppers:
+            stop.set()
+        stoppers.clear()
         stoppers.append(start_sweeping(settings, publish))
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:

@@ -42,6 +42,12 @@ def run_worker(
     llama.cpp server once and every worker process shares it.
     """
     from debate_worker.celery_app import create_worker_app
+    from debate_worker.celery_restarts import (
+        RestartBudget,
+        run_until_stopped,
+        watch_shutdown_requests,
+        worker_starter,
+    )
     from debate_worker.tasks import WorkerRuntime
     from debate_worker.worker_settings import WorkerSettings
 
@@ -82,11 +88,19 @@ def run_worker(
         argv.append(f"--pool={pool}")
     if hostname is not None:
         argv.append(f"--hostname={hostname}")
+    budget = RestartBudget(settings.restart_on_failure, settings.restart_window_s)
     try:
-        celery.worker_main(argv)
+        code = run_until_stopped(
+            worker_starter(celery, argv),
+            budget,
+            delay_s=settings.restart_delay_s,
+            stop_requested=watch_shutdown_requests(),
+        )
     finally:
         if embedded is not None:
             embedded.__exit__(None, None, None)
+    if code:
+        raise typer.Exit(code)
 
 
 def observe_worker(settings: WorkerSettings) -> ObservabilitySettings:

@@ -60,6 +60,17 @@ class WorkerSettings(ParleySettings):
         "worker process under <tmp>/parley-worker-metrics",
     )
 
+    # Celery's worker stops for good on an error it cannot recover from (a reconnect race after the
+    # broker vanished, celery/kombu#582): its main process is then started again in place, at most
+    # this many times within restart_window_s; 0 leaves it stopped (a supervisor must restart it).
+    restart_on_failure: int = Field(
+        default=5, ge=0, le=100, description="in-place restarts after an unrecoverable Celery error"
+    )
+    restart_window_s: float = Field(
+        default=600.0, gt=0, description="the window restart_on_failure counts restarts in"
+    )
+    restart_delay_s: float = Field(default=2.0, ge=0, description="pause before such a restart")
+
     # --- Celery, by Celery's names -------------------------------------------------------------
     task_acks_late: bool = True
     task_reject_on_worker_lost: bool = True

@@ -104,6 +104,35 @@ def test_a_task_that_raises_ends_its_jobs(
     assert usage["today"]["reserved"] == 0 and usage["limits"]["active_jobs"] == 0  # quota and slot freed
 
 
+def test_celery_stopping_on_an_unrecoverable_error_is_started_again(
+    alice: httpx.Client, aof_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Celery's worker stops for good on an error it does not recover from (kombu's reconnect race
+    after Redis vanished raises one): ``parley worker`` starts it again in place, the job runs, and a
+    SIGTERM afterwards still stops it for good with exit code 0."""
+    marker = tmp_path / "fault-raised"
+    with ScriptedLLM() as llm:
+        script_agreeing(llm)
+        env = worker_env(
+            aof_redis.url,
+            llm.base_url,
+            PARLEY_TEST_FAULT_MARKER=str(marker),
+            PARLEY_WORKER_RESTART_DELAY_S="0.5",
+        )
+        worker = WorkerProcess(env, tmp_path / "w.log")
+        worker.args[2] = "tests.api.fail_once_worker"
+        with worker:
+            assert marker.exists()
+            job = alice.post("/v1/debates", json={"question": Q, "config": {"knowledge": "none"}})
+            assert job.status_code == 202, job.text
+            done = assert_ended_cleanly(alice, job.json()["job_id"], "completed")
+            assert done["result"]["answer"] == "Paris"
+        assert worker.proc is not None and worker.proc.returncode == 0
+    log = worker.log()
+    assert log.count("Unrecoverable error") == 1, log[-3000:]
+    assert log.count("starting it again") == 1, log[-3000:]
+
+
 def test_time_limit_ends_the_job(alice: httpx.Client, aof_redis: RedisServer, tmp_path: Path) -> None:
     with ScriptedLLM(latency_s=1.5) as llm:
         script_agreeing(llm)
