@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 # llama.cpp compiled for any x86-64 CPU, not just the build machine's.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: install system-deps demo test test-unit test-fast lint docs bench-engine clean-index
+.PHONY: FORCE install system-deps demo test test-unit test-fast lint docs bench-engine clean-index
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -26,9 +26,13 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 # llama.cpp's own server (MIT), the embedded default: built once from the llama.cpp source inside
 # the installed llama-cpp-python release and cached per version in $(LLAMA_CACHE).
 LLAMA_CACHE ?= $(HOME)/.cache/parley
+# native: compiled for this machine's CPU (its AVX-512, where it has one; the cache is keyed by the CPU's
+# flags); portable: any x86-64 CPU. `make install LLAMA_SERVER_BUILD=portable` for a folder that moves.
+LLAMA_SERVER_BUILD ?= native
 # A failed build is not fatal: the embedded model then runs on llama-cpp-python's server (slower).
-$(VENV)/bin/llama-server: $(VENV)/.installed scripts/build_llama_server.sh
-	bash scripts/build_llama_server.sh $(PY) $(LLAMA_CACHE) $@ \
+# Always run: it takes a second when the build is cached, and follows a change of LLAMA_SERVER_BUILD.
+$(VENV)/bin/llama-server: $(VENV)/.installed FORCE
+	bash scripts/build_llama_server.sh $(PY) $(LLAMA_CACHE) $@ $(LLAMA_SERVER_BUILD) \
 	  || echo "warning: llama-server was not built; the embedded model uses llama-cpp-python's server"
 
 install: $(VENV)/.installed $(VENV)/bin/llama-server

@@ -7,7 +7,10 @@ default) run once per server path, one question at a time as a user would:
 - ``slots``: llama.cpp's llama-server with one KV-cache slot per prompt family (the selection, each
   agent, the panel), affinity per call, a bounded host-memory prompt cache and concurrent requests;
 - ``reuse`` (only when named in ``--paths``): ``slots`` plus llama-server's reuse of cached chunks past
-  the common prefix (``PARLEY_LLM_EMBEDDED_CACHE_REUSE=64``), an approximation measured on its own.
+  the common prefix (``PARLEY_LLM_EMBEDDED_CACHE_REUSE=64``), an approximation measured on its own;
+- ``portable`` (only when named): ``slots`` on the llama-server built for any x86-64 CPU
+  (``make install LLAMA_SERVER_BUILD=portable``, ``--portable-bin``), which separates what the slots
+  bring from what the build for this CPU (``slots`` on the default, native build) brings.
 
 Reported per path: wall time per question, calls, prompt tokens evaluated vs served from cache,
 completion tokens and seconds per role, answer quality (contains, F1), and the physical floor: the
@@ -25,6 +28,8 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import importlib.metadata
 import json
 import statistics
 import time
@@ -36,7 +41,12 @@ from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.result import DebateResult
 from debate_worker.engine.runner import run_debate
 from debate_worker.evaluation.metrics import contains_match, f1_score, paired_bootstrap
-from services.embedded_llm import EmbeddedLLMServer, ServerKind, embedded_from_settings
+from services.embedded_llm import (
+    EmbeddedLLMServer,
+    ServerKind,
+    embedded_from_settings,
+    find_llama_server,
+)
 from services.knowledge import KnowledgePool
 from services.llm import ChatCompletion, ChatMessage, ChatModel
 from services.llm_factory import build_role_models
@@ -46,10 +56,13 @@ PATHS: dict[str, ServerKind] = {
     "baseline": "llama-cpp-python",
     "slots": "llama-server",
     "reuse": "llama-server",
+    "portable": "llama-server",
 }
 # Settings a path changes besides the server kind: ``reuse`` is slots plus chunk reuse past the common
 # prefix (``PARLEY_LLM_EMBEDDED_CACHE_REUSE``), a named option measured on its own.
 PATH_SETTINGS: dict[str, dict[str, Any]] = {"reuse": {"embedded_cache_reuse": 64}}
+# Where make install caches its llama-server builds (the Makefile's LLAMA_CACHE).
+LLAMA_CACHE = Path.home() / ".cache" / "parley"
 
 
 class LogAccounted:
@@ -166,6 +179,7 @@ async def run_paths(
     pools: dict[str, KnowledgePool],
     settings: LLMSettings,
     out: Path,
+    path_settings: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Both servers up at once, the questions interleaved (each question on every path before the
     next, the order alternating): whatever else the machine does weighs on both paths alike."""
@@ -177,10 +191,13 @@ async def run_paths(
         models: dict[str, Any] = {}
         for name in names:
             # The operator's embedded settings; per path only the server kind and PATH_SETTINGS change.
-            kind_settings = settings.model_copy(
-                update={"embedded_server": PATHS[name], **PATH_SETTINGS.get(name, {})}
-            )
+            changes = (path_settings if path_settings is not None else PATH_SETTINGS).get(name, {})
+            kind_settings = settings.model_copy(update={"embedded_server": PATHS[name], **changes})
             server = stack.enter_context(embedded_from_settings(kind_settings))
+            if server.kind == "llama-server":
+                binary = find_llama_server(kind_settings.embedded_server_bin)
+                runs[name]["binary"] = str(binary)
+                runs[name]["server"] = f"llama-server, {llama_server_build(binary)}"
             base = build_role_models(settings, served=server.served())
             models[name] = LogAccountedModels(base, server) if name == "baseline" else base
             runs[name].update(await throughput(base))
@@ -332,6 +349,12 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=10)
     ap.add_argument("--paths", default="baseline,slots")
     ap.add_argument("--out", type=Path, default=Path("reports/embedded-speed"))
+    ap.add_argument(
+        "--portable-bin",
+        type=Path,
+        default=None,
+        help="the portable llama-server for the portable path (default: the one make install cached)",
+    )
     args = ap.parse_args()
     # A question waits on its turn at a busy server: allow longer than an interactive read timeout.
     env = LLMSettings()
@@ -344,8 +367,33 @@ def main() -> None:
     items = [it for it in items if it["id"] in pools][: args.questions]
     args.out.mkdir(parents=True, exist_ok=True)
     names = args.paths.split(",")
-    runs = asyncio.run(run_paths(names, items, pools, settings, args.out))
+    portable = args.portable_bin or portable_llama_server()
+    if "portable" in names and portable is None:
+        ap.error(
+            "no portable llama-server: run `make install LLAMA_SERVER_BUILD=portable` or pass --portable-bin"
+        )
+    path_settings = {**PATH_SETTINGS, "portable": {"embedded_server_bin": portable}}
+    runs = asyncio.run(run_paths(names, items, pools, settings, args.out, path_settings))
     print(write_outputs(runs, args.out))
+
+
+def portable_llama_server(cache: Path = LLAMA_CACHE, version: str | None = None) -> Path | None:
+    """The portable build ``make install LLAMA_SERVER_BUILD=portable`` cached for the installed
+    llama-cpp-python (the same llama.cpp as the native build), if there is one."""
+    version = version or importlib.metadata.version("llama_cpp_python")
+    binary = cache / f"llama-server-{version}" / "llama-server"
+    return binary if binary.is_file() else None
+
+
+def llama_server_build(binary: Path | None, cache: Path = LLAMA_CACHE) -> str:
+    """Which of make install's cached builds ``binary`` is (``native`` or ``portable``), else its path."""
+    if binary is None:
+        return "not found"
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+    for cached in cache.glob("llama-server-*/llama-server"):
+        if hashlib.sha256(cached.read_bytes()).hexdigest() == digest:
+            return "native" if "-native-" in cached.parent.name else "portable"
+    return str(binary)
 
 
 def write_outputs(runs: list[dict[str, Any]], out: Path) -> str:
