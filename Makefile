@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	touch $@
 
 # llama.cpp's own server (MIT), the embedded default: built once from the llama.cpp source inside
-# the installed llama-cpp-python release and cached per version in $(LLAMA_CACHE).
+# the installed llama-cpp-python release and cached per version (and CPU, when native) in $(LLAMA_CACHE).
 LLAMA_CACHE ?= $(HOME)/.cache/parley
 # native: compiled for this machine's CPU (its AVX-512, where it has one; the cache is keyed by the CPU's
 # flags); portable: any x86-64 CPU. `make install LLAMA_SERVER_BUILD=portable` for a folder that moves.

@@ -33,7 +33,7 @@ import importlib.metadata
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +179,7 @@ async def run_paths(
     pools: dict[str, KnowledgePool],
     settings: LLMSettings,
     out: Path,
-    path_settings: dict[str, dict[str, Any]] | None = None,
+    path_settings: Mapping[str, Mapping[str, Any]] = PATH_SETTINGS,
 ) -> list[dict[str, Any]]:
     """Both servers up at once, the questions interleaved (each question on every path before the
     next, the order alternating): whatever else the machine does weighs on both paths alike."""
@@ -190,8 +190,8 @@ async def run_paths(
     with contextlib.ExitStack() as stack:
         models: dict[str, Any] = {}
         for name in names:
-            # The operator's embedded settings; per path only the server kind and PATH_SETTINGS change.
-            changes = (path_settings if path_settings is not None else PATH_SETTINGS).get(name, {})
+            # The operator's embedded settings; per path only the server kind and path_settings change.
+            changes = path_settings.get(name, {})
             kind_settings = settings.model_copy(update={"embedded_server": PATHS[name], **changes})
             server = stack.enter_context(embedded_from_settings(kind_settings))
             if server.kind == "llama-server":
