@@ -332,7 +332,8 @@ def plot(runs: list[dict[str, Any]], summaries: list[dict[str, Any]], path: Path
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(runs[0]["items"]))])
     ax.set_xticklabels([r["id"] for r in runs[0]["items"]], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("seconds per question (MADKE, robust, 1.5B)")
-    ax.legend()
+    # Above the bars, so no question's bar is hidden behind it.
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), ncol=len(runs), fontsize=8, frameon=False)
     bx.set_xticks(range(len(runs)))
     bx.set_xticklabels([r["path"] for r in runs])
     bx.set_ylabel("prompt tokens served from cache (%)")
