@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import threading
 
-from debate_worker.celery_restarts import RestartBudget, run_until_stopped
+from celery import signals
+
+from debate_worker.celery_restarts import RestartBudget, run_until_stopped, worker_starter
+
+
+class StoppedWorker:
+    """What Celery's worker_shutdown is sent by: the worker, with the exit code it stops with."""
+
+    def __init__(self, exitcode: int) -> None:
+        self.exitcode = exitcode
 
 
 class ExitCodes:
-    """Stands in for the Celery app: each start returns the next exit code, and may ask for a stop."""
+    """Stands in for the Celery app: each ``worker_main`` ends the way Celery's worker does, with
+    ``worker_shutdown`` sent by a worker carrying the next exit code (None: it never got that far),
+    and may ask for a stop as a signal would."""
 
     def __init__(self, codes: list[int | None], stop_after: int | None = None) -> None:
         self.codes = codes
@@ -16,17 +27,26 @@ class ExitCodes:
         self.starts: list[list[str]] = []
         self.requested = threading.Event()
 
-    def start(self) -> int:
-        self.starts.append(["worker"])
+    def worker_main(self, argv: list[str] | None = None) -> None:
+        self.starts.append(list(argv or []))
         if self.stop_after is not None and len(self.starts) >= self.stop_after:
             self.requested.set()  # Celery sent worker_shutting_down: a signal asked for this stop
-        return self.codes[len(self.starts) - 1] or 0
+        code = self.codes[len(self.starts) - 1]
+        if code is not None:
+            signals.worker_shutdown.send(sender=StoppedWorker(code))
+
+
+ARGV = ["worker", "--queues=interactive,batch"]
 
 
 def run(celery: ExitCodes, budget: RestartBudget) -> tuple[int, list[float]]:
     slept: list[float] = []
     code = run_until_stopped(
-        celery.start, budget, delay_s=0.5, sleep=slept.append, stop_requested=celery.requested
+        worker_starter(celery, ARGV),
+        budget,
+        delay_s=0.5,
+        sleep=slept.append,
+        stop_requested=celery.requested,
     )
     return code, slept
 
@@ -35,14 +55,20 @@ def test_an_unrecoverable_error_starts_the_worker_again_with_the_same_arguments(
     celery = ExitCodes([1, 1, 0])
     code, slept = run(celery, RestartBudget(5, 600))
     assert code == 0
-    assert celery.starts == [["worker"]] * 3
+    assert celery.starts == [ARGV] * 3
     assert slept == [0.5, 0.5]
 
 
 def test_a_clean_stop_is_not_restarted() -> None:
-    celery = ExitCodes([None, 1])
+    celery = ExitCodes([0, 1])
     assert run(celery, RestartBudget(5, 600)) == (0, [])
     assert len(celery.starts) == 1
+
+
+def test_a_worker_that_stopped_before_it_ran_counts_as_failed() -> None:
+    celery = ExitCodes([None, 0])  # no worker_shutdown: Celery's worker never started
+    assert run(celery, RestartBudget(5, 600)) == (0, [0.5])
+    assert len(celery.starts) == 2
 
 
 def test_a_stop_asked_for_by_a_signal_keeps_its_exit_code_and_is_not_restarted() -> None:
