@@ -315,6 +315,11 @@ class OpenAIChatClient:
         return self._base_url
 
     @property
+    def max_tokens(self) -> int:
+        """The reply length sent when a call names none (what a token budget must reserve)."""
+        return self._max_tokens
+
+    @property
     def schema_supported(self) -> bool | None:
         return self._schema_supported
 

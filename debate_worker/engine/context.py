@@ -11,17 +11,43 @@ import asyncio
 import inspect
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from debate_worker.engine.budget import (
+    DEFAULT_REPLY_TOKENS,
+    BudgetExhausted,
+    CallBudget,
+    Reservation,
+    prompt_token_bound,
+)
 from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.registry import role_endpoints
 from debate_worker.engine.result import TranscriptRecord, Usage
 from services.knowledge import KnowledgePool
-from services.llm import ChatCompletion, ChatMessage, ChatModel, LLMError
+from services.llm import ChatCompletion, ChatMessage, ChatModel, LLMError, LLMTimeout
 from services.metrics import observe_llm_call, observe_llm_error
 from services.telemetry import RoundSpans
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What one LLM call cost, told to the ``UsageSink`` as soon as the call ends (the job's owner is
+    charged per call, not when the debate finishes): the tokens the server reported, or for a call
+    cut off in flight its whole reservation."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    calls: int = 1
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+UsageSink = Callable[[Spend], Awaitable[None]]
 
 # Which configured endpoint serves which transcript role (from the protocol registry).
 ROLE_ENDPOINT = role_endpoints()
@@ -54,12 +80,7 @@ class SingleModel:
 Parser = Callable[[ChatCompletion], dict[str, Any]]
 
 
-class BudgetExhausted(Exception):
-    """The debate reached its call or token budget; ``run_debate`` answers from what it has."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self.what = what
+__all__ = ["BudgetExhausted", "DebateContext", "EventSink", "RoleModels", "SingleModel", "Spend", "UsageSink"]
 
 
 class DebateContext:
@@ -71,6 +92,9 @@ class DebateContext:
         models: RoleModels,
         on_event: EventSink | None = None,
         transcript: Sequence[TranscriptRecord] = (),
+        *,
+        on_usage: UsageSink | None = None,
+        spent: Spend | None = None,
     ) -> None:
         self.question = question
         self.pool = pool
@@ -79,10 +103,17 @@ class DebateContext:
         self._on_event = on_event
         self.transcript: list[TranscriptRecord] = list(transcript)
         self._seq = itertools.count(len(self.transcript))
-        # Budget accounting survives a resume: it is derived from the transcript carried over.
-        self._calls_started = len(self.transcript)
+        # Budget accounting survives a resume: it starts from the transcript carried over, or from
+        # what the job was charged when that is more (calls of an interrupted round were served).
+        kept_tokens = sum(r.prompt_tokens + r.completion_tokens for r in self.transcript)
+        self.budget = CallBudget(
+            config.budget_calls,
+            config.budget_tokens,
+            calls_used=max(len(self.transcript), spent.calls if spent else 0),
+            tokens_used=max(kept_tokens, spent.tokens if spent else 0),
+        )
+        self._on_usage = on_usage
         self._event_counts: dict[str, int] = {}
-        self._tokens_used = sum(r.prompt_tokens + r.completion_tokens for r in self.transcript)
         self._order: dict[int, int] = {id(r): i for i, r in enumerate(self.transcript)}
         # Trace spans per round (no-ops unless tracing is configured), under the caller's span.
         self._spans = RoundSpans()
@@ -124,28 +155,29 @@ class DebateContext:
     ) -> TranscriptRecord:
         """Run one LLM call and record it; ``parse`` turns the completion into record fields.
 
-        Raises ``BudgetExhausted`` instead of calling once the debate has used its budget (checked
-        before each call, so the call that crosses the token cap is the last one).
+        Raises ``BudgetExhausted`` instead of calling when the call's worst case (its prompt bound
+        plus ``max_tokens``) does not fit what is left of the budget: the call is then not sent.
         """
-        self._check_budget()
-        self._calls_started += 1
         seq = next(self._seq)
         endpoint = endpoint_for(role)
         model = self.models.for_role(endpoint, agent)
+        reply_tokens = self._reply_tokens(model)
+        # Taken before the first await, so concurrent calls of a round cannot share the last of it.
+        reservation = self.budget.reserve(prompt_token_bound(messages), reply_tokens or DEFAULT_REPLY_TOKENS)
         # Metrics and the call's span are labelled with the endpoint's name, never its URL.
         with self._spans.llm_call(round, role, agent, model.model, endpoint, messages) as span:
-            try:
-                completion = await model.complete(
-                    messages,
-                    temperature=self.config.temperature if temperature is None else temperature,
-                    max_tokens=self.config.max_tokens,
-                    json_schema=json_schema,
-                    seed=None if self.config.seed is None else self.config.seed + seq,
-                    cache_key=cache_key(role, agent),
-                )
-            except LLMError as exc:
-                observe_llm_error(role, model.model, endpoint, exc)
-                raise
+            completion = await self._complete(
+                model,
+                endpoint,
+                role,
+                messages,
+                reservation,
+                seq,
+                reply_tokens,
+                temperature,
+                json_schema,
+                agent,
+            )
             observe_llm_call(
                 role,
                 model.model,
@@ -179,7 +211,6 @@ class DebateContext:
         )
         self._order[id(record)] = seq
         self.transcript.append(record)
-        self._tokens_used += record.prompt_tokens + record.completion_tokens
         await self.emit(
             "turn.completed",
             {
@@ -201,14 +232,62 @@ class DebateContext:
         )
         return record
 
-    def _check_budget(self) -> None:
-        cfg = self.config
-        if cfg.budget_calls is not None and self._calls_started >= cfg.budget_calls:
-            raise BudgetExhausted(f"call budget of {cfg.budget_calls} reached")
-        if cfg.budget_tokens is not None and self._tokens_used >= cfg.budget_tokens:
-            raise BudgetExhausted(
-                f"token budget of {cfg.budget_tokens} reached ({self._tokens_used} tokens used)"
+    def _reply_tokens(self, model: ChatModel) -> int | None:
+        """The ``max_tokens`` a call is sent with: the config's, else (under a token budget, which
+        must know it) the model's own default; ``None`` leaves it to the client."""
+        if self.config.max_tokens is not None:
+            return self.config.max_tokens
+        if self.config.budget_tokens is None:
+            return None
+        default = getattr(model, "max_tokens", None)
+        return default if isinstance(default, int) and default > 0 else DEFAULT_REPLY_TOKENS
+
+    async def _complete(
+        self,
+        model: ChatModel,
+        endpoint: str,
+        role: str,
+        messages: list[ChatMessage],
+        reservation: Reservation,
+        seq: int,
+        reply_tokens: int | None,
+        temperature: float | None,
+        json_schema: dict[str, Any] | None,
+        agent: int | None,
+    ) -> ChatCompletion:
+        """Send the reserved call and settle the reservation, whatever way the call ends."""
+        try:
+            completion = await model.complete(
+                messages,
+                temperature=self.config.temperature if temperature is None else temperature,
+                max_tokens=reply_tokens,
+                json_schema=json_schema,
+                seed=None if self.config.seed is None else self.config.seed + seq,
+                cache_key=cache_key(role, agent),
             )
+        except (asyncio.CancelledError, LLMTimeout) as exc:
+            # Cut off in flight: the server may have spent all of it, so all of it is charged.
+            if isinstance(exc, LLMTimeout):
+                observe_llm_error(role, model.model, endpoint, exc)
+            self.budget.forfeit(reservation)
+            await self._charge(Spend(reservation.prompt, reservation.reply))
+            raise
+        except LLMError as exc:
+            # Refused or unreachable: no tokens were served.
+            observe_llm_error(role, model.model, endpoint, exc)
+            self.budget.cancel(reservation)
+            raise
+        except BaseException:
+            self.budget.cancel(reservation)
+            raise
+        self.budget.settle(reservation, completion.prompt_tokens + completion.completion_tokens)
+        await self._charge(Spend(completion.prompt_tokens, completion.completion_tokens))
+        return completion
+
+    async def _charge(self, spend: Spend) -> None:
+        """Tell the usage sink, shielded so a cancellation arriving meanwhile cannot lose the charge."""
+        if self._on_usage is not None:
+            await asyncio.shield(self._on_usage(spend))
 
     async def gather(self, calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
         """Run independent calls concurrently, or one after another with ``sequential``."""
@@ -217,6 +296,11 @@ class DebateContext:
         tasks = [asyncio.ensure_future(c()) for c in calls]
         try:
             return list(await asyncio.gather(*tasks))
+        except BudgetExhausted:
+            # A call that did not fit was never sent; the ones that fit are already on their way:
+            # let them finish so their answers (and the tokens they cost) are kept, then stop.
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         except BaseException:
             # One call failed (budget reached, LLM down, cancelled): stop its siblings too, so no
             # orphaned call keeps running and recording after the debate has ended.

@@ -6,7 +6,14 @@ import time
 
 from debate_worker.engine.answers import majority_vote
 from debate_worker.engine.config import DebateConfig, validate_question
-from debate_worker.engine.context import BudgetExhausted, DebateContext, EventSink, RoleModels
+from debate_worker.engine.context import (
+    BudgetExhausted,
+    DebateContext,
+    EventSink,
+    RoleModels,
+    Spend,
+    UsageSink,
+)
 from debate_worker.engine.outcome import CheckpointSink, Outcome, ProtocolRun
 from debate_worker.engine.protocols.common import apply_team, require_gold
 from debate_worker.engine.registry import spec_for
@@ -31,18 +38,29 @@ async def run_debate(
     on_checkpoint: CheckpointSink | None = None,
     resume: Checkpoint | None = None,
     gold: list[str] | None = None,
+    on_usage: UsageSink | None = None,
+    spent: Spend | None = None,
 ) -> DebateResult:
     """Debate ``question`` over ``pool`` with ``config.protocol`` and return the full record.
 
     ``on_event`` receives ``turn.completed``/``judge.verdict``/``round.completed``; ``on_checkpoint``
     receives the state after each completed round, and ``resume`` continues from such a state.
-    ``gold`` is only for evaluation-only settings that need the reference answer.
+    ``gold`` is only for evaluation-only settings that need the reference answer. ``on_usage`` is
+    told what each LLM call cost as it ends; ``spent`` is what the job was charged before (a resumed
+    job), which its budget starts from.
     """
     question = validate_question(question)
     started = time.perf_counter()
     used_pool = pool_for(config, pool)
     ctx = DebateContext(
-        question, used_pool, config, llm, on_event, transcript=resume.transcript if resume else ()
+        question,
+        used_pool,
+        config,
+        llm,
+        on_event,
+        transcript=resume.transcript if resume else (),
+        on_usage=on_usage,
+        spent=spent,
     )
     # Set-up every protocol shares, done once here so no protocol can skip it.
     require_gold(ctx, gold)

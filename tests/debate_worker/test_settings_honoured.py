@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from debate_worker.engine.budget import prompt_token_bound as bound
 from debate_worker.engine.config import HONOURED, AgentSpec, DebateConfig, ignored_settings
 from debate_worker.engine.context import SingleModel
 from debate_worker.engine.runner import run_debate
@@ -116,17 +117,19 @@ async def test_call_budget_stops_the_debate_and_answers_from_what_it_has(scripte
     assert result.final_answers == ["Leonardo da Vinci", "Raphael"]
 
 
-async def test_token_budget_is_checked_before_each_call(scripted: ScriptedLLM) -> None:
+async def test_token_budget_reserves_each_call_before_it_is_sent(scripted: ScriptedLLM) -> None:
     disagreeing(scripted)
-    unbounded = await run(scripted)
+    unbounded = await run(scripted, max_tokens=64)
     scripted.reset()
     disagreeing(scripted)
-    first_two = sum(r.prompt_tokens + r.completion_tokens for r in unbounded.transcript[:2])
-    result = await run(scripted, budget_tokens=first_two)
-    assert unbounded.usage.calls > result.usage.calls >= 2
-    assert "token budget" in result.answer_source
+    # Room for exactly the worst case of the first two calls (prompt bound + max_tokens each).
+    first_two = sum(bound(r.messages or []) + 64 for r in unbounded.transcript[:2])
+    result = await run(scripted, budget_tokens=first_two, max_tokens=64)
+    # The first two fit whatever they turn out to use; later calls fit only in what they left.
+    assert unbounded.usage.calls > len(scripted.requests) == result.usage.calls >= 2
+    assert "token budget of" in result.answer_source
     used = result.usage.prompt_tokens + result.usage.completion_tokens
-    assert used >= first_two  # the call that crossed the cap was the last one
+    assert used <= first_two  # the call that would not fit was never sent
 
 
 async def test_budget_before_any_answer_says_so(scripted: ScriptedLLM) -> None:
