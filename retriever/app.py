@@ -214,7 +214,7 @@ async def healthz(request: Request) -> dict[str, Any]:
     """Liveness plus readiness facts: 200 while the process serves; ``index_ready`` says if pools work."""
     settings = _settings(request)
     rt = _runtime(request)
-    passages = await asyncio.to_thread(rt.store.count, settings.collection)
+    passages = await asyncio.to_thread(rt.passages.count)
     return {
         "status": "ok" if passages else "no_index",
         "index_ready": passages > 0,
@@ -224,5 +224,5 @@ async def healthz(request: Request) -> dict[str, Any]:
         "bm25": rt.wiki.has_bm25,
         "mode": rt.wiki.default_mode(),
         "web_provider": settings.web_provider,
-        "store": rt.store.location,
+        "store": rt.passages.location,
     }

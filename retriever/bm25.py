@@ -11,11 +11,12 @@ import asyncio
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from retriever.corpus import Passage
 from services.jvm import import_pyserini_indexer, import_pyserini_searcher, pyserini_available
 
 
@@ -122,3 +123,64 @@ def build_bm25_index(
     os.replace(tmp, index_dir)
     shutil.rmtree(old, ignore_errors=True)
     return n
+
+
+class Bm25Writer:
+    """The BM25 index written in the same pass as the dense store, committed with each batch.
+
+    It writes into ``<bm25_dir>.building`` and swaps it in by ``publish()`` at the end of a build, so the
+    service never opens a half-built index. A build that continues after a crash reopens that folder in
+    append mode; ``add(..., replace=True)`` first deletes the batch's ids, which the last Lucene commit
+    may already hold. Extending an index with another corpus starts from a copy of the current one.
+    """
+
+    def __init__(
+        self, index_dir: Path, *, threads: int = 2, resume: bool, drop_prefix: str | None = None
+    ) -> None:
+        indexer_cls = import_pyserini_indexer()  # prepares the JVM before jnius is imported
+        from jnius import autoclass
+
+        self.index_dir = index_dir
+        self.building = index_dir.with_name(index_dir.name + ".building")
+        if not (resume and bm25_index_exists(self.building)):
+            shutil.rmtree(self.building, ignore_errors=True)
+            if bm25_index_exists(index_dir):
+                shutil.copytree(index_dir, self.building)
+        self.building.parent.mkdir(parents=True, exist_ok=True)
+        append = bm25_index_exists(self.building)
+        self._indexer = indexer_cls(str(self.building), append=append, threads=threads)
+        self._writer = self._indexer.object.writer
+        self._term = autoclass("org.apache.lucene.index.Term")
+        self._term_query = autoclass("org.apache.lucene.search.TermQuery")
+        if drop_prefix and append and not resume:
+            prefix_query = autoclass("org.apache.lucene.search.PrefixQuery")
+            self._writer.deleteDocuments(prefix_query(self._term("id", drop_prefix)))
+            self._writer.commit()
+
+    def add(self, passages: Sequence[Passage], *, replace: bool) -> None:
+        if replace:
+            for p in passages:
+                self._writer.deleteDocuments(self._term_query(self._term("id", p.id)))
+        self._indexer.add_batch_dict([{"id": p.id, "contents": p.contents()} for p in passages])
+
+    def commit(self) -> None:
+        self._writer.commit()
+
+    def docs(self) -> int:
+        return int(self._writer.getDocStats().numDocs)
+
+    def publish(self) -> int:
+        """Close the writer and swap the finished index in; returns its number of documents."""
+        n = self.docs()
+        self._indexer.close()
+        old = self.index_dir.with_name(self.index_dir.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if self.index_dir.exists():
+            os.replace(self.index_dir, old)
+        os.replace(self.building, self.index_dir)
+        shutil.rmtree(old, ignore_errors=True)
+        return n
+
+    def close(self) -> None:
+        """Stop without publishing (the build continues from ``.building`` next time)."""
+        self._indexer.close()

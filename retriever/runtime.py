@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import httpx
 
 from retriever.bm25 import Bm25Index
-from retriever.indexer import make_embedder, open_store
+from retriever.indexer import make_embedder, open_passages, open_store
+from retriever.passage_store import PassageStore
 from retriever.pools import PoolService, PoolStore
 from retriever.search import WikiRetriever
 from retriever.settings import RetrieverSettings
@@ -49,7 +50,8 @@ def make_web_search(settings: RetrieverSettings, client: httpx.AsyncClient | Non
 @dataclass
 class RetrieverRuntime:
     settings: RetrieverSettings
-    store: VectorStore
+    store: VectorStore  # the knowledge pools
+    passages: PassageStore
     embedder: Embedder
     wiki: WikiRetriever
     pools: PoolService
@@ -70,31 +72,35 @@ class RetrieverRuntime:
     ) -> RetrieverRuntime:
         """Open the store and wire the components; ``web``/``transport`` let tests swap the network."""
         store = store or open_store(settings)
+        passages: PassageStore | None = None
         try:
+            passages = open_passages(settings, store)
             emb = embedder or make_embedder(settings, threads=settings.serve_torch_threads)
             bm25 = (
                 Bm25Index(settings.bm25_dir)
                 if settings.bm25_enabled and Bm25Index.available(settings.bm25_dir)
                 else None
             )
-            wiki = WikiRetriever(settings, store, emb, bm25)
+            wiki = WikiRetriever(settings, passages, emb, bm25)
             http = None
             if web is None and settings.web_provider != "none":
                 http = httpx.AsyncClient(timeout=settings.web_timeout_s, transport=transport)
                 web = make_web_search(settings, http)
-            dim = store.dim(settings.collection) or _KNOWN_DIMS.get(settings.model_name) or emb.dim
+            dim = passages.dim() or _KNOWN_DIMS.get(settings.model_name) or emb.dim
             pool_store = PoolStore(store, settings.pools_collection, dim, settings.pool_ttl_s)
             service = PoolService(settings, wiki, pool_store, web)
         except BaseException:
+            if passages is not None:
+                passages.close()
             store.close()
             raise
-        return cls(settings, store, emb, wiki, service, web, http)
+        return cls(settings, store, passages, emb, wiki, service, web, http)
 
     def warm(self) -> None:
-        """Load the model, the search snapshot and the JVM now rather than on the first request."""
+        """Load the model, the passage store's pages and the JVM now rather than on the first request."""
         vec = self.embedder.embed(["warm-up"])[0]
-        if self.store.count(self.settings.collection):
-            self.store.search(self.settings.collection, vec, 1)  # embedded: loads the exact-search snapshot
+        if self.passages.count():
+            self.passages.search(vec, 1)
         if self.wiki.bm25 is not None:
             self.wiki.bm25.warm()
 
@@ -125,6 +131,7 @@ class RetrieverRuntime:
         self.pools.close()
         if self.wiki.bm25 is not None:
             self.wiki.bm25.close()
+        self.passages.close()
         self.store.close()
 
     async def aclose(self) -> None:
@@ -138,4 +145,5 @@ class RetrieverRuntime:
         await asyncio.to_thread(self.pools.close)
         if self.wiki.bm25 is not None:
             await asyncio.to_thread(self.wiki.bm25.close)
+        self.passages.close()
         self.store.close()

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from retriever.bm25 import Bm25Index
-from retriever.indexer import BUILD_HINT, IndexMissing
+from retriever.indexer import BUILD_HINT, IndexMissing, outdated_index_hint
+from retriever.passage_store import PassageStore
 from retriever.settings import RetrieverSettings, SearchMode
 from services.embedder import Embedder
-from services.vector_store import Hit, VectorStore, point_id
+from services.vector_store import Hit, point_id
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class WikiRetriever:
     def __init__(
         self,
         settings: RetrieverSettings,
-        store: VectorStore,
+        store: PassageStore,
         embedder: Embedder,
         bm25: Bm25Index | None,
     ) -> None:
@@ -97,9 +98,10 @@ class WikiRetriever:
         """Raise ``IndexMissing`` (→ 503) until the dense collection holds passages."""
         if self._ready:
             return
-        if self.store.count(self.settings.collection) == 0:
+        if self.store.count() == 0:
             raise IndexMissing(
-                f"the Wikipedia index ({self.settings.collection} in {self.store.location}) is empty "
+                outdated_index_hint(self.settings)
+                or f"the Wikipedia index ({self.settings.collection} in {self.store.location}) is empty "
                 f"or missing: {BUILD_HINT}"
             )
         self._ready = True
@@ -182,9 +184,7 @@ class WikiRetriever:
         self, qvec: np.ndarray, k: int, with_vectors: bool, timings: dict[str, float]
     ) -> list[PassageHit]:
         t = time.perf_counter()
-        hits = await asyncio.to_thread(
-            self.store.search, self.settings.collection, qvec, k, with_vectors=with_vectors
-        )
+        hits = await asyncio.to_thread(self.store.search, qvec, k, with_vectors=with_vectors)
         timings["dense_ms"] = elapsed_ms(t)
         return [_from_hit(h) for h in hits]
 
@@ -210,7 +210,6 @@ class WikiRetriever:
             return []
         hits = await asyncio.to_thread(
             self.store.retrieve,
-            self.settings.collection,
             [point_id(p) for p in pids],
             with_vectors=with_vectors,
         )

@@ -19,6 +19,8 @@ from services.settings import ParleySettings, default_data_dir
 
 WebProviderName = Literal["none", "serper", "searxng", "brave"]
 SearchMode = Literal["dense", "bm25", "hybrid"]
+EncoderKind = Literal["onnx-int8", "onnx-fp32", "torch"]
+Quantization = Literal["int8", "none"]
 
 
 class RetrieverSettings(ParleySettings):
@@ -36,7 +38,18 @@ class RetrieverSettings(ParleySettings):
     embedding_model: str | None = Field(
         default=None, description="sentence-transformers model path; unset = bundled all-MiniLM-L6-v2"
     )
-    embedding_device: str = "cpu"
+    embedding_device: str = Field(
+        default="cpu", description="cpu, or a torch GPU device (cuda, cuda:1) that runs the torch encoder"
+    )
+    encoder: EncoderKind = Field(
+        default="onnx-int8",
+        description="onnx-int8 (CPU default), onnx-fp32 or torch (sentence-transformers); "
+        "int8 vectors get their own collection",
+    )
+    encoder_cache_dir: Path = Field(
+        default_factory=lambda: default_data_dir() / "encoders",
+        description="where the ONNX graph exported from the bundled weights is kept",
+    )
     serve_torch_threads: int | None = Field(
         default=1, ge=1, description="torch threads when serving queries (unset = all cores); builds use all"
     )
@@ -50,6 +63,27 @@ class RetrieverSettings(ParleySettings):
     embed_batch_size: int = Field(default=64, ge=1)
     upsert_batch_size: int = Field(default=256, ge=1)
     bm25_enabled: bool = Field(default=True, description="build/use the pyserini BM25 index if importable")
+    ingest_workers: int = Field(
+        default=2, ge=1, le=64, description="encoder processes in `parley index build` (CPU encoders)"
+    )
+    commit_every: int = Field(
+        default=8192, ge=1, description="passages per committed (checkpointed) batch of an index build"
+    )
+    bm25_threads: int = Field(default=2, ge=1, le=64, description="Lucene indexing threads")
+
+    # Passage store layout (embedded Qdrant Edge shard and Qdrant server collection alike)
+    quantization: Quantization = Field(
+        default="int8", description="scalar quantization of the passage vectors, kept in RAM"
+    )
+    on_disk: bool = Field(default=True, description="original vectors and payloads on disk (memory-mapped)")
+    hnsw_m: int = Field(default=16, ge=4, le=128)
+    hnsw_ef_construct: int = Field(default=100, ge=8, le=1000)
+    hnsw_ef: int = Field(default=128, ge=8, le=4096, description="HNSW search breadth")
+    oversampling: float = Field(
+        default=2.0, ge=1.0, le=16.0, description="quantized candidates per result, rescored exactly"
+    )
+    shard_number: int = Field(default=1, ge=1, le=1024, description="Qdrant server: shards of the collection")
+    replication_factor: int = Field(default=1, ge=1, le=16, description="Qdrant server: copies of each shard")
 
     # Retrieval
     default_mode: SearchMode | Literal["auto"] = Field(
@@ -89,15 +123,31 @@ class RetrieverSettings(ParleySettings):
 
     @property
     def collection(self) -> str:
-        """The dense collection: one per embedding model, because vectors of two models never mix."""
+        """The dense collection: one per embedding model and precision, because their vectors never mix.
+
+        fp32 vectors (torch or ONNX fp32, equal to 1e-6) share ``wikipedia_<model>``; int8 encoder
+        vectors go to ``wikipedia_<model>_int8``.
+        """
         if self.passages_collection:
             return self.passages_collection
         slug = re.sub(r"[^a-z0-9]+", "_", self.model_name.lower()).strip("_")
-        return f"wikipedia_{slug}"
+        suffix = "_int8" if self.encoder == "onnx-int8" else ""
+        return f"wikipedia_{slug}{suffix}"
 
     @property
     def qdrant_path(self) -> Path:
+        """The embedded qdrant-client store: the knowledge pools (small, per question)."""
         return self.data_dir / "qdrant"
+
+    @property
+    def edge_path(self) -> Path:
+        """The embedded Qdrant Edge shard of the passage collection."""
+        return self.data_dir / "edge" / self.collection
+
+    @property
+    def ingest_dir(self) -> Path:
+        """Checkpoints and rejected-row reports of index builds."""
+        return self.data_dir / "ingest"
 
     @property
     def corpora_dir(self) -> Path:

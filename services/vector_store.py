@@ -1,18 +1,10 @@
-"""Qdrant access for the retriever: the same code for the embedded on-disk store and a Qdrant server.
+"""Qdrant access through qdrant-client: the knowledge pools (small, per question) embedded or on a server.
 
-Embedded mode (``qdrant-client`` with ``path=``) is the zero-setup default: brute-force search that is
-fast enough for the ~30k Vital-article passages, but it allows one process per storage folder, so only
-the retriever process opens it (workers use the retriever's HTTP API). A Qdrant server (``url=``) is
-the path to the full 21M-passage Wikipedia. The embedded client is not thread-safe, so every call goes
-through one lock; the server client is called concurrently.
-
-Embedded searches do not go through qdrant-client's local engine: it is exact brute force too, but
-spends ~15 ms per query on 12k vectors (plus ~8 ms to return vectors) in Python bookkeeping. Since this
-process is the only one that can open the folder, we keep an exact in-memory snapshot of a searched
-collection (ids, unit vectors, payloads; loaded once in ~1 s, dropped on every write to it) and answer
-with one matrix product (~2 ms). Same results, same cosine scores; memory is dim × 4 bytes per point
-(19 MB for the bundled 12k passages). Above ``exact_max_points`` it falls back to qdrant-client, and a
-Qdrant server is the right tool at that scale anyway.
+Embedded mode (``qdrant-client`` with ``path=``) is the zero-setup default for the pools: brute force,
+fast enough for a few thousand points, one process per storage folder (so only the retriever process
+opens it; workers use the retriever's HTTP API). The embedded client is not thread-safe, so every call
+goes through one lock; the server client is called concurrently. The Wikipedia passages, millions of
+points, live in ``retriever.passage_store`` (Qdrant Edge embedded, or the same Qdrant server).
 """
 
 from __future__ import annotations
@@ -55,13 +47,6 @@ class Hit:
     vector: np.ndarray | None = None
 
 
-@dataclass(frozen=True)
-class _Snapshot:
-    ids: list[str]
-    vectors: np.ndarray  # (n, dim) float32, unit rows
-    payloads: list[dict[str, Any]]
-
-
 class VectorStore:
     """A small, typed facade over ``QdrantClient`` with the few operations Parley needs."""
 
@@ -71,15 +56,12 @@ class VectorStore:
         *,
         location: str,
         embedded_path: Path | None = None,
-        exact_max_points: int = 2_000_000,
     ) -> None:
         self._client = client
         self.location = location
         self.embedded_path = embedded_path
         # Embedded mode: a process-wide lock (the local client mutates shared numpy arrays and sqlite).
         self._lock: threading.Lock | None = threading.Lock() if embedded_path is not None else None
-        self._exact_max = exact_max_points
-        self._snapshots: dict[str, _Snapshot | None] = {}
 
     @classmethod
     def open(
@@ -113,6 +95,11 @@ class VectorStore:
             return
         with self._lock:
             yield self._client
+
+    @property
+    def client(self) -> QdrantClient:
+        """The underlying client (the passage store on a server shares it)."""
+        return self._client
 
     @property
     def embedded(self) -> bool:
@@ -177,62 +164,9 @@ class VectorStore:
         ]
         with self._guard() as c:
             c.upsert(name, points=points, wait=True)
-            # Dropped under the lock, after the write: a snapshot is only ever built under the same
-            # lock, so none can be built from the data before this write and survive it.
-            self._snapshots.pop(name, None)
-
-    def _snapshot(self, name: str) -> _Snapshot | None:
-        """The in-memory copy of an embedded collection, loaded on first search (None = too big / server)."""
-        if self.embedded_path is None:
-            return None
-        if name in self._snapshots:
-            return self._snapshots[name]
-        with self._guard() as c:
-            if name in self._snapshots:  # another thread loaded it while we waited
-                return self._snapshots[name]
-            if not c.collection_exists(name) or int(c.count(name, exact=True).count) > self._exact_max:
-                return None  # not cached: a later (smaller / created) collection is looked at again
-            ids: list[str] = []
-            vecs: list[Any] = []
-            payloads: list[dict[str, Any]] = []
-            offset: Any = None
-            while True:
-                recs, offset = c.scroll(name, limit=4096, offset=offset, with_payload=True, with_vectors=True)
-                for r in recs:
-                    ids.append(str(r.id))
-                    vecs.append(r.vector)
-                    payloads.append(dict(r.payload or {}))
-                if offset is None:
-                    break
-            dim = self._dim_locked(c, name) or 0
-            mat = np.asarray(vecs, dtype=np.float32).reshape(len(ids), dim)
-            norms = np.linalg.norm(mat, axis=1, keepdims=True)
-            mat /= np.where(norms == 0, 1.0, norms)
-            snap = _Snapshot(ids, mat, payloads)
-            self._snapshots[name] = snap
-            return snap
 
     def search(self, name: str, vector: np.ndarray, limit: int, *, with_vectors: bool = False) -> list[Hit]:
         """Nearest points by cosine similarity, best first."""
-        snap = self._snapshot(name)
-        if snap is not None:
-            if not snap.ids or limit <= 0:
-                return []
-            q = np.asarray(vector, dtype=np.float32)
-            q = q / (float(np.linalg.norm(q)) or 1.0)
-            scores = snap.vectors @ q
-            k = min(limit, len(snap.ids))
-            top = np.argpartition(-scores, k - 1)[:k]
-            top = top[np.argsort(-scores[top], kind="stable")]
-            return [
-                Hit(
-                    id=snap.ids[i],
-                    score=float(scores[i]),
-                    payload=snap.payloads[i],
-                    vector=snap.vectors[i] if with_vectors else None,
-                )
-                for i in top
-            ]
         with self._guard() as c:
             res = c.query_points(
                 name, query=vector.tolist(), limit=limit, with_payload=True, with_vectors=with_vectors
@@ -258,7 +192,6 @@ class VectorStore:
             return
         with self._guard() as c:
             c.delete(name, points_selector=qm.PointIdsList(points=list(ids)), wait=True)
-            self._snapshots.pop(name, None)
 
     def delete_where_less(self, name: str, field: str, value: float) -> int:
         """Delete points whose numeric payload ``field`` is below ``value``; returns how many went."""
@@ -269,8 +202,7 @@ class VectorStore:
             n = int(c.count(name, count_filter=flt, exact=True).count)
             if n:
                 c.delete(name, points_selector=qm.FilterSelector(filter=flt), wait=True)
-                self._snapshots.pop(name, None)
-        return n
+            return n
 
     def scroll_payloads(self, name: str, *, batch: int = 1024) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every point's id and payload (for re-deriving the BM25 index and for stats)."""
@@ -298,7 +230,11 @@ def _hit(pid: Any, score: float, payload: Any, vector: Any) -> Hit:
 
 
 def dir_size(path: Path) -> int:
-    """Total size in bytes of the files under ``path`` (0 when missing)."""
+    """Bytes the files under ``path`` occupy on disk (0 when missing).
+
+    Allocated blocks, not apparent sizes: Qdrant preallocates sparse files (a 40-passage shard reads as
+    136 MB but holds under 1 MB).
+    """
     if not path.exists():
         return 0
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())

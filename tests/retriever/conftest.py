@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from retriever.settings import RetrieverSettings
-from services.embedder import SentenceTransformerEmbedder
+from services.embedder import Embedder
 from tests.retriever.support import build_slice_index, copy_index, slice_settings
 
 
@@ -19,10 +19,12 @@ def built_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def embedder() -> SentenceTransformerEmbedder:
-    """One loaded model shared by in-process tests (loading it costs seconds on 2 cores)."""
-    emb = SentenceTransformerEmbedder()
-    emb.load()
+def embedder() -> Embedder:
+    """One loaded encoder (the default one) shared by in-process tests."""
+    from retriever.encoders import make_embedder
+
+    emb = make_embedder(RetrieverSettings(), threads=1)
+    _ = emb.dim  # loads it
     return emb
 
 
@@ -34,7 +36,7 @@ def index_copy(built_index: Path, tmp_path: Path) -> RetrieverSettings:
 
 @pytest.fixture
 async def runtime(
-    index_copy: RetrieverSettings, embedder: SentenceTransformerEmbedder
+    index_copy: RetrieverSettings, embedder: Embedder
 ) -> AsyncIterator[object]:
     from retriever.runtime import RetrieverRuntime
 

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from retriever.cli import index_app
 from retriever.runtime import ConfigError, make_web_search
 from retriever.settings import RetrieverSettings
-from services.vector_store import VectorStore
+from retriever.passage_store import EdgePassageStore, StoreLayout
+from retriever.settings import RetrieverSettings
 from services.websearch import BraveSearch, SearxngSearch, SerperSearch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -35,7 +36,7 @@ def test_build_jsonl_then_stats(tmp_path: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(index_app, ["build", "--jsonl", str(corpus), "--data-dir", str(data)])
     assert res.exit_code == 0, res.output
-    assert "indexed 2 passages of 'mini'" in res.output and "BM25 over 2 passages" in res.output
+    assert "indexed 2 passages of 'mini'" in res.output and "BM25 holds 2 passages" in res.output
     # Same corpus again: stable ids, nothing duplicated.
     assert runner.invoke(index_app, ["build", "--jsonl", str(corpus), "--data-dir", str(data)]).exit_code == 0
     st = runner.invoke(index_app, ["stats", "--json", "--data-dir", str(data)])
@@ -44,8 +45,8 @@ def test_build_jsonl_then_stats(tmp_path: Path) -> None:
     assert stats["passages"] == 2 and stats["bm25_docs"] == 2 and stats["vector_size"] == 384
     assert stats["corpora"]["mini"]["passages"] == 2
 
-    # While another process (here: another client) holds the embedded store, the CLI says so clearly.
-    holder = VectorStore.open(path=data / "qdrant")
+    # While another process (here: another opener) holds the embedded passage store, the CLI says so.
+    holder = EdgePassageStore(RetrieverSettings(data_dir=data).edge_path, StoreLayout())
     try:
         locked = runner.invoke(index_app, ["stats", "--data-dir", str(data)])
         assert locked.exit_code == 2 and "in use by another process" in locked.output

@@ -23,7 +23,7 @@ from debate_worker.engine.prompts.untrusted import CLOSE, MAX_ITEM_CHARS, OPEN
 from debate_worker.engine.runner import run_debate
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
-from services.embedder import SentenceTransformerEmbedder
+from services.embedder import Embedder
 from services.llm import OpenAIChatClient
 from services.websearch import SearxngSearch
 from tests.retriever.support import ReplayServer, searxng_body
@@ -70,7 +70,7 @@ def echoing(reply: str, *, before: bool, whole: bool = False) -> Callable[[dict[
 
 
 @pytest.fixture
-async def hostile_pool(index_copy: RetrieverSettings, embedder: SentenceTransformerEmbedder) -> Any:
+async def hostile_pool(index_copy: RetrieverSettings, embedder: Embedder) -> Any:
     """A pool built by the real retriever, whose web results come from the SearXNG stand-in."""
     with ReplayServer(lambda m, p, b: (200, searxng_body(HOSTILE), 0)) as web_srv:
         rt = RetrieverRuntime.open(index_copy, embedder=embedder, web=SearxngSearch(web_srv.url, timeout_s=5))

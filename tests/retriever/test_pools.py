@@ -13,7 +13,7 @@ import pytest
 from retriever.pools import InvalidRequest, _Candidate, dedupe, normalize_question
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
-from services.embedder import SentenceTransformerEmbedder
+from services.embedder import Embedder
 from services.websearch import SearxngSearch
 from tests.retriever.support import WEB_RESULTS, ReplayServer, searxng_body
 
@@ -24,7 +24,7 @@ Opener = Callable[..., Any]
 
 @pytest.fixture
 async def open_rt(
-    index_copy: RetrieverSettings, embedder: SentenceTransformerEmbedder
+    index_copy: RetrieverSettings, embedder: Embedder
 ) -> AsyncIterator[Opener]:
     """Open a runtime on the private index copy with extra settings and an optional web provider."""
     opened: list[RetrieverRuntime] = []

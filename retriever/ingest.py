@@ -1,0 +1,540 @@
+"""Index builds that scale and survive: one streaming pass over the corpus writes the dense passage
+store and the BM25 index together, with checkpoints.
+
+The pass reads the corpus row by row (memory does not grow with it), cuts it into committed batches of
+``commit_every`` passages (always at a row boundary), encodes each batch in several processes (or takes
+its vectors from precomputed ``.npy`` shards) while the previous batch is written, and after each batch:
+
+1. upserts the passages into the passage store (durable in its write-ahead log) and flushes it;
+2. adds them to the Lucene index and commits it;
+3. writes the checkpoint (the corpus position after the batch) by atomic rename.
+
+After a crash (SIGKILL included) the same command continues after the last checkpoint: the passages of
+the one batch in flight are read and encoded again, and their ids (stable per passage) overwrite
+themselves in the passage store; in Lucene, whose last commit may already hold that batch, they are
+deleted by id before being added again. Nothing before the checkpoint is encoded again.
+
+Malformed rows are counted and written with their line numbers to ``ingest/<corpus>.rejects.tsv``; they
+never stop a build. A vector shard that does not fit the corpus, a full disk or a locked store stop it
+with a clear error and a resumable checkpoint.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm import tqdm
+
+from retriever.corpus import Passage, passages_of, wikipedia_url
+from retriever.passage_store import PassageStore
+from retriever.settings import RetrieverSettings
+from services.embedder import Embedder
+from services.vector_store import VectorStoreError, point_id
+
+# A malformed row's line number and why it was refused.
+Reject = tuple[int, str]
+
+
+class IngestError(VectorStoreError):
+    """The build cannot go on (bad vector shards, another build's checkpoint); it stays resumable."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sources: rows with their resume position
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One corpus row: its passages (none when rejected), where the next row starts, and its line."""
+
+    passages: list[Passage]
+    position: int
+    line: int
+    rejected: str | None = None
+
+
+class CorpusSource(Protocol):
+    """A corpus read row by row from a position (a byte offset for files, a row index for lists)."""
+
+    corpus: str
+    size: int  # total units of ``position``: bytes of a file, rows of a list
+    unit: str
+    identity: dict[str, Any]  # what a checkpoint must match to be resumed
+
+    def rows(self, position: int, line: int) -> Iterator[Row]: ...
+
+
+class ListSource:
+    """Passages already in memory (the bundled Vital corpus, tests): one row per passage."""
+
+    unit = "psg"
+
+    def __init__(self, corpus: str, passages: Sequence[Passage]) -> None:
+        self.corpus = corpus
+        self._passages = passages
+        self.size = len(passages)
+        self.identity = {"corpus": corpus, "rows": len(passages)}
+
+    def rows(self, position: int, line: int) -> Iterator[Row]:
+        for i in range(position, len(self._passages)):
+            yield Row([self._passages[i]], i + 1, i + 1)
+
+
+class FileSource:
+    """A DPR TSV (``id  text  title``) or pyserini JSONL file, read in binary so positions are offsets."""
+
+    unit = "B"
+
+    def __init__(
+        self, path: Path, *, kind: str, corpus: str, max_words: int, limit: int | None = None
+    ) -> None:
+        if kind not in ("dpr", "jsonl"):
+            raise ValueError(f"unknown corpus format {kind!r}")
+        self.path = path
+        self.kind = kind
+        self.corpus = corpus
+        self.max_words = max_words
+        self.limit = limit
+        self.size = path.stat().st_size
+        self.identity = {"corpus": corpus, "file": str(path.resolve()), "bytes": self.size, "kind": kind}
+
+    def rows(self, position: int, line: int) -> Iterator[Row]:
+        csv.field_size_limit(sys.maxsize)
+        parse = self._dpr_row if self.kind == "dpr" else self._jsonl_row
+        taken = 0
+        with self.path.open("rb") as fh:
+            fh.seek(position)
+            for raw in iter(fh.readline, b""):
+                position += len(raw)
+                line += 1
+                if not raw.strip():
+                    continue
+                if self.limit is not None and taken >= self.limit:
+                    return
+                taken += 1
+                try:
+                    text = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError:
+                    yield Row([], position, line, "not UTF-8")
+                    continue
+                passages, why = parse(text)
+                yield Row(passages, position, line, why)
+
+    def _dpr_row(self, text: str) -> tuple[list[Passage], str | None]:
+        row = next(csv.reader(io.StringIO(text), delimiter="\t"), [])
+        if row[:1] == ["id"]:
+            return [], None  # the header
+        if len(row) != 3:
+            return [], f"expected 3 tab-separated columns (id, text, title), found {len(row)}"
+        doc_id, body, title = row[0].strip(), row[1].strip().strip('"'), row[2].strip()
+        if not doc_id or not body:
+            return [], "empty id or text"
+        return list(passages_of(self.corpus, doc_id, title, body, wikipedia_url(title), self.max_words)), None
+
+    def _jsonl_row(self, text: str) -> tuple[list[Passage], str | None]:
+        try:
+            rec = json.loads(text)
+        except ValueError as exc:
+            return [], f"not JSON ({exc.args[0][:80]})"
+        if not isinstance(rec, dict) or rec.get("id") in (None, ""):
+            return [], "not an object with an id"
+        contents = rec.get("contents") or rec.get("text")
+        if not isinstance(contents, str) or not contents.strip():
+            return [], "no contents"
+        title = rec.get("title")
+        if title is None and "\n" in contents:
+            title, contents = contents.split("\n", 1)
+        title = str(title or "").strip()
+        url = rec.get("url") if isinstance(rec.get("url"), str) else (wikipedia_url(title) if title else None)
+        return list(
+            passages_of(self.corpus, str(rec["id"]), title, contents.strip(), url, self.max_words)
+        ), None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Precomputed vectors
+# ---------------------------------------------------------------------------------------------------
+
+
+class VectorShards:
+    """``.npy`` shards (sorted by file name) whose rows, end to end, are the corpus passages in order."""
+
+    def __init__(self, folder: Path) -> None:
+        files = sorted(folder.glob("*.npy"))
+        if not files:
+            raise IngestError(f"no .npy vector shards in {folder}")
+        self.files = files
+        self._arrays = [np.load(f, mmap_mode="r") for f in files]
+        dims = {a.shape[1] if a.ndim == 2 else -1 for a in self._arrays}
+        if len(dims) != 1 or -1 in dims:
+            shapes = ", ".join(f"{f.name} {a.shape}" for f, a in zip(files, self._arrays, strict=True))
+            raise IngestError(f"vector shards must be 2-D arrays of one width: {shapes}")
+        self.dim = dims.pop()
+        self._starts = np.cumsum([0] + [a.shape[0] for a in self._arrays])
+        self.total = int(self._starts[-1])
+
+    def take(self, start: int, n: int) -> np.ndarray:
+        """Rows ``start .. start+n`` across shards; an error if the shards end first."""
+        if start + n > self.total:
+            raise IngestError(
+                f"the vector shards hold {self.total} vectors but the corpus has more passages "
+                f"(passage {self.total + 1} has no vector): the shards do not match this corpus file"
+            )
+        parts = []
+        i = int(np.searchsorted(self._starts, start, side="right") - 1)
+        while n > 0:
+            off = start - int(self._starts[i])
+            chunk = self._arrays[i][off : off + n]
+            parts.append(np.asarray(chunk, dtype=np.float32))
+            start += len(chunk)
+            n -= len(chunk)
+            i += 1
+        return np.vstack(parts)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Checkpoint
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Checkpoint:
+    """Where a build stands after its last committed batch (written by atomic rename)."""
+
+    identity: dict[str, Any]
+    collection: str
+    position: int = 0
+    line: int = 0
+    passages: int = 0
+    rejected: int = 0
+    batches: int = 0
+    done: bool = False
+    started_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def load(cls, path: Path) -> Checkpoint | None:
+        try:
+            return cls(**json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".partial")
+        with tmp.open("w", encoding="utf-8") as fh:
+            json.dump(asdict(self), fh, indent=2, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+
+def checkpoint_path(settings: RetrieverSettings, corpus: str) -> Path:
+    return settings.ingest_dir / f"{settings.collection}.{corpus}.checkpoint.json"
+
+
+def rejects_path(settings: RetrieverSettings, corpus: str) -> Path:
+    return settings.ingest_dir / f"{corpus}.rejects.tsv"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Encoding in worker processes
+# ---------------------------------------------------------------------------------------------------
+
+_WORKER_EMBEDDER: Embedder | None = None
+
+
+def _init_worker(settings_json: str, device: str | None, threads: int) -> None:
+    global _WORKER_EMBEDDER
+    from retriever.encoders import make_embedder
+
+    settings = RetrieverSettings.model_validate_json(settings_json)
+    _WORKER_EMBEDDER = make_embedder(settings, threads=threads, device=device)
+
+
+def _embed_in_worker(texts: list[str]) -> np.ndarray:
+    assert _WORKER_EMBEDDER is not None
+    return _WORKER_EMBEDDER.embed(texts)
+
+
+class BatchEncoder:
+    """Encodes texts in ``workers`` processes (each with its own encoder), or in one thread in process.
+
+    ``submit`` returns futures of chunk vectors; the caller keeps the next batch encoding while it
+    writes the previous one, so encoding and writes overlap.
+    """
+
+    def __init__(
+        self,
+        settings: RetrieverSettings,
+        embedder: Embedder,
+        *,
+        workers: int,
+        device: str | None,
+        chunk: int = 256,
+    ) -> None:
+        self.chunk = chunk
+        self._embedder = embedder
+        self._executor: Executor
+        if workers > 1:
+            import multiprocessing
+
+            threads = max(1, (os.cpu_count() or 1) // workers)
+            self._executor = ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(settings.model_dump_json(), device, threads),
+            )
+            self._fn: Callable[[list[str]], np.ndarray] = _embed_in_worker
+        else:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parley-encode")
+            self._fn = embedder.embed
+
+    def submit(self, texts: list[str]) -> list[Future[np.ndarray]]:
+        return [
+            self._executor.submit(self._fn, texts[i : i + self.chunk])
+            for i in range(0, len(texts), self.chunk)
+        ]
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The build
+# ---------------------------------------------------------------------------------------------------
+
+
+class Bm25Sink(Protocol):
+    def add(self, passages: Sequence[Passage], *, replace: bool) -> None: ...
+    def commit(self) -> None: ...
+
+
+@dataclass
+class IngestReport:
+    corpus: str
+    passages: int  # written by this run
+    total_passages: int  # written by this build, resumed runs included
+    rejected: int
+    resumed_from: int  # passages already committed when this run started
+    seconds: float
+    encode_s: float
+    write_s: float
+    rejects_file: Path | None
+    first_rejects: list[Reject]
+
+    @property
+    def passages_per_s(self) -> float:
+        return self.passages / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class _Batch:
+    passages: list[Passage]
+    position: int
+    line: int
+    rejects: list[Reject]
+    vectors: list[Future[np.ndarray]] | np.ndarray
+
+
+class IngestRun:
+    """One streaming pass of a corpus into the passage store (and BM25), resumable from its checkpoint."""
+
+    def __init__(
+        self,
+        settings: RetrieverSettings,
+        source: CorpusSource,
+        store: PassageStore,
+        embedder: Embedder,
+        *,
+        bm25: Bm25Sink | None = None,
+        vectors: VectorShards | None = None,
+        workers: int | None = None,
+        device: str | None = None,
+        progress: bool = True,
+        checkpoint_file: Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.source = source
+        self.store = store
+        self.embedder = embedder
+        self.bm25 = bm25
+        self.vectors = vectors
+        self.workers = workers or settings.ingest_workers
+        self.device = device
+        self.progress = progress
+        self.checkpoint_file = checkpoint_file or checkpoint_path(settings, source.corpus)
+        self._encode_s = 0.0
+        self._write_s = 0.0
+
+    def load_checkpoint(self) -> Checkpoint:
+        """The checkpoint to continue from, or a fresh one; refuses another source's checkpoint."""
+        cp = Checkpoint.load(self.checkpoint_file)
+        if cp is None:
+            return Checkpoint(identity=self.source.identity, collection=self.settings.collection)
+        if cp.identity != self.source.identity or cp.collection != self.settings.collection:
+            raise IngestError(
+                f"{self.checkpoint_file} belongs to another build "
+                f"({cp.identity.get('file') or cp.identity}); finish that one, or start over with --restart"
+            )
+        return cp
+
+    def run(self) -> IngestReport:
+        cp = self.load_checkpoint()
+        resumed_from = cp.passages
+        t0 = time.perf_counter()
+        dim = self.vectors.dim if self.vectors is not None else self.embedder.dim
+        if self.vectors is not None and self.vectors.dim != self.embedder.dim:
+            raise IngestError(
+                f"the vector shards are {self.vectors.dim}-d, the encoder ({self.embedder.name}) makes "
+                f"{self.embedder.dim}-d vectors: they come from another model"
+            )
+        self.store.ensure(dim)
+        bar = tqdm(
+            total=self.source.size,
+            initial=cp.position,
+            unit=self.source.unit,
+            unit_scale=self.source.unit == "B",
+            desc=f"index {self.source.corpus}",
+            disable=not self.progress,
+            dynamic_ncols=True,
+        )
+        first_rejects: list[Reject] = []
+        encoder = (
+            None
+            if self.vectors is not None
+            else BatchEncoder(self.settings, self.embedder, workers=self.workers, device=self.device)
+        )
+        written = 0
+        try:
+            pending: deque[_Batch] = deque()
+            replace = cp.passages > 0 or cp.batches > 0  # the first batch after a resume may be in Lucene
+            next_vector = cp.passages
+            for batch in self._batches(cp):
+                if self.vectors is not None:
+                    batch.vectors = self.vectors.take(next_vector, len(batch.passages))
+                    next_vector += len(batch.passages)
+                elif encoder is not None:
+                    batch.vectors = encoder.submit([p.embed_text() for p in batch.passages])
+                pending.append(batch)
+                if len(pending) >= 2:  # one batch encodes while the one before it is written
+                    written += self._commit(pending.popleft(), cp, bar, first_rejects, replace)
+                    replace = False
+            while pending:
+                written += self._commit(pending.popleft(), cp, bar, first_rejects, replace)
+                replace = False
+            if self.vectors is not None and next_vector != self.vectors.total and self.source_complete():
+                raise IngestError(
+                    f"the vector shards hold {self.vectors.total} vectors but the corpus has {next_vector} "
+                    "passages: the shards do not match this corpus file"
+                )
+            cp.done = True
+            cp.save(self.checkpoint_file)
+        finally:
+            bar.close()
+            if encoder is not None:
+                encoder.close()
+        return IngestReport(
+            corpus=self.source.corpus,
+            passages=written,
+            total_passages=cp.passages,
+            rejected=cp.rejected,
+            resumed_from=resumed_from,
+            seconds=time.perf_counter() - t0,
+            encode_s=self._encode_s,
+            write_s=self._write_s,
+            rejects_file=rejects_path(self.settings, self.source.corpus) if cp.rejected else None,
+            first_rejects=first_rejects,
+        )
+
+    def source_complete(self) -> bool:
+        """Whether the pass read the whole source (a ``--limit`` build reads a prefix)."""
+        return getattr(self.source, "limit", None) is None
+
+    def _batches(self, cp: Checkpoint) -> Iterator[_Batch]:
+        size = self.settings.commit_every
+        buf: list[Passage] = []
+        rejects: list[Reject] = []
+        position, line = cp.position, cp.line
+        for row in self.source.rows(cp.position, cp.line):
+            position, line = row.position, row.line
+            if row.rejected is not None:
+                rejects.append((row.line, row.rejected))
+            buf.extend(row.passages)
+            if len(buf) >= size:
+                yield _Batch(buf, position, line, rejects, np.zeros((0, 0), np.float32))
+                buf, rejects = [], []
+        if buf or rejects or position != cp.position:
+            yield _Batch(buf, position, line, rejects, np.zeros((0, 0), np.float32))
+
+    def _vectors_of(self, batch: _Batch) -> np.ndarray:
+        if isinstance(batch.vectors, np.ndarray):
+            vecs = batch.vectors
+            self._check_alignment(batch.passages, vecs)
+            return vecs
+        t = time.perf_counter()
+        parts = [f.result() for f in batch.vectors]
+        self._encode_s += time.perf_counter() - t
+        return np.vstack(parts) if parts else np.zeros((0, self.embedder.dim), np.float32)
+
+    def _check_alignment(self, passages: list[Passage], vecs: np.ndarray) -> None:
+        """Imported vectors must be this corpus's: the batch's first passage is encoded and compared."""
+        if not passages:
+            return
+        ours = self.embedder.embed([passages[0].embed_text()])[0]
+        theirs = vecs[0] / (float(np.linalg.norm(vecs[0])) or 1.0)
+        if float(ours @ theirs) < 0.9:
+            raise IngestError(
+                f"the imported vector for passage {passages[0].id!r} does not match its text "
+                f"(cosine {float(ours @ theirs):.2f} with the encoder's): the shards are misaligned with the "
+                "corpus or come from another model"
+            )
+
+    def _commit(
+        self, batch: _Batch, cp: Checkpoint, bar: tqdm[Any], first_rejects: list[Reject], replace: bool
+    ) -> int:
+        vecs = self._vectors_of(batch)
+        t = time.perf_counter()
+        if batch.passages:
+            self.store.upsert(
+                [point_id(p.id) for p in batch.passages],
+                vecs,
+                [p.payload(self.source.corpus) for p in batch.passages],
+            )
+            self.store.flush()
+            if self.bm25 is not None:
+                self.bm25.add(batch.passages, replace=replace)
+        if self.bm25 is not None:
+            self.bm25.commit()
+        if batch.rejects:
+            self._record_rejects(batch.rejects)
+            first_rejects.extend(batch.rejects[: max(0, 20 - len(first_rejects))])
+        cp.position, cp.line = batch.position, batch.line
+        cp.passages += len(batch.passages)
+        cp.rejected += len(batch.rejects)
+        cp.batches += 1
+        cp.save(self.checkpoint_file)
+        self._write_s += time.perf_counter() - t
+        bar.update(batch.position - bar.n)
+        bar.set_postfix(passages=cp.passages, rejected=cp.rejected, refresh=False)
+        return len(batch.passages)
+
+    def _record_rejects(self, rejects: list[Reject]) -> None:
+        path = rejects_path(self.settings, self.source.corpus)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            for line, why in rejects:
+                fh.write(f"{line}\t{why}\n")
