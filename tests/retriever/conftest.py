@@ -35,9 +35,7 @@ def index_copy(built_index: Path, tmp_path: Path) -> RetrieverSettings:
 
 
 @pytest.fixture
-async def runtime(
-    index_copy: RetrieverSettings, embedder: Embedder
-) -> AsyncIterator[object]:
+async def runtime(index_copy: RetrieverSettings, embedder: Embedder) -> AsyncIterator[object]:
     from retriever.runtime import RetrieverRuntime
 
     rt = RetrieverRuntime.open(index_copy, embedder=embedder)

@@ -10,9 +10,8 @@ from pydantic import SecretStr
 from typer.testing import CliRunner
 
 from retriever.cli import index_app
-from retriever.runtime import ConfigError, make_web_search
-from retriever.settings import RetrieverSettings
 from retriever.passage_store import EdgePassageStore, StoreLayout
+from retriever.runtime import ConfigError, make_web_search
 from retriever.settings import RetrieverSettings
 from services.websearch import BraveSearch, SearxngSearch, SerperSearch
 

@@ -23,9 +23,7 @@ Opener = Callable[..., Any]
 
 
 @pytest.fixture
-async def open_rt(
-    index_copy: RetrieverSettings, embedder: Embedder
-) -> AsyncIterator[Opener]:
+async def open_rt(index_copy: RetrieverSettings, embedder: Embedder) -> AsyncIterator[Opener]:
     """Open a runtime on the private index copy with extra settings and an optional web provider."""
     opened: list[RetrieverRuntime] = []
 
