@@ -25,9 +25,10 @@ class Limits(BaseModel):
 
 
 class UsageView(BaseModel):
-    """Tokens are charged when a job finishes, to the UTC day it was submitted; each unfinished job
-    holds a reservation of its token budget until then, so a quota can never be overrun by jobs in
-    flight."""
+    """Tokens are charged as each LLM call ends (cancelled, failed and resumed work included), to the
+    UTC day the job was submitted; each unfinished job holds a reservation of its token budget, which
+    its calls draw from and which is given back when it ends. A job never uses more than its budget,
+    so a quota can never be overrun by jobs in flight."""
 
     owner: str
     today: Usage

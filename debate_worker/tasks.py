@@ -36,7 +36,7 @@ from opentelemetry import trace
 from pydantic import ValidationError
 
 from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.context import RoleModels
+from debate_worker.engine.context import RoleModels, Spend
 from debate_worker.engine.result import Checkpoint
 from debate_worker.engine.runner import run_debate
 from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
@@ -314,6 +314,10 @@ class JobRunner:
                 job_id, {"checkpoint": ckpt.model_dump(mode="json"), "pool": pool.model_dump(mode="json")}
             )
 
+        async def on_usage(spend: Spend) -> None:
+            await self.store.charge(job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls)
+
+        spent_calls, spent_tokens = await self.store.spent(job_id)
         models = self.rt.models()
         try:
             result = await run_debate(
@@ -325,6 +329,8 @@ class JobRunner:
                 on_checkpoint=on_checkpoint,
                 resume=resume,
                 gold=job.answers,
+                on_usage=on_usage,
+                spent=Spend(spent_tokens, 0, spent_calls),
             )
         finally:
             await models.aclose()
@@ -342,15 +348,8 @@ class JobRunner:
                 "consensus": result.consensus,
                 "usage": result.usage.model_dump(),
             },
-            fields={
-                "result": payload,
-                "round": result.rounds,
-                # Charged to the owner's daily usage by the store when the job completes.
-                "used_tokens": result.usage.prompt_tokens + result.usage.completion_tokens,
-                "used_prompt_tokens": result.usage.prompt_tokens,
-                "used_completion_tokens": result.usage.completion_tokens,
-                "used_calls": result.usage.calls,
-            },
+            # The tokens were charged to the owner call by call (on_usage), not here.
+            fields={"result": payload, "round": result.rounds},
         )
         if done:
             usage = result.usage

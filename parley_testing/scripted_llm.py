@@ -102,6 +102,8 @@ class ScriptedLLM:
         self.failures: list[Failure] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        # Tokens answered with 200, as this server counts them (words): what a provider would bill.
+        self.tokens_served = 0
         self._lock = threading.Lock()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -178,6 +180,8 @@ class ScriptedLLM:
                     with self._lock:
                         self.in_flight -= 1
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+            with self._lock:
+                self.tokens_served += prompt_tokens + len(text.split())
             return JSONResponse(
                 {
                     "id": f"chatcmpl-{len(self.requests)}",

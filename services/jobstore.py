@@ -67,7 +67,8 @@ class JobRecord(BaseModel):
     error: str | None = None
     worker: str | None = None
     # Daily token quota: the tokens this job reserved on its owner's ``usage_day`` at submission;
-    # released (and the tokens it used charged) when it reaches a terminal status.
+    # each LLM call moves what it used from the reservation to the day's usage, and the rest is
+    # released when the job reaches a terminal status.
     reserved_tokens: int = 0
     usage_day: str | None = None
     # A knowledge pool the client brought (items as given); None = the retriever builds one.
@@ -75,7 +76,7 @@ class JobRecord(BaseModel):
 
 
 class Usage(BaseModel):
-    """One owner's token use on one UTC day: charged when jobs finish, reserved while they run."""
+    """One owner's token use on one UTC day: charged as each LLM call ends, reserved while jobs run."""
 
     day: str
     tokens: int = 0
@@ -181,6 +182,12 @@ class JobStore(Protocol):
 
     async def release_tokens(self, owner: str, day: str, amount: int) -> None: ...
 
+    async def charge(
+        self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1
+    ) -> bool: ...
+
+    async def spent(self, job_id: str) -> tuple[int, int]: ...
+
     async def usage(self, owner: str, day: str) -> Usage: ...
 
     async def list_jobs(self, owner: str, limit: int, before: str | None = None) -> list[JobRecord]: ...
@@ -225,16 +232,12 @@ if to == 'completed' or to == 'failed' or to == 'cancelled' then
   redis.call('SREM', KEYS[3], ARGV[7])
   redis.call('HSET', KEYS[1], 'finished_at', ARGV[5])
   redis.call('DEL', KEYS[5])
-  -- Quota: give back the reservation and charge what the job used, exactly once (terminal states
-  -- are never left, so this branch runs once per job).
+  -- The tokens it used were charged call by call (_CHARGE_LUA); what is left of its reservation
+  -- is given back here, exactly once (terminal states are never left).
   local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved_tokens') or '0') or 0
   if reserved > 0 then
     redis.call('HINCRBY', KEYS[6], 'reserved', -reserved)
     redis.call('HSET', KEYS[1], 'reserved_tokens', '0')
-  end
-  for _, f in ipairs({'tokens', 'prompt_tokens', 'completion_tokens', 'calls'}) do
-    local v = tonumber(redis.call('HGET', KEYS[1], 'used_' .. f) or '0') or 0
-    if v > 0 then redis.call('HINCRBY', KEYS[6], f, v) end
   end
   redis.call('HINCRBY', KEYS[6], 'jobs_' .. to, 1)
   redis.call('EXPIRE', KEYS[6], 8 * 86400)
@@ -245,6 +248,30 @@ if to ~= '' and ttl > 0 then
   redis.call('EXPIRE', KEYS[4], ttl)
 end
 return out
+"""
+
+# KEYS: job hash, the owner's usage hash of the job's day. ARGV: prompt tokens, completion tokens,
+# calls. Charges one LLM call to the job and its owner's day as soon as it ends, whatever the job's
+# status (a cancelled job's calls in flight are charged too), and moves the same amount out of the
+# job's quota reservation, so used + reserved never grows while a job runs.
+_CHARGE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local p = tonumber(ARGV[1])
+local c = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local t = p + c
+for _, pair in ipairs({{'tokens', t}, {'prompt_tokens', p}, {'completion_tokens', c}, {'calls', n}}) do
+  redis.call('HINCRBY', KEYS[1], 'used_' .. pair[1], pair[2])
+  redis.call('HINCRBY', KEYS[2], pair[1], pair[2])
+end
+local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved_tokens') or '0') or 0
+local move = math.min(reserved, t)
+if move > 0 then
+  redis.call('HINCRBY', KEYS[1], 'reserved_tokens', -move)
+  redis.call('HINCRBY', KEYS[2], 'reserved', -move)
+end
+redis.call('EXPIRE', KEYS[2], 8 * 86400)
+return 1
 """
 
 # KEYS: usage hash. ARGV: tokens to reserve, quota (0 = none). Reserves only if used + reserved +
@@ -289,6 +316,7 @@ class RedisJobStore:
         self._transition = redis.register_script(_TRANSITION_LUA)
         self._lease = redis.register_script(_LEASE_LUA)
         self._reserve = redis.register_script(_RESERVE_LUA)
+        self._charge = redis.register_script(_CHARGE_LUA)
 
     @classmethod
     def from_url(
@@ -581,6 +609,20 @@ class RedisJobStore:
         """
         ok = await self._reserve(keys=[self.k_usage(owner, day)], args=[amount, quota or 0])
         return None if not int(ok) else await self.usage(owner, day)
+
+    async def charge(self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1) -> bool:
+        """Charge one finished (or cut-off) LLM call to the job and its owner's day; False if the
+        job record is gone. Called per call, so cancelled, failed and resumed work is charged too."""
+        owner, day = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day"])
+        if owner is None:
+            return False
+        keys = [self.k_job(job_id), self.k_usage(owner, day or usage_day())]
+        return bool(await self._charge(keys=keys, args=[prompt_tokens, completion_tokens, calls]))
+
+    async def spent(self, job_id: str) -> tuple[int, int]:
+        """(calls, tokens) charged to the job so far: where a resumed job's budget starts."""
+        calls, tokens = await self.redis.hmget(self.k_job(job_id), ["used_calls", "used_tokens"])
+        return int(calls or 0), int(tokens or 0)
 
     async def release_tokens(self, owner: str, day: str, amount: int) -> None:
         """Give back a reservation whose jobs were never queued."""
