@@ -169,6 +169,7 @@ def build_index(
     workers: int | None = None,
     device: str | None = None,
     restart: bool = False,
+    verify_vectors: bool = True,
 ) -> BuildReport:
     """Build (or extend, or continue) the passage store and the BM25 index with one corpus.
 
@@ -199,7 +200,7 @@ def build_index(
             store.delete_corpus(corpus)  # a new build of a corpus replaces it, in BM25 and here alike
         run = IngestRun(
             settings, source, store, embedder, bm25=writer, vectors=shards, workers=workers,
-            device=device, progress=progress, checkpoint_file=cp_file,
+            device=device, progress=progress, checkpoint_file=cp_file, verify_vectors=verify_vectors,
         )  # fmt: skip
         report = run.run()
         t = time.perf_counter()

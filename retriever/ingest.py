@@ -366,8 +366,10 @@ class IngestRun:
         device: str | None = None,
         progress: bool = True,
         checkpoint_file: Path | None = None,
+        verify_vectors: bool = True,
     ) -> None:
         self.settings = settings
+        self.verify_vectors = verify_vectors
         self.source = source
         self.store = store
         self.embedder = embedder
@@ -483,7 +485,8 @@ class IngestRun:
     def _vectors_of(self, batch: _Batch) -> np.ndarray:
         if isinstance(batch.vectors, np.ndarray):
             vecs = batch.vectors
-            self._check_alignment(batch.passages, vecs)
+            if self.verify_vectors:
+                self._check_alignment(batch.passages, vecs)
             return vecs
         t = time.perf_counter()
         parts = [f.result() for f in batch.vectors]
@@ -496,7 +499,7 @@ class IngestRun:
             return
         ours = self.embedder.embed([passages[0].embed_text()])[0]
         theirs = vecs[0] / (float(np.linalg.norm(vecs[0])) or 1.0)
-        if float(ours @ theirs) < 0.9:
+        if float(ours @ theirs) < 0.97:  # int8 vs fp32 encoders of one model agree to >= 0.989
             raise IngestError(
                 f"the imported vector for passage {passages[0].id!r} does not match its text "
                 f"(cosine {float(ours @ theirs):.2f} with the encoder's): the shards are misaligned with the "
