@@ -16,11 +16,46 @@ from pathlib import Path
 
 import numpy as np
 
-_WORDS = (
-    "river city empire battle music painter planet protein theory language mountain island treaty "
-    "novel species election engine museum saint dynasty composer desert volcano harbour railway poet "
-    "kingdom festival physicist bridge cathedral comet fortress glacier melody orbit senate temple"
-).split()
+_WORDS = [
+    "river",
+    "city",
+    "empire",
+    "battle",
+    "music",
+    "painter",
+    "planet",
+    "protein",
+    "theory",
+    "language",
+    "mountain",
+    "island",
+    "treaty",
+    "novel",
+    "species",
+    "election",
+    "engine",
+    "museum",
+    "saint",
+    "dynasty",
+    "composer",
+    "desert",
+    "volcano",
+    "harbour",
+    "railway",
+    "poet",
+    "kingdom",
+    "festival",
+    "physicist",
+    "bridge",
+    "cathedral",
+    "comet",
+    "fortress",
+    "glacier",
+    "melody",
+    "orbit",
+    "senate",
+    "temple",
+]
 
 
 def passage_text(i: int, words: int = 90) -> tuple[str, str]:
