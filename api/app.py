@@ -15,12 +15,14 @@ from fastapi.responses import JSONResponse
 
 from api.deps import ApiState, State
 from api.enqueue import CeleryEnqueuer, Enqueuer
+from api.gate import AuthGateMiddleware
 from api.guards import AuthFailureLimiter, BodyLimitMiddleware, Idempotency, KeyRing, RateLimiter
 from api.jsonlimits import JsonDepthMiddleware
 from api.problems import install_problem_handlers, problem_response, unavailable
 from api.routes_batches import router as batches_router
 from api.routes_debates import router as debates_router
 from api.routes_listing import router as listing_router
+from api.routes_openai import router as openai_router
 from api.routes_ui import router as ui_router
 from api.routes_usage import router as usage_router
 from api.settings import ApiSettings
@@ -129,12 +131,18 @@ def create_app(
     # Inside the body-size limit (middleware added later wraps what was added before).
     app.add_middleware(JsonDepthMiddleware, limit=settings.max_json_depth)
     app.add_middleware(
-        BodyLimitMiddleware, limit=settings.max_body_bytes, batch_limit=settings.max_batch_bytes
+        BodyLimitMiddleware,
+        limit=settings.max_body_bytes,
+        batch_limit=settings.max_batch_bytes,
+        timeout_s=settings.body_timeout_s,
     )
+    # Outermost: the key, the failed-auth limit and the rate limit before any byte of a body is read.
+    app.add_middleware(AuthGateMiddleware)
     app.include_router(debates_router)
     app.include_router(batches_router)
     app.include_router(usage_router)
     app.include_router(listing_router)
+    app.include_router(openai_router)
     app.include_router(ui_router)
     # Queue depth is read from the broker at scrape time; a blocking client is fine there because
     # /metrics runs in the thread pool.

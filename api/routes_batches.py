@@ -35,9 +35,9 @@ from api.jsonlimits import (
     too_deep,
 )
 from api.problems import Problem
-from api.routes_debates import fingerprint, idempotent, submit_jobs
 from api.schemas import BatchAccepted, BatchItem, BatchView
 from api.settings import ApiSettings
+from api.submission import fingerprint, idempotent, submit_jobs
 from debate_worker.engine.config import DebateConfig
 from debate_worker.worker_settings import QUEUE_BATCH
 from services.jobstore import ACTIVE, TERMINAL, BatchRecord, JobRecord, new_id
