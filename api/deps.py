@@ -9,8 +9,8 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.enqueue import Enqueuer
+from api.gate import OWNER_STATE, authenticate
 from api.guards import AuthFailureLimiter, Idempotency, KeyRing, RateLimiter
-from api.problems import Problem
 from api.settings import ApiSettings
 from api.streams import StreamSlots
 from services.jobstore import JobStore
@@ -47,20 +47,17 @@ async def get_owner(
 ) -> str:
     """Authenticate the caller and charge the request to its rate limit; returns the owner name.
 
-    Failed authentications count against the client address, which is refused for the rest of the
-    minute once it has failed too often.
+    On the gated paths ``AuthGateMiddleware`` did this before the body was read and left the owner in
+    the request's state; elsewhere it is done here, the same way.
     """
+    owner = request.scope.get("state", {}).get(OWNER_STATE)
+    if isinstance(owner, str):
+        return owner
     state = get_state(request)
     address = request.client.host if request.client else "unknown"
-    if not state.keys.open:
-        await state.auth_failures.check(address)
-    try:
-        owner = state.keys.owner(request.headers.get("authorization"))
-    except Problem:
-        await state.auth_failures.failed(address)
-        raise
-    await state.limiter.check(owner)
-    return owner
+    return await authenticate(
+        state.keys, state.auth_failures, state.limiter, request.headers.get("authorization"), address
+    )
 
 
 State = Annotated[ApiState, Depends(get_state)]

@@ -8,6 +8,7 @@ them.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -80,35 +81,69 @@ class RateLimiter:
 
 
 class AuthFailureLimiter:
-    """Failed authentications per client address in one-minute windows: past the limit the address
-    gets 429 (with ``Retry-After``) before its key is even looked at, so keys cannot be guessed fast."""
+    """Failed authentications per client address, limited without locking valid keys out.
 
-    def __init__(self, redis: aioredis.Redis, prefix: str, per_minute: int) -> None:
+    What is counted is the number of *distinct* wrong credentials an address presented in the current
+    minute (a HyperLogLog, a few hundred bytes per address): a client repeating one stale key, or a
+    check sending no key, stays at 401, while a guesser trying key after key reaches the limit. Past
+    it, for the rest of the minute, a wrong key is answered 429 and a right one is accepted only if it
+    was accepted from this address before (within ``known_ttl_s``): a guess that happens to be right
+    is refused, but the valid keys already in use behind the same NAT or proxy keep working.
+    """
+
+    def __init__(
+        self, redis: aioredis.Redis, prefix: str, per_minute: int, *, known_ttl_s: int = 86_400
+    ) -> None:
         self._redis = redis
         self._prefix = prefix
         self._per_minute = per_minute
+        self._known_ttl_s = known_ttl_s
 
-    def _key(self, address: str, window: int) -> str:
+    def _failures(self, address: str, window: int) -> str:
         return f"{self._prefix}:authfail:{address}:{window}"
 
-    async def check(self, address: str) -> None:
-        now = time.time()
-        window = int(now // 60)
-        failures = await self._redis.get(self._key(address, window))
-        if failures is not None and int(failures) >= self._per_minute:
-            REFUSALS.labels("auth_failures", "-").inc()
-            raise Problem(
-                429,
-                f"too many failed authentications from this address ({self._per_minute} per minute)",
-                type_="/problems/auth-rate-limited",
-                headers={"Retry-After": str(max(1, int((window + 1) * 60 - now) + 1))},
-            )
+    def _known(self, address: str) -> str:
+        return f"{self._prefix}:authok:{address}"
 
-    async def failed(self, address: str) -> None:
-        key = self._key(address, int(time.time() // 60))
+    def _refusal(self, now: float) -> Problem:
+        REFUSALS.labels("auth_failures", "-").inc()
+        window = int(now // 60)
+        return Problem(
+            429,
+            f"too many different failed keys from this address ({self._per_minute} per minute); keys "
+            "already used from this address keep working",
+            type_="/problems/auth-rate-limited",
+            headers={"Retry-After": str(max(1, int((window + 1) * 60 - now) + 1))},
+        )
+
+    async def failed(self, address: str, credential: str | None) -> None:
+        """Count a wrong credential; raises the 429 ``Problem`` once the address is past the limit."""
+        now = time.time()
+        key = self._failures(address, int(now // 60))
+        digest = hash_key(credential or "")[:16]
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.incr(key)
+            pipe.pfadd(key, digest)
             pipe.expire(key, 120)
+            pipe.pfcount(key)
+            _, _, distinct = await pipe.execute()
+        if int(distinct) > self._per_minute:
+            raise self._refusal(now)
+
+    async def succeeded(self, address: str, owner: str) -> None:
+        """A valid key from ``address``: refused only if the address is past the limit and this key
+        was never accepted from it before; otherwise remembered as one of the address's keys."""
+        now = time.time()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.pfcount(self._failures(address, int(now // 60)))
+            pipe.sismember(self._known(address), owner)
+            distinct, known = await pipe.execute()
+        if known:
+            return
+        if int(distinct) > self._per_minute:
+            raise self._refusal(now)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(self._known(address), owner)
+            pipe.expire(self._known(address), self._known_ttl_s)
             await pipe.execute()
 
 
@@ -184,6 +219,10 @@ class BodyTooLarge(Exception):
     pass
 
 
+class BodyTimeout(Exception):
+    pass
+
+
 def _declared_length(scope: Scope) -> int:
     """The largest ``Content-Length`` the request declares (0 when none or unreadable)."""
     declared = 0
@@ -196,17 +235,56 @@ def _declared_length(scope: Scope) -> int:
     return declared
 
 
+class _LimitedBody:
+    """The app's ``receive``: raises ``BodyTooLarge`` past ``limit`` bytes and ``BodyTimeout`` when
+    the body is not complete by ``deadline`` (loop time); after the body it passes through untimed
+    (a streaming response waits on it for the client's disconnect)."""
+
+    def __init__(self, receive: Receive, limit: int, deadline: float) -> None:
+        self._receive = receive
+        self._limit = limit
+        self._deadline = deadline
+        self._seen = 0
+        self._done = False
+
+    async def __call__(self) -> Message:
+        if self._done:
+            return await self._receive()
+        remaining = self._deadline - asyncio.get_running_loop().time()
+        try:
+            message = await asyncio.wait_for(self._receive(), timeout=max(remaining, 0.001))
+        except TimeoutError:
+            raise BodyTimeout from None
+        if message["type"] == "http.request":
+            self._seen += len(message.get("body", b""))
+            if self._seen > self._limit:
+                raise BodyTooLarge
+            self._done = not message.get("more_body", False)
+        return message
+
+
 class BodyLimitMiddleware:
-    """413 problem for bodies over the limit, checked on ``Content-Length`` and while streaming.
+    """413 problem for bodies over the limit, checked on ``Content-Length`` and while streaming; 408
+    problem for a body that has not fully arrived ``timeout_s`` after the request began (a slow
+    sender holds a connection and a buffer, so it is cut off rather than waited for).
 
     Batch routes get the larger ``batch_limit``; everything else ``limit``.
     """
 
-    def __init__(self, app: ASGIApp, *, limit: int, batch_limit: int, batch_prefix: str = "/v1/batches"):
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limit: int,
+        batch_limit: int,
+        batch_prefix: str = "/v1/batches",
+        timeout_s: float = 30.0,
+    ):
         self.app = app
         self.limit = limit
         self.batch_limit = batch_limit
         self.batch_prefix = batch_prefix
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -216,17 +294,8 @@ class BodyLimitMiddleware:
         if _declared_length(scope) > limit:
             await self._reject(scope, receive, send, limit)
             return
-        seen = 0
         started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise BodyTooLarge
-            return message
+        limited_receive = _LimitedBody(receive, limit, asyncio.get_running_loop().time() + self.timeout_s)
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
@@ -239,6 +308,20 @@ class BodyLimitMiddleware:
         except BodyTooLarge:
             if not started:
                 await self._reject(scope, receive, send, limit)
+        except BodyTimeout:
+            if not started:
+                await self._timed_out(scope, receive, send)
+
+    async def _timed_out(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem_response(
+            None,
+            408,
+            f"the request body did not arrive within {self.timeout_s:g} s",
+            type_="/problems/body-timeout",
+            title="Request Timeout",
+            headers={"Connection": "close"},
+        )
+        await response(scope, receive, send)
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         response = problem_response(

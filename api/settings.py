@@ -34,6 +34,11 @@ class ApiSettings(ParleySettings):
     max_batch_bytes: int = Field(default=32 << 20, ge=1024, description="batch bodies and uploads")
     max_batch_items: int = Field(default=10_000, ge=1)
     max_line_bytes: int = Field(default=16_384, ge=256, description="one JSONL line of a batch upload")
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a request body must have arrived this long after the request began (else 408)",
+    )
 
     idempotency_ttl_s: int = Field(default=24 * 3600, ge=1)
     idempotency_pending_ttl_s: int = Field(

@@ -1,0 +1,97 @@
+"""Authentication and the per-key rate limit before a single byte of the body is read.
+
+FastAPI reads a request's body before it resolves the route's dependencies, so a key checked in a
+dependency is checked only after an unknown caller has made the gateway receive (and buffer) up to
+``max_batch_bytes``. ``AuthGateMiddleware`` runs first instead: on the Parley API's own paths it
+checks the key, the failed-authentication limit and the key's rate limit from the headers alone and
+answers 401/429 at once, leaving the body unread; the owner it found is handed to the route's ``Owner``
+dependency through the request's state, so a request is counted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis.exceptions
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.guards import PUBLIC_OWNER, AuthFailureLimiter, KeyRing, RateLimiter
+from api.problems import Problem
+from services.problem_details import problem_response
+
+OWNER_STATE = "parley_owner"
+# The routes whose bodies are Parley's own; others (the OpenAI-compatible routes, the page, health)
+# authenticate in their dependency and answer in their own error format.
+GATED_PREFIXES = ("/v1/debates", "/v1/batches", "/v1/usage")
+
+
+async def authenticate(
+    keys: KeyRing,
+    failures: AuthFailureLimiter,
+    limiter: RateLimiter,
+    authorization: str | None,
+    address: str,
+) -> str:
+    """The owner of ``authorization``, after the failed-auth and rate limits; raises a ``Problem``.
+
+    The key is checked first (in memory, constant time), so a valid key is never refused because
+    others behind the same address sent wrong ones (see ``AuthFailureLimiter``).
+    """
+    if keys.open:
+        owner = PUBLIC_OWNER
+    else:
+        try:
+            owner = keys.owner(authorization)
+        except Problem:
+            await failures.failed(address, authorization)
+            raise
+        await failures.succeeded(address, owner)
+    await limiter.check(owner)
+    return owner
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+class AuthGateMiddleware:
+    """401/429 from the headers alone on ``prefixes``, before the app (or anyone) reads the body."""
+
+    def __init__(self, app: ASGIApp, *, prefixes: Sequence[str] = GATED_PREFIXES) -> None:
+        self.app = app
+        self.prefixes = tuple(prefixes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefixes):
+            await self.app(scope, receive, send)
+            return
+        state: Any = scope["app"].state.parley
+        client = scope.get("client")
+        address = client[0] if client else "unknown"
+        try:
+            owner = await authenticate(
+                state.keys, state.auth_failures, state.limiter, _header(scope, b"authorization"), address
+            )
+        except Problem as exc:
+            response = problem_response(
+                None, exc.status, exc.detail, type_=exc.type, title=exc.title, headers=exc.headers
+            )
+            await response(scope, receive, send)
+            return
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            retry = str(state.settings.retry_after_s)
+            response = problem_response(
+                None,
+                503,
+                "the job store (Redis) is unavailable; retry later",
+                type_="/problems/unavailable",
+                headers={"Retry-After": retry},
+            )
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})[OWNER_STATE] = owner
+        await self.app(scope, receive, send)
