@@ -31,7 +31,7 @@ from debate_worker.celery_app import create_publisher
 from debate_worker.worker_settings import QUEUE_BATCH, QUEUE_INTERACTIVE
 from services import telemetry
 from services.jobstore import RedisJobStore
-from services.metrics import QueueDepthCollector, instrument_app
+from services.metrics import QueueDepthCollector, instrument_app, serve_operator_metrics
 from services.settings import ObservabilitySettings
 
 log = logging.getLogger("parley.api")
@@ -94,9 +94,13 @@ def create_app(
                 retry_after_s=settings.retry_after_s,
             ),
         )
+        # The operator's /metrics port, loopback by default (metrics name keys).
+        metrics_server = serve_operator_metrics(settings.metrics_port, settings.metrics_host, (queue_depth,))
         try:
             yield
         finally:
+            if metrics_server is not None:
+                metrics_server.shutdown()
             app.state.parley.enqueuer.close()
             await store.aclose()
             await event_store.aclose()
@@ -149,7 +153,9 @@ def create_app(
     timeout = settings.redis_timeout_s
     broker = redis.Redis.from_url(settings.broker, socket_timeout=timeout, socket_connect_timeout=timeout)
     queue_depth = QueueDepthCollector(broker, (QUEUE_INTERACTIVE, QUEUE_BATCH))
-    instrument_app(app, "gateway", extra=lambda: (queue_depth,))
+    # On the public port only with the metrics token; otherwise on the operator port (lifespan).
+    token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
+    instrument_app(app, "gateway", extra=lambda: (queue_depth,), serve=token is not None, token=token)
     telemetry.instrument_fastapi(app)
 
     @app.get("/healthz", tags=["operations"])

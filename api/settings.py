@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.settings import ParleySettings
@@ -73,6 +73,19 @@ class ApiSettings(ParleySettings):
         "bounds the memory a body may expand to when parsed",
     )
     max_json_depth: int = Field(default=400, ge=2, description="nesting depth of any JSON body")
+
+    # Operator surfaces: /metrics names keys, so it is never public (see docs/security.md).
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="with a token, /metrics on the API port answers scrapes that send "
+        "Authorization: Bearer <token>; without one it is not served there",
+    )
+    metrics_port: int = Field(
+        default=9100, ge=0, le=65535, description="separate /metrics port of the gateway; 0 = none"
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1", description="bind address of the separate /metrics port (loopback by default)"
+    )
 
     # Who may reach the service and what a client may ask for (see docs/security.md).
     anonymous: bool = Field(

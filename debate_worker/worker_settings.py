@@ -53,7 +53,11 @@ class WorkerSettings(ParleySettings):
     # Prometheus: the main process serves /metrics for all its pool processes, which write their
     # values to files in metrics_dir (emptied at start); 0 turns the endpoint off.
     metrics_port: int = Field(default=9101, ge=0, le=65535, description="worker /metrics port; 0 = none")
-    metrics_host: str = Field(default="0.0.0.0", description="bind address of the worker's /metrics")
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="bind address of the worker's /metrics (loopback: metrics name keys; set 0.0.0.0 "
+        "only on a network only Prometheus reaches)",
+    )
     metrics_dir: Path | None = Field(
         default=None,
         description="this worker's folder of metric files, emptied at start; unset = a folder per "

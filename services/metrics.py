@@ -12,6 +12,7 @@ which could carry credentials), model names from the settings, owner names of AP
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -264,12 +265,32 @@ def render(extra: Iterable[Collector] = ()) -> bytes:
     return generate_latest(registry_for_scrape(extra))
 
 
-def serve_metrics(port: int, host: str = "0.0.0.0") -> Any:
-    """Serve ``/metrics`` on ``port`` from a thread (the worker, which has no HTTP app)."""
+def serve_metrics(port: int, host: str = "127.0.0.1", extra: Iterable[Collector] = ()) -> Any:
+    """Serve ``/metrics`` on ``port`` from a thread: the worker, which has no HTTP app, and the
+    gateway's operator port. Loopback by default: metrics name keys and are for the operator only."""
+    extra = tuple(extra)
     path = multiprocess_dir()
-    registry = registry_for_scrape() if path is not None else REGISTRY
+    registry = registry_for_scrape(extra) if (path is not None or extra) else REGISTRY
     server, _thread = prometheus_client.start_http_server(port, host, registry=registry)
     return server
+
+
+def serve_operator_metrics(port: int, host: str, extra: Iterable[Collector] = ()) -> Any | None:
+    """``serve_metrics`` for a process that may not be the only one on the port (uvicorn workers,
+    test gateways): the first to bind serves them all (multiprocess metrics are summed from files);
+    the others log it and go on. ``None`` when not served (port 0 or taken)."""
+    if not port:
+        return None
+    try:
+        return serve_metrics(port, host, extra)
+    except OSError as exc:
+        logging.getLogger("parley.metrics").warning(
+            "/metrics not served on %s:%d (%s); another process serves it or the port is taken",
+            host,
+            port,
+            exc.strerror,
+        )
+        return None
 
 
 # --- Celery queue depth (gateway) ----------------------------------------------------------------
@@ -309,11 +330,22 @@ class QueueDepthCollector(Collector):
 
 # --- FastAPI apps ---------------------------------------------------------------------------------
 def instrument_app(
-    app: FastAPI, service: str, *, extra: Callable[[], Iterable[Collector]] | None = None
+    app: FastAPI,
+    service: str,
+    *,
+    extra: Callable[[], Iterable[Collector]] | None = None,
+    serve: bool = True,
+    token: str | None = None,
 ) -> None:
     """Count the app's requests by route template and status (prometheus-fastapi-instrumentator does
-    the ASGI work) and serve ``GET /metrics``; ``extra`` adds scrape-time collectors."""
-    from fastapi import Response
+    the ASGI work) and serve ``GET /metrics``; ``extra`` adds scrape-time collectors.
+
+    ``serve=False`` leaves ``/metrics`` off the app (it is served elsewhere, see ``serve_metrics``);
+    with ``token`` a scrape must send ``Authorization: Bearer <token>`` (else 401).
+    """
+    import hmac
+
+    from fastapi import Request, Response
     from prometheus_fastapi_instrumentator import Instrumentator
     from prometheus_fastapi_instrumentator.metrics import Info
 
@@ -331,11 +363,24 @@ def instrument_app(
     )
     instrumentator.add(record).instrument(app)
 
-    def metrics() -> Response:
+    def metrics(request: Request) -> Response:
         """Prometheus metrics of this process (text exposition format)."""
+        if token is not None:
+            presented = request.headers.get("authorization", "")
+            if not hmac.compare_digest(presented.encode(), f"Bearer {token}".encode()):
+                return Response(
+                    b'{"type":"about:blank","title":"Unauthorized","status":401,'
+                    b'"detail":"/metrics needs the metrics token: Authorization: Bearer <token>"}',
+                    status_code=401,
+                    media_type="application/problem+json",
+                    headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+                )
         return Response(render(extra() if extra else ()), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_api_route("/metrics", metrics, methods=["GET"], tags=["operations"], include_in_schema=False)
+    # The annotation as a class: this module's annotations are strings FastAPI resolves in its globals.
+    metrics.__annotations__["request"] = Request
+    if serve:
+        app.add_api_route("/metrics", metrics, methods=["GET"], tags=["operations"], include_in_schema=False)
 
 
 def observe_started(queue: str, waited_s: float) -> None:

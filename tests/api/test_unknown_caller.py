@@ -12,12 +12,14 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.api.conftest import KEY_A, api_settings
 from tests.api.support import ApiServer, RedisServer
+from tests.support.scripted_llm import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -103,3 +105,34 @@ def test_wrong_keys_from_one_address_do_not_lock_out_a_valid_key(gateway: ApiSer
         assert guesses == {401, 429}
         valid = anyone.get("/v1/debates/job_x", headers=mine)
     assert valid.status_code == 404, valid.text  # wrong keys are not charged to alice's rate limit
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The IPv4 addresses a socket listens on at ``port`` (from /proc/net/tcp; Linux)."""
+    out = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, port_hex = local.split(":")
+        if state == "0A" and int(port_hex, 16) == port:
+            out.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return out
+
+
+def test_gateway_metrics_are_not_public(redis_server: RedisServer) -> None:
+    """Without a token /metrics is not on the API port but on a loopback-only port of its own; with
+    one, the API port answers only scrapes that send it."""
+    port = free_port()
+    settings = api_settings(redis_server.url, key_prefix="metrics", metrics_port=port)
+    with ApiServer(settings) as server:
+        assert httpx.get(f"{server.url}/metrics", timeout=10).status_code == 404
+        scrape = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+        assert scrape.status_code == 200 and "parley_queue_depth" in scrape.text
+        assert listening_addresses(port) == {"127.0.0.1"}
+    settings = api_settings(redis_server.url, key_prefix="metrics", metrics_port=0, metrics_token="scrape-me")
+    with ApiServer(settings) as server:
+        refused = httpx.get(f"{server.url}/metrics", timeout=10)
+        assert refused.status_code == 401 and refused.headers["content-type"] == "application/problem+json"
+        wrong = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {KEY_A}"}, timeout=10)
+        assert wrong.status_code == 401
+        ok = httpx.get(f"{server.url}/metrics", headers={"Authorization": "Bearer scrape-me"}, timeout=10)
+        assert ok.status_code == 200 and "parley_http_requests_total" in ok.text

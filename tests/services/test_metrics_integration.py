@@ -39,6 +39,8 @@ from tests.support.scripted_llm import ScriptedLLM, free_port
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 KEY = "metrics-test-key"
+# The gateway serves /metrics on its API port only to scrapes with this token.
+METRICS_TOKEN = "metrics-scrape-token"
 OWNER = "metrics-owner"
 NO_KNOWLEDGE = {"knowledge": "none"}
 LLM_SECRET = "sk-metrics-test-0123456789abcdef"
@@ -58,7 +60,8 @@ class Scrape:
 
     @classmethod
     def get(cls, url: str) -> Scrape:
-        resp = httpx.get(url, timeout=10)
+        # The gateway asks for the metrics token; the worker's and retriever's ports ignore it.
+        resp = httpx.get(url, timeout=10, headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
         assert resp.status_code == 200, resp.text
         assert resp.headers["content-type"].startswith("text/plain")
         return cls(resp.text)
@@ -86,7 +89,9 @@ def llm() -> Iterator[ScriptedLLM]:
 
 @pytest.fixture(scope="module")
 def api(redis_server: RedisServer) -> Iterator[ApiServer]:
-    settings = ApiSettings(redis_url=redis_server.url, keys={OWNER: hash_key(KEY)})
+    settings = ApiSettings(
+        redis_url=redis_server.url, keys={OWNER: hash_key(KEY)}, metrics_token=METRICS_TOKEN, metrics_port=0
+    )
     with ApiServer(settings) as server:
         yield server
 
@@ -242,7 +247,12 @@ def test_worker_logs_are_json_lines_naming_job_and_batch(
 def test_rate_limit_refusals_are_counted_per_key_owner(redis_server: RedisServer) -> None:
     # A gateway of its own whose limit is reached at once (the other tests' gateway is not limited).
     settings = ApiSettings(
-        redis_url=redis_server.url, keys={OWNER: hash_key(KEY)}, rate_limit_per_minute=3, key_prefix="rl"
+        redis_url=redis_server.url,
+        keys={OWNER: hash_key(KEY)},
+        rate_limit_per_minute=3,
+        key_prefix="rl",
+        metrics_token=METRICS_TOKEN,
+        metrics_port=0,
     )
     with (
         ApiServer(settings) as limited,
@@ -282,7 +292,14 @@ def test_a_second_worker_on_a_taken_metrics_port_still_runs(
 def test_gateway_with_two_uvicorn_workers_counts_every_request(redis_server: RedisServer) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
-    env.update({"PARLEY_API_REDIS_URL": redis_server.url, "PYTHONPATH": str(ROOT)})
+    env.update(
+        {
+            "PARLEY_API_REDIS_URL": redis_server.url,
+            "PYTHONPATH": str(ROOT),
+            "PARLEY_API_METRICS_TOKEN": METRICS_TOKEN,
+            "PARLEY_API_METRICS_PORT": "0",
+        }
+    )
     args = [
         sys.executable,
         "-m",
