@@ -7,23 +7,43 @@ sweep finds such jobs, waits one more lease period (a redelivered message may be
 job over), and then publishes the job again, or fails it once it has used ``max_attempts``. Only one
 worker sweeps at a time (a Redis lock); the job store's conditional transitions make a sweep that
 races with a finishing job harmless.
+
+Two more kinds of stuck job are found by the same pass:
+
+* a ``queued`` job whose broker message was lost (a broker flushed or restored from an older
+  snapshot, a publish that failed after the job was stored): once it has been queued longer than
+  ``orphan_after_s`` and its id is in no queue and no unacknowledged delivery on two passes in a row,
+  it is published again, or failed once it has used its attempts. The broker is read only when such
+  a candidate exists, so a long but healthy queue costs one scan per pass, no more;
+* an id in an owner's active set whose job record has expired: it is removed, so a key is never held
+  at its active-job limit by jobs that no longer exist.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from debate_worker.worker_settings import WorkerSettings
+import redis.asyncio as aioredis
+
+from debate_worker.worker_settings import QUEUE_BATCH, QUEUE_INTERACTIVE, WorkerSettings
 from services.jobstore import RedisJobStore
 
 log = logging.getLogger("parley.worker.sweep")
 
 RUNNING = ("retrieving", "debating")
+# kombu's Redis transport: one list per queue and priority, and the hash of delivered, unacked messages.
+_PRIORITY_SEP = "\x06\x16"
+_PRIORITIES = (0, 3, 6, 9)
+_UNACKED = "unacked"
+# Message headers carry the task's arguments as text (argsrepr): the job id is found there.
+_JOB_ID = re.compile(r"job_[0-9a-f]{32}")
 
 
 @dataclass
@@ -31,37 +51,125 @@ class SweepReport:
     requeued: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     watched: list[str] = field(default_factory=list)  # lease lapsed, waiting one more period
+    orphaned: list[str] = field(default_factory=list)  # queued without a message: published again
+    expired: list[str] = field(default_factory=list)  # ids removed from active sets: record gone
 
 
 class JobSweeper:
     """One sweep pass: ``await sweeper.sweep()``; ``publish(job_id, queue)`` sends a new message."""
 
     def __init__(
-        self, store: RedisJobStore, settings: WorkerSettings, publish: Callable[[str, str], None]
+        self,
+        store: RedisJobStore,
+        settings: WorkerSettings,
+        publish: Callable[[str, str], None],
+        *,
+        broker: aioredis.Redis | None = None,
+        queues: Iterable[str] = (QUEUE_INTERACTIVE, QUEUE_BATCH),
     ) -> None:
         self.store = store
         self.settings = settings
         self.publish = publish
+        # Where the messages are: the job store's Redis unless the broker is another one.
+        self.broker = broker if broker is not None else store.redis
+        self.queues = tuple(queues)
 
     async def sweep(self) -> SweepReport | None:
-        """Check every running job once; None when another worker holds the sweep lock."""
+        """Check every unfinished job once; None when another worker holds the sweep lock."""
         r = self.store.redis
         interval_ms = max(50, int(self.settings.sweep_interval_s * 1000))
         if not await r.set(f"{self.store.prefix}:sweep:lock", "1", nx=True, px=interval_ms):
             return None
         report = SweepReport()
+        waiting: list[str] = []
         async for key in r.scan_iter(match=f"{self.store.prefix}:owner:*:active", count=500):
             for job_id in await r.smembers(key):
-                await self._check(job_id, report)
+                if await self._check(key, job_id, report):
+                    waiting.append(job_id)
+        if waiting:
+            await self._find_orphans(waiting, report)
         return report
 
-    async def _check(self, job_id: str, report: SweepReport) -> None:
+    async def broker_job_ids(self) -> set[str]:
+        """Every job id that has a message in a queue or an unacknowledged delivery."""
+        found: set[str] = set()
+        for queue in self.queues:
+            for pri in _PRIORITIES:
+                name = queue if pri == 0 else f"{queue}{_PRIORITY_SEP}{pri}"
+                for message in await self.broker.lrange(name, 0, -1):
+                    found.update(_JOB_ID.findall(_text(message)))
+        for message in await self.broker.hvals(_UNACKED):
+            found.update(_JOB_ID.findall(_text(message)))
+        return found
+
+    async def _find_orphans(self, waiting: list[str], report: SweepReport) -> None:
+        """Queued jobs long past ``orphan_after_s``: those absent from the broker twice are resent."""
+        present = await self.broker_job_ids()
         r = self.store.redis
-        status, attempts, queue, lapsed_at = await r.hmget(
-            self.store.k_job(job_id), ["status", "attempts", "queue", "lapsed_at"]
-        )
-        if status not in RUNNING:
+        for job_id in waiting:
+            if job_id in present:
+                await self.store.set_fields(job_id, {"missing_at": ""})
+                continue
+            status, attempts, queue, missing_at = await r.hmget(
+                self.store.k_job(job_id), ["status", "attempts", "queue", "missing_at"]
+            )
+            if status != "queued":
+                continue
+            if not missing_at:
+                await self.store.set_fields(job_id, {"missing_at": time.time()})
+                report.watched.append(job_id)
+                continue
+            await self._resend(job_id, int(attempts or 0), queue or "", report)
+
+    async def _resend(self, job_id: str, used: int, queue: str, report: SweepReport) -> None:
+        if used >= self.settings.max_attempts:
+            reason = f"its queue message was lost after {used} attempts; gave up"
+            if await self.store.transition(
+                job_id,
+                "failed",
+                ("queued",),
+                event="job.failed",
+                data={"error": reason},
+                fields={"error": reason},
+            ):
+                report.failed.append(job_id)
             return
+        self.publish(job_id, queue)
+        # Still queued; the event says why it waited, and the clock restarts from now.
+        await self.store.transition(
+            job_id,
+            "queued",
+            ("queued",),
+            event="job.requeued",
+            data={"reason": "its queue message was lost; sent again"},
+            fields={"missing_at": ""},
+        )
+        log.warning("job %s was queued without a message; published again", job_id)
+        report.orphaned.append(job_id)
+
+    async def _check(self, active_key: str, job_id: str, report: SweepReport) -> bool:
+        """Requeue or fail a running job whose lease lapsed; True for a queued job that has waited
+        longer than ``orphan_after_s`` (its message is looked for afterwards, once for all)."""
+        r = self.store.redis
+        status, attempts, queue, lapsed_at, updated_at = await r.hmget(
+            self.store.k_job(job_id), ["status", "attempts", "queue", "lapsed_at", "updated_at"]
+        )
+        if status is None:
+            # The record expired (or was deleted) while its id stayed here: never count it again.
+            await r.srem(active_key, job_id)
+            report.expired.append(job_id)
+            return False
+        if status == "queued":
+            return time.time() - float(updated_at or 0) > self.settings.orphan_after_s
+        if status not in RUNNING:
+            return False
+        await self._check_lease(job_id, attempts, queue, lapsed_at, report)
+        return False
+
+    async def _check_lease(
+        self, job_id: str, attempts: Any, queue: Any, lapsed_at: Any, report: SweepReport
+    ) -> None:
+        r = self.store.redis
         if await r.exists(self.store.k_lease(job_id)):
             if lapsed_at:
                 await self.store.set_fields(job_id, {"lapsed_at": ""})
@@ -116,7 +224,10 @@ def start_sweeping(settings: WorkerSettings, publish: Callable[[str, str], None]
         store = RedisJobStore.from_url(
             settings.redis_url, prefix=settings.key_prefix, ttl_s=settings.job_ttl_s
         )
-        sweeper = JobSweeper(store, settings, publish)
+        broker = None
+        if settings.broker != settings.redis_url:
+            broker = aioredis.Redis.from_url(settings.broker, decode_responses=True)
+        sweeper = JobSweeper(store, settings, publish, broker=broker)
         try:
             while not stop.is_set():
                 try:
@@ -126,6 +237,12 @@ def start_sweeping(settings: WorkerSettings, publish: Callable[[str, str], None]
                 await asyncio.sleep(settings.sweep_interval_s)
         finally:
             await store.aclose()
+            if broker is not None:
+                await broker.aclose()  # type: ignore[attr-defined]  # stubs predate redis 5
 
     threading.Thread(target=lambda: asyncio.run(loop()), name="parley-sweep", daemon=True).start()
     return stop
+
+
+def _text(message: Any) -> str:
+    return message.decode("utf-8", "replace") if isinstance(message, bytes) else str(message)

@@ -46,6 +46,12 @@ class WorkerSettings(ParleySettings):
     # one worker at a time checks every sweep_interval_s and requeues them (or fails them after
     # max_attempts); 0 turns the sweep off.
     sweep_interval_s: float = Field(default=15.0, ge=0)
+    orphan_after_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="a job queued this long is looked for in the broker; absent on two sweeps, it is "
+        "published again (or failed after max_attempts)",
+    )
     store_retry_delay_s: float = Field(
         default=5.0, ge=0, description="pause before requeueing a job the store refused to update"
     )
