@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from services.gateway_client import GatewayClient
+    from parley_client import AsyncParleyClient, BatchAccepted, BatchResult, BatchView
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
 
@@ -102,13 +102,13 @@ def submit(
     ] = None,
 ) -> None:
     """Submit a JSONL file as one batch; with --wait show progress and write the results."""
-    from services.gateway_client import GatewayClient, GatewayClientSettings
+    from parley_client import AsyncParleyClient, ClientSettings
 
     cfg: dict[str, Any] = {}
     if config:
         text = Path(config[1:]).read_text() if config.startswith("@") else config
         cfg = json.loads(text)
-    client = GatewayClient.from_settings(GatewayClientSettings(), url=api_url)
+    client = AsyncParleyClient.from_settings(ClientSettings(), url=api_url)
     job = SubmitJob(
         file, cfg, wait=wait, out=out, poll=poll, idempotency_key=idempotency_key, timeout=timeout
     )
@@ -129,27 +129,27 @@ class SubmitJob:
     idempotency_key: str | None
     timeout: float | None
 
-    async def run(self, client: GatewayClient) -> int:
+    async def run(self, client: AsyncParleyClient) -> int:
         """The exit code: 0 done, 2 refused, 3 not finished within ``timeout``."""
-        from services.gateway_client import GatewayError
+        from parley_client import ParleyError
 
         async with client:
             try:
-                accepted = await client.submit_batch_file(
+                accepted = await client.submit_batch(
                     self.file, self.config, idempotency_key=self.idempotency_key
                 )
-            except GatewayError as exc:
+            except ParleyError as exc:
                 typer.echo(f"rejected: {exc}", err=True)
                 for err in exc.problem.get("errors", [])[:20]:
                     typer.echo(f"  {err}", err=True)
                 return 2
-            typer.echo(json.dumps(accepted))
+            typer.echo(accepted.model_dump_json())
             if not self.wait:
                 return 0
             timed_out = await self._wait(client, accepted)
-            return await self._write_results(client, accepted["batch_id"], timed_out)
+            return await self._write_results(client, accepted.batch_id, timed_out)
 
-    async def _wait(self, client: GatewayClient, accepted: dict[str, Any]) -> bool:
+    async def _wait(self, client: AsyncParleyClient, accepted: BatchAccepted) -> bool:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         columns = (
@@ -160,33 +160,33 @@ class SubmitJob:
             TimeElapsedColumn(),
         )
         with Progress(*columns) as progress:
-            task = progress.add_task(accepted["batch_id"], total=accepted["total"], detail="")
+            task = progress.add_task(accepted.batch_id, total=accepted.total, detail="")
 
-            def show(status: dict[str, Any]) -> None:
-                c = status["counts"]
+            def show(status: BatchView) -> None:
+                c = status.counts
                 done = c["completed"] + c["failed"] + c["cancelled"]
                 detail = f"running {c['retrieving'] + c['debating']}, failed {c['failed']}"
                 progress.update(task, completed=done, detail=detail)
 
             try:
                 await client.wait_batch(
-                    accepted["batch_id"], poll_s=self.poll, on_progress=show, timeout_s=self.timeout
+                    accepted.batch_id, poll_s=self.poll, on_progress=show, timeout_s=self.timeout
                 )
             except TimeoutError:
                 return True
         return False
 
-    async def _write_results(self, client: GatewayClient, batch_id: str, timed_out: bool) -> int:
+    async def _write_results(self, client: AsyncParleyClient, batch_id: str, timed_out: bool) -> int:
         target = self.out or self.file.with_suffix(".results.jsonl")
         n = failed = 0
-        unfinished: list[dict[str, Any]] = []
+        unfinished: list[BatchResult] = []
         with target.open("w") as fh:
-            async for row in client.iter_results(batch_id):
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            async for line in client.iter_results(batch_id):
+                fh.write(line.model_dump_json() + "\n")
                 n += 1
-                failed += row.get("status") != "completed"
-                if row.get("status") in ("queued", "retrieving", "debating"):
-                    unfinished.append(row)
+                failed += line.status != "completed"
+                if line.status in ("queued", "retrieving", "debating"):
+                    unfinished.append(line)
         typer.echo(f"wrote {n} results to {target} ({failed} not completed)")
         if not timed_out:
             return 0
@@ -196,7 +196,7 @@ class SubmitJob:
             err=True,
         )
         for row in unfinished[:50]:
-            typer.echo(f"  {row['id']} ({row['job_id']}): {row['status']}", err=True)
+            typer.echo(f"  {row.id} ({row.job_id}): {row.status}", err=True)
         return 3
 
 

@@ -5,36 +5,12 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field
 
 from api.deps import Owner, State
-from services.jobstore import Usage, usage_day
+from api.schemas import Limits, UsageView
+from services.jobstore import usage_day
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"])
-
-
-class Limits(BaseModel):
-    rate_limit_per_minute: int
-    max_active_jobs: int
-    active_jobs: int
-    daily_token_quota: int | None = Field(description="tokens per UTC day; null = no quota")
-    budget_calls_default: int
-    budget_calls_max: int
-    budget_tokens_default: int
-    budget_tokens_max: int
-
-
-class UsageView(BaseModel):
-    """Tokens are charged as each LLM call ends (cancelled, failed and resumed work included), to the
-    UTC day the job was submitted; each unfinished job holds a reservation of its token budget, which
-    its calls draw from and which is given back when it ends. A job never uses more than its budget,
-    so a quota can never be overrun by jobs in flight."""
-
-    owner: str
-    today: Usage
-    remaining_today: int | None = Field(description="quota - used - reserved; null = no quota")
-    days: list[Usage] = Field(description="the last days, newest first (today included)")
-    limits: Limits
 
 
 @router.get("", response_model=UsageView)

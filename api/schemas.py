@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from debate_worker.engine.config import MAX_QUESTION_CHARS, DebateConfig, validate_question
-from services.jobstore import JobStatus
+from services.jobstore import JobStatus, Usage
 from services.knowledge import KnowledgeSource
 
 MAX_POOL_ITEMS = 50
@@ -137,3 +137,27 @@ class BatchView(BaseModel):
     progress: float = Field(ge=0, le=1, description="share of items finished")
     created_at: float
     config: dict[str, Any]
+
+
+class Limits(BaseModel):
+    rate_limit_per_minute: int
+    max_active_jobs: int
+    active_jobs: int
+    daily_token_quota: int | None = Field(description="tokens per UTC day; null = no quota")
+    budget_calls_default: int
+    budget_calls_max: int
+    budget_tokens_default: int
+    budget_tokens_max: int
+
+
+class UsageView(BaseModel):
+    """Tokens are charged as each LLM call ends (cancelled, failed and resumed work included), to the
+    UTC day the job was submitted; each unfinished job holds a reservation of its token budget, which
+    its calls draw from and which is given back when it ends. A job never uses more than its budget,
+    so a quota can never be overrun by jobs in flight."""
+
+    owner: str
+    today: Usage
+    remaining_today: int | None = Field(description="quota - used - reserved; null = no quota")
+    days: list[Usage] = Field(description="the last days, newest first (today included)")
+    limits: Limits

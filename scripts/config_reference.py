@@ -36,7 +36,7 @@ from pydantic_settings import BaseSettings
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "docs" / "configuration.md"
 # The packages whose modules are imported to find settings classes (the ones setuptools installs).
-PACKAGES = ("api", "services", "debate_worker", "retriever", "parley_cli", "parley_testing")
+PACKAGES = ("api", "services", "debate_worker", "retriever", "parley_cli", "parley_client", "parley_testing")
 GENERATE_COMMAND = ".venv/bin/python scripts/config_reference.py --write"
 
 # Descriptions for fields whose class gives none (``Field(description=...)`` in the code always wins).
@@ -73,9 +73,9 @@ DESCRIPTIONS: dict[str, str] = {
     "ApiSettings.sse_ping_s": "SSE keep-alive comment interval",
     "ApiSettings.sse_block_ms": "Redis blocking-read slice of the SSE stream",
     "ApiSettings.redis_timeout_s": "Redis connect timeout (fail fast → 503)",
-    "GatewayClientSettings.url": "API base URL of `parley submit` and other clients",
-    "GatewayClientSettings.key": "bearer key the clients send",
-    "GatewayClientSettings.client_timeout_s": "HTTP timeout of the clients",
+    "ClientSettings.url": "API base URL of `parley submit`, `parley mcp` and the Python client",
+    "ClientSettings.key": "bearer key the clients send",
+    "ClientSettings.client_timeout_s": "HTTP timeout of the clients",
     "WorkerSettings.key_prefix": "prefix of every Redis key; must match the API's",
     "WorkerSettings.queues": "queues this worker consumes (JSON list)",
     "WorkerSettings.max_attempts": "deliveries of one job before it fails (a worker lost each time)",

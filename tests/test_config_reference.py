@@ -87,7 +87,7 @@ def test_the_known_processes_are_all_discovered(product_classes: list[type]) -> 
         "LLMSettings",
         "RetrieverClientSettings",
         "ApiSettings",
-        "GatewayClientSettings",
+        "ClientSettings",
         "WorkerSettings",
         "RetrieverSettings",
         "EvalSettings",

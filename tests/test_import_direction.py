@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("api", "retriever", "debate_worker", "services", "parley_testing")
+PACKAGES = ("api", "retriever", "debate_worker", "services", "parley_client", "parley_testing")
 # Each package's command-line module: only the root (parley_cli) assembles them.
 CLI_MODULES = {
     "api.cli",

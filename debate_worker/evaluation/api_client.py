@@ -21,7 +21,7 @@ from debate_worker.evaluation.datasets import Item
 from debate_worker.evaluation.judge import AnswerJudge
 from debate_worker.evaluation.runner import EvalOptions, RunTally, grade, make_progress, result_record
 from debate_worker.evaluation.store import ResultRecord, RunSpec, Workspace, now_iso
-from services.gateway_client import GatewayClient, GatewayNotFound, finished_count
+from parley_client import AsyncParleyClient, BatchResult, ParleyNotFound, finished_count
 
 
 def batch_items(items: Sequence[Item]) -> list[dict[str, Any]]:
@@ -33,7 +33,7 @@ async def run_via_api(
     ws: Workspace,
     items: Sequence[Item],
     runs: Sequence[RunSpec],
-    client: GatewayClient,
+    client: AsyncParleyClient,
     *,
     judge: AnswerJudge | None = None,
     options: EvalOptions | None = None,
@@ -62,7 +62,7 @@ async def run_via_api(
                 if state is not None:
                     try:
                         await client.get_batch(state["batch_id"])
-                    except GatewayNotFound:
+                    except ParleyNotFound:
                         ws.save_batch_state(spec.label, None)
                         state = None
                 if state is None:
@@ -71,7 +71,7 @@ async def run_via_api(
                         break
                     created = await client.submit_batch(batch_items(fresh), spec.config)
                     state = {
-                        "batch_id": created["batch_id"],
+                        "batch_id": created.batch_id,
                         "ids": [it.id for it in fresh],
                         "submitted_at": now_iso(),
                     }
@@ -79,7 +79,7 @@ async def run_via_api(
                 attempted.update(str(i) for i in state.get("ids", []))
                 await _poll(client, state["batch_id"], bar, poll_interval_s, sleep)
                 for line in await client.results(state["batch_id"]):
-                    item = by_id.get(str(line.get("id")))
+                    item = by_id.get(str(line.id))
                     if item is None:
                         continue
                     attempted.add(item.id)
@@ -104,7 +104,7 @@ async def run_via_api(
 
 
 async def _poll(
-    client: GatewayClient,
+    client: AsyncParleyClient,
     batch_id: str,
     bar: Any,
     poll_interval_s: float,
@@ -117,13 +117,13 @@ async def _poll(
         done = finished_count(status)
         bar.update(max(0, done - seen))
         seen = max(seen, done)
-        if status.get("status") == "completed":
+        if status.status == "completed":
             return
         await sleep(poll_interval_s)
 
 
 async def _record_line(
-    line: dict[str, Any],
+    line: BatchResult,
     item: Item,
     index: int,
     spec: RunSpec,
@@ -133,14 +133,14 @@ async def _record_line(
 ) -> tuple[ResultRecord, DebateResult | None]:
     """One NDJSON result line as a scored results record (failed, with the gateway's reason, if no result)."""
     result: DebateResult | None = None
-    error = line.get("error")
-    if line.get("result") is not None:
+    error = line.error
+    if line.result is not None:
         try:
-            result = DebateResult.model_validate(line["result"])
+            result = line.debate_result()
         except ValidationError as exc:
             error = f"unreadable DebateResult: {exc.error_count()} validation errors"
     if result is None and not error:
-        error = f"job {line.get('status', 'unknown')} without a result"
+        error = f"job {line.status} without a result"
     verdict = await grade(judge, item, result.answer) if result is not None else None
     record = result_record(
         item,

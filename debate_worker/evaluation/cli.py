@@ -287,10 +287,10 @@ async def _evaluate(
     try:
         api_url = api or settings.api_url
         if api_url:
-            from services.gateway_client import GatewayClient
+            from parley_client import AsyncParleyClient
 
             key = api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
-            client = GatewayClient(api_url, api_key=key, timeout_s=settings.api_timeout_s)
+            client = AsyncParleyClient(api_url, api_key=key, timeout_s=settings.api_timeout_s)
             try:
                 return await evaluate(
                     request, judge=judge, batch_client=client, poll_interval_s=settings.api_poll_interval_s

@@ -34,7 +34,7 @@ from debate_worker.evaluation.runner import (
 )
 from debate_worker.evaluation.scoring import PrimaryMetric
 from debate_worker.evaluation.store import Manifest, RunSpec, Workspace, check_label
-from services.gateway_client import GatewayClient
+from parley_client import AsyncParleyClient
 from services.knowledge import PoolBuilder
 
 
@@ -205,7 +205,7 @@ async def evaluate(
     models: RoleModels | None = None,
     pool_builder: PoolBuilder | None = None,
     judge: AnswerJudge | None = None,
-    batch_client: GatewayClient | None = None,
+    batch_client: AsyncParleyClient | None = None,
     poll_interval_s: float = 2.0,
 ) -> EvalOutcome:
     """Run (or resume) every requested run and write the report. In-process needs ``models`` (and a

@@ -24,7 +24,7 @@ from debate_worker.evaluation.api_client import batch_items
 from debate_worker.evaluation.datasets import load_dataset
 from debate_worker.evaluation.harness import EvalRequest, evaluate
 from debate_worker.evaluation.store import Workspace
-from services.gateway_client import GatewayClient, GatewayError
+from parley_client import AsyncParleyClient, ParleyError
 from services.knowledge import empty_pool
 from tests.debate_worker.evaluation.conftest import QUESTIONS, models_for
 from tests.support.scripted_llm import ScriptedLLM, free_port
@@ -81,7 +81,8 @@ class ContractGateway:
             ]
             self.batches[batch_id] = {"rows": rows, "config": body["config"]}
             asyncio.get_running_loop().create_task(self._work(batch_id))
-            return {"batch_id": batch_id, "status": "queued", "total": len(rows)}
+            location = f"/v1/batches/{batch_id}"
+            return {"batch_id": batch_id, "status": "queued", "total": len(rows), "location": location}
 
         @app.get("/v1/batches/{batch_id}", response_model=None)
         async def status(batch_id: str) -> Any:
@@ -99,6 +100,8 @@ class ContractGateway:
                 "total": total,
                 "counts": counts,
                 "progress": done / total,
+                "created_at": 0.0,
+                "config": batch["config"],
             }
 
         @app.get("/v1/batches/{batch_id}/results", response_model=None)
@@ -159,7 +162,7 @@ async def test_api_run_records_failures_and_resubmits_only_them(
 ) -> None:
     out = tmp_path / "api"
     gateway.fail_questions = {QUESTIONS[2]["question"]}
-    client = GatewayClient(gateway.url, api_key=KEY)
+    client = AsyncParleyClient(gateway.url, api_key=KEY)
     try:
         outcome = await evaluate(
             req(nq_dataset, out, protocols=["single", "cot"]), batch_client=client, poll_interval_s=0.02
@@ -196,7 +199,7 @@ async def test_resume_polls_the_submitted_batch_instead_of_resubmitting(
     gateway: ContractGateway, nq_dataset: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "resume"
-    client = GatewayClient(gateway.url, api_key=KEY)
+    client = AsyncParleyClient(gateway.url, api_key=KEY)
     try:
         # An earlier invocation submitted a batch with the first two items and was interrupted.
         items = load_dataset(nq_dataset).items[:2]
@@ -204,7 +207,7 @@ async def test_resume_polls_the_submitted_batch_instead_of_resubmitting(
             batch_items(items), DebateConfig(protocol="single").model_dump(mode="json")
         )
         Workspace(out).save_batch_state(
-            "single", {"batch_id": created["batch_id"], "ids": [i.id for i in items]}
+            "single", {"batch_id": created.batch_id, "ids": [i.id for i in items]}
         )
         outcome = await evaluate(
             req(nq_dataset, out, protocols=["single"]), batch_client=client, poll_interval_s=0.02
@@ -225,9 +228,9 @@ async def test_resume_polls_the_submitted_batch_instead_of_resubmitting(
 
 
 async def test_wrong_key_is_a_clear_error(gateway: ContractGateway) -> None:
-    client = GatewayClient(gateway.url, api_key="wrong")
+    client = AsyncParleyClient(gateway.url, api_key="wrong")
     try:
-        with pytest.raises(GatewayError, match="401: missing or wrong API key"):
+        with pytest.raises(ParleyError, match="401: missing or wrong API key"):
             await client.get_batch("bat-1")
     finally:
         await client.aclose()
@@ -253,7 +256,7 @@ async def test_against_the_real_gateway(nq_dataset: Path, tmp_path: Path) -> Non
                     support.worker_env(redis_server.url, llm.base_url), tmp_path / "worker.log"
                 ),
             ):
-                client = GatewayClient(api.url, api_key=KEY)
+                client = AsyncParleyClient(api.url, api_key=KEY)
                 try:
                     outcome = await evaluate(
                         req(nq_dataset, tmp_path / "real", protocols=["single"]),

@@ -1,0 +1,39 @@
+"""The Python client of the Parley gateway, sync (``ParleyClient``) and async (``AsyncParleyClient``).
+
+Submit a debate and wait for it or stream its events, cancel it, read the key's usage, run batches
+from a JSONL file or a list with a progress bar and read their results as an iterator. Answers are
+the gateway's own pydantic models; 429 and 503 answers are retried after their ``Retry-After``;
+every other error is a ``ParleyError`` carrying the RFC 9457 problem document. The ``parley`` command
+line and ``parley eval --api`` use this client.
+"""
+
+from parley_client.aio import AsyncParleyClient
+from parley_client.errors import ParleyError, ParleyNotFound
+from parley_client.models import (
+    Accepted,
+    BatchAccepted,
+    BatchResult,
+    BatchView,
+    DebateEvent,
+    JobView,
+    UsageView,
+    finished_count,
+)
+from parley_client.settings import ClientSettings
+from parley_client.sync import ParleyClient
+
+__all__ = [
+    "Accepted",
+    "AsyncParleyClient",
+    "BatchAccepted",
+    "BatchResult",
+    "BatchView",
+    "ClientSettings",
+    "DebateEvent",
+    "JobView",
+    "ParleyClient",
+    "ParleyError",
+    "ParleyNotFound",
+    "UsageView",
+    "finished_count",
+]

@@ -1,0 +1,367 @@
+"""``AsyncParleyClient``: the gateway's REST API from asyncio code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from parley_client.errors import ParleyError, error_from
+from parley_client.models import (
+    Accepted,
+    BatchAccepted,
+    BatchResult,
+    BatchView,
+    DebateEvent,
+    JobView,
+    UsageView,
+    finished_count,
+)
+from parley_client.settings import ClientSettings
+from services.jobstore import TERMINAL, TERMINAL_EVENTS
+
+Config = Mapping[str, Any] | BaseModel | None
+Items = Sequence[Mapping[str, Any] | BaseModel] | Path
+RETRIED = (429, 503)
+MAX_WAIT_S = 60.0
+
+
+def _config(config: Config) -> dict[str, Any]:
+    if config is None:
+        return {}
+    if isinstance(config, BaseModel):
+        return config.model_dump(mode="json", exclude_defaults=True)
+    return dict(config)
+
+
+def _item(item: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+    return item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else dict(item)
+
+
+def read_items(path: Path) -> list[dict[str, Any]]:
+    """The items of a JSONL file (blank lines skipped); a line that is not a JSON object is an error
+    naming its line number, raised before anything is sent."""
+    items = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}:{n}: a line must be a JSON object {{question, id?, answers?}}")
+        items.append(value)
+    return items
+
+
+class AsyncParleyClient:
+    """Submit debates and batches, follow them and read their results.
+
+    Pass ``transport`` (or a whole ``client``) to control the network. A 429 or 503 answer is
+    retried after its ``Retry-After`` (at most ``MAX_WAIT_S`` at a time, at most ``max_waits``
+    times per request, 1 s when the header is missing); ``on_retry`` sees each wait. ``sleep`` is
+    the waiting function (tests pass one that records).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_waits: int = 20,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_retry: Callable[[int, float], None] | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._owns = client is None
+        self._client = client or httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
+        )
+        if client is not None and api_key:
+            self._client.headers.update(headers)
+        self._max_waits = max_waits
+        self._sleep = sleep
+        self._on_retry = on_retry
+        self.retries = 0
+
+    @classmethod
+    def from_settings(
+        cls, settings: ClientSettings | None = None, url: str | None = None
+    ) -> AsyncParleyClient:
+        """A client for ``PARLEY_API_URL`` with ``PARLEY_API_KEY`` (or the settings given)."""
+        settings = settings or ClientSettings()
+        key = settings.key.get_secret_value() if settings.key else None
+        return cls(url or settings.url, api_key=key, timeout_s=settings.client_timeout_s)
+
+    @property
+    def base_url(self) -> str:
+        return str(self._client.base_url).rstrip("/")
+
+    async def aclose(self) -> None:
+        if self._owns:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> AsyncParleyClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- transport -------------------------------------------------------------------------------
+
+    async def _wait_before_retry(self, resp: httpx.Response, attempt: int) -> bool:
+        """Sleep before repeating a 429/503 request; False once ``max_waits`` is used up."""
+        if resp.status_code not in RETRIED or attempt >= self._max_waits:
+            return False
+        try:
+            wait = min(MAX_WAIT_S, max(0.0, float(resp.headers.get("retry-after", "1"))))
+        except ValueError:
+            wait = 1.0
+        self.retries += 1
+        if self._on_retry is not None:
+            self._on_retry(resp.status_code, wait)
+        await self._sleep(wait)
+        return True
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        attempt = 0
+        while True:
+            try:
+                resp = await self._client.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                raise ParleyError(None, f"cannot reach the Parley API ({type(exc).__name__})") from exc
+            if await self._wait_before_retry(resp, attempt):
+                attempt += 1
+                continue
+            if resp.status_code >= 400:
+                raise error_from(resp, method, path)
+            return resp
+
+    async def _lines(self, path: str, headers: dict[str, str] | None = None) -> AsyncIterator[str]:
+        """The lines of a streamed response, with the same retries as ``_request`` before it starts."""
+        attempt = 0
+        while True:
+            try:
+                async with self._client.stream("GET", path, headers=headers, timeout=None) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        if await self._wait_before_retry(resp, attempt):
+                            attempt += 1
+                            continue
+                        raise error_from(resp, "GET", path)
+                    async for line in resp.aiter_lines():
+                        yield line
+                    return
+            except httpx.TransportError as exc:
+                raise ParleyError(None, f"cannot reach the Parley API ({type(exc).__name__})") from exc
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return (await self._request(method, path, **kwargs)).json()
+
+    # -- single debates --------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        question: str,
+        config: Config = None,
+        *,
+        answers: list[str] | None = None,
+        pool: list[dict[str, Any]] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Accepted:
+        """Queue one debate (``POST /v1/debates``); ``config`` is a ``DebateConfig`` or its fields."""
+        body: dict[str, Any] = {"question": question, "config": _config(config)}
+        if answers is not None:
+            body["answers"] = answers
+        if pool is not None:
+            body["pool"] = pool
+        data = await self._json("POST", "/v1/debates", json=body, headers=_idempotency(idempotency_key))
+        return Accepted.model_validate(data)
+
+    async def get(self, job_id: str) -> JobView:
+        """The job's status, progress and (once completed) its result with the transcript."""
+        return JobView.model_validate(await self._json("GET", f"/v1/debates/{job_id}"))
+
+    async def cancel(self, job_id: str) -> JobView:
+        """Cancel a queued or running debate; a finished one is a ``ParleyError`` with status 409."""
+        return JobView.model_validate(await self._json("DELETE", f"/v1/debates/{job_id}"))
+
+    async def events(self, job_id: str, *, last_event_id: str | None = None) -> AsyncIterator[DebateEvent]:
+        """The job's Server-Sent Events until it ends; ``last_event_id`` resumes after that event."""
+        headers = {"Last-Event-ID": last_event_id} if last_event_id else None
+        current: dict[str, str] = {}
+        async for line in self._lines(f"/v1/debates/{job_id}/events", headers):
+            if line.startswith(":"):
+                continue
+            if line:
+                field, _, value = line.partition(":")
+                current[field] = value.removeprefix(" ")
+                continue
+            if "event" in current:
+                event = DebateEvent(
+                    id=current.get("id", ""),
+                    type=current["event"],
+                    data=json.loads(current.get("data") or "{}"),
+                )
+                yield event
+                if event.type in TERMINAL_EVENTS:
+                    return
+            current = {}
+
+    async def wait(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float | None = None) -> JobView:
+        """Poll until the job has finished (completed, failed or cancelled); ``TimeoutError`` after
+        ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            job = await self.get(job_id)
+            if job.status in TERMINAL:
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"debate {job_id} still {job.status} after {timeout_s}s")
+            await self._sleep(poll_s)
+
+    async def ask(self, question: str, config: Config = None, *, timeout_s: float | None = None) -> JobView:
+        """Submit one debate and wait for it: the finished job."""
+        accepted = await self.submit(question, config)
+        return await self.wait(accepted.job_id, timeout_s=timeout_s)
+
+    async def usage(self, days: int = 7) -> UsageView:
+        """This key's token use per day, today's quota and the deployment's budget limits."""
+        return UsageView.model_validate(await self._json("GET", "/v1/usage", params={"days": days}))
+
+    # -- batches ---------------------------------------------------------------------------------
+
+    async def submit_batch(
+        self, items: Items, config: Config = None, *, idempotency_key: str | None = None
+    ) -> BatchAccepted:
+        """Queue one batch: a JSONL file is uploaded as it is, a list is sent as JSON items
+        (``{question, id?, answers?, pool?}`` dicts or ``BatchItem``s)."""
+        headers = _idempotency(idempotency_key)
+        if isinstance(items, Path):
+            content = await asyncio.to_thread(items.read_bytes)
+            files = {"file": (items.name, content, "application/x-ndjson")}
+            data = {"config": json.dumps(_config(config))}
+            out = await self._json("POST", "/v1/batches", files=files, data=data, headers=headers)
+        else:
+            body = {"items": [_item(i) for i in items], "config": _config(config)}
+            out = await self._json("POST", "/v1/batches", json=body, headers=headers)
+        return BatchAccepted.model_validate(out)
+
+    async def get_batch(self, batch_id: str) -> BatchView:
+        return BatchView.model_validate(await self._json("GET", f"/v1/batches/{batch_id}"))
+
+    async def cancel_batch(self, batch_id: str) -> BatchView:
+        return BatchView.model_validate(await self._json("DELETE", f"/v1/batches/{batch_id}"))
+
+    async def wait_batch(
+        self,
+        batch_id: str,
+        *,
+        poll_s: float = 1.0,
+        on_progress: Callable[[BatchView], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> BatchView:
+        """Poll until every item finished; ``on_progress`` sees each status. ``TimeoutError`` after
+        ``timeout_s``."""
+        return (
+            await self.wait_batches([batch_id], poll_s=poll_s, on_progress=on_progress, timeout_s=timeout_s)
+        )[0]
+
+    async def wait_batches(
+        self,
+        batch_ids: Sequence[str],
+        *,
+        poll_s: float = 1.0,
+        on_progress: Callable[[BatchView], None] | None = None,
+        progress: bool = False,
+        timeout_s: float | None = None,
+    ) -> list[BatchView]:
+        """Poll several batches until all finished, with a progress bar over their items if asked."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        bar = _bar(progress)
+        views: dict[str, BatchView] = {}
+        try:
+            while True:
+                for batch_id in batch_ids:
+                    if batch_id not in views or views[batch_id].status != "completed":
+                        views[batch_id] = await self.get_batch(batch_id)
+                        if on_progress is not None:
+                            on_progress(views[batch_id])
+                if bar is not None:
+                    bar.total = sum(v.total for v in views.values())
+                    bar.n = sum(finished_count(v) for v in views.values())
+                    bar.refresh()
+                if all(v.status == "completed" for v in views.values()):
+                    return [views[b] for b in batch_ids]
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"batches {', '.join(batch_ids)} not finished after {timeout_s}s")
+                await self._sleep(poll_s)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    async def iter_results(self, batch_id: str) -> AsyncIterator[BatchResult]:
+        """The batch's result lines in input order, streamed; an unreadable line is yielded as a
+        failed entry, never dropped."""
+        n = 0
+        async for raw in self._lines(f"/v1/batches/{batch_id}/results"):
+            n += 1
+            if not raw.strip():
+                continue
+            try:
+                yield BatchResult.model_validate_json(raw)
+            except ValidationError:
+                yield BatchResult(status="failed", error=f"unreadable results line {n}")
+
+    async def results(self, batch_id: str) -> list[BatchResult]:
+        return [line async for line in self.iter_results(batch_id)]
+
+    async def run_batch(
+        self,
+        items: Items,
+        config: Config = None,
+        *,
+        chunk_size: int | None = None,
+        progress: bool = True,
+        poll_s: float = 1.0,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[BatchResult]:
+        """Submit ``items`` (a JSONL file or a list) as batches of at most ``chunk_size`` items,
+        wait for them with a progress bar, and yield every result in input order."""
+        rows: list[Any] = read_items(items) if isinstance(items, Path) else list(items)
+        size = chunk_size or max(1, len(rows))
+        accepted = [
+            await self.submit_batch(rows[i : i + size], config) for i in range(0, max(1, len(rows)), size)
+        ]
+        ids = [a.batch_id for a in accepted]
+        await self.wait_batches(ids, poll_s=poll_s, progress=progress, timeout_s=timeout_s)
+        for batch_id in ids:
+            async for line in self.iter_results(batch_id):
+                yield line
+
+
+def _idempotency(key: str | None) -> dict[str, str]:
+    return {"Idempotency-Key": key} if key else {}
+
+
+def _bar(show: bool) -> Any:
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=0, unit="item", desc="debates")
+
+
+def as_items(questions: Iterable[str]) -> list[dict[str, Any]]:
+    """Plain questions as batch items (ids are their positions)."""
+    return [{"id": str(i), "question": q} for i, q in enumerate(questions)]

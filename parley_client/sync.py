@@ -1,0 +1,163 @@
+"""``ParleyClient``: the same client for code without an event loop.
+
+It runs an ``AsyncParleyClient`` on a private event loop in a background thread (an anyio blocking
+portal), so the two clients cannot drift apart: every call here is the async method, awaited there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from parley_client.aio import AsyncParleyClient, Config, Items
+from parley_client.models import (
+    Accepted,
+    BatchAccepted,
+    BatchResult,
+    BatchView,
+    DebateEvent,
+    JobView,
+    UsageView,
+)
+from parley_client.settings import ClientSettings
+
+T = TypeVar("T")
+
+
+class ParleyClient:
+    """Blocking twin of ``AsyncParleyClient`` (same arguments, same methods, same retries); use it as
+    a context manager or call ``close()``."""
+
+    def __init__(self, base_url: str, **kwargs: Any) -> None:
+        self._portal_cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
+        self._portal = self._portal_cm.__enter__()
+        self._closed = False
+
+        async def build() -> AsyncParleyClient:
+            return AsyncParleyClient(base_url, **kwargs)
+
+        self.aio = self._portal.call(build)
+
+    @classmethod
+    def from_settings(cls, settings: ClientSettings | None = None, url: str | None = None) -> ParleyClient:
+        """A client for ``PARLEY_API_URL`` with ``PARLEY_API_KEY`` (or the settings given)."""
+        settings = settings or ClientSettings()
+        key = settings.key.get_secret_value() if settings.key else None
+        return cls(url or settings.url, api_key=key, timeout_s=settings.client_timeout_s)
+
+    @property
+    def retries(self) -> int:
+        """How many 429/503 answers were waited out and retried."""
+        return self.aio.retries
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._portal.call(self.aio.aclose)
+        finally:
+            self._portal_cm.__exit__(None, None, None)
+
+    def __enter__(self) -> ParleyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        async def run() -> T:
+            return await fn(*args, **kwargs)
+
+        return self._portal.call(run)
+
+    def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        try:
+            while True:
+                try:
+                    yield self._portal.call(agen.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None:
+                self._portal.call(aclose)
+
+    def submit(
+        self,
+        question: str,
+        config: Config = None,
+        *,
+        answers: list[str] | None = None,
+        pool: list[dict[str, Any]] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Accepted:
+        return self._call(
+            self.aio.submit, question, config, answers=answers, pool=pool, idempotency_key=idempotency_key
+        )
+
+    def get(self, job_id: str) -> JobView:
+        return self._call(self.aio.get, job_id)
+
+    def cancel(self, job_id: str) -> JobView:
+        return self._call(self.aio.cancel, job_id)
+
+    def events(self, job_id: str, *, last_event_id: str | None = None) -> Iterator[DebateEvent]:
+        return self._iterate(self.aio.events(job_id, last_event_id=last_event_id))
+
+    def wait(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float | None = None) -> JobView:
+        return self._call(self.aio.wait, job_id, poll_s=poll_s, timeout_s=timeout_s)
+
+    def ask(self, question: str, config: Config = None, *, timeout_s: float | None = None) -> JobView:
+        return self._call(self.aio.ask, question, config, timeout_s=timeout_s)
+
+    def usage(self, days: int = 7) -> UsageView:
+        return self._call(self.aio.usage, days)
+
+    def submit_batch(
+        self, items: Items, config: Config = None, *, idempotency_key: str | None = None
+    ) -> BatchAccepted:
+        return self._call(self.aio.submit_batch, items, config, idempotency_key=idempotency_key)
+
+    def get_batch(self, batch_id: str) -> BatchView:
+        return self._call(self.aio.get_batch, batch_id)
+
+    def cancel_batch(self, batch_id: str) -> BatchView:
+        return self._call(self.aio.cancel_batch, batch_id)
+
+    def wait_batch(
+        self,
+        batch_id: str,
+        *,
+        poll_s: float = 1.0,
+        on_progress: Callable[[BatchView], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> BatchView:
+        return self._call(
+            self.aio.wait_batch, batch_id, poll_s=poll_s, on_progress=on_progress, timeout_s=timeout_s
+        )
+
+    def iter_results(self, batch_id: str) -> Iterator[BatchResult]:
+        return self._iterate(self.aio.iter_results(batch_id))
+
+    def results(self, batch_id: str) -> list[BatchResult]:
+        return list(self.iter_results(batch_id))
+
+    def run_batch(
+        self,
+        items: Items,
+        config: Config = None,
+        *,
+        chunk_size: int | None = None,
+        progress: bool = True,
+        poll_s: float = 1.0,
+        timeout_s: float | None = None,
+    ) -> Iterator[BatchResult]:
+        return self._iterate(
+            self.aio.run_batch(
+                items, config, chunk_size=chunk_size, progress=progress, poll_s=poll_s, timeout_s=timeout_s
+            )
+        )
