@@ -75,6 +75,8 @@ _BODY_DOC: dict[str, Any] = {
                 "schema": {
                     "type": "object",
                     "required": ["file"],
+                    # What read_batch reads: a part of any other name is refused (400), not ignored.
+                    "additionalProperties": False,
                     "properties": {
                         "file": {"type": "string", "format": "binary", "description": "JSONL items"},
                         "config": {"$ref": "#/components/schemas/DebateConfig"},

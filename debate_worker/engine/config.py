@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from debate_worker.engine.prompts import get_prompts
+from debate_worker.engine.prompts.untrusted import quote
 from debate_worker.engine.registry import PROTOCOLS
 from services.settings import ENDPOINT_NAME
 
@@ -71,13 +72,13 @@ class AgentSpec(BaseModel):
     @field_validator("persona")
     @classmethod
     def _plain_persona(cls, v: str | None) -> str | None:
-        # A persona is quoted into the agent's system prompt: one line of plain text, no control
-        # characters, so it cannot start a line of its own or smuggle a chat-template token.
+        # A persona is quoted into the agent's system prompt like a knowledge item: one line of
+        # plain text, no control characters, and the characters of chat-template tokens ([INST],
+        # </s>, <|im_start|>, <start_of_turn>) and of Parley's own answers and verdicts ([Yes],
+        # {"answer": ...}) replaced by look-alikes that tokenise and parse as nothing.
         if v is None:
             return None
-        cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in v).split())
-        cleaned = cleaned.replace("<|", "‹|").replace("|>", "|›")
-        return cleaned or None
+        return quote(v, limit=300) or None
 
     @model_validator(mode="after")
     def _one_target(self) -> AgentSpec:
@@ -188,6 +189,12 @@ class DebateConfig(BaseModel):
         description="most prompt + completion tokens this debate may use; None = no cap",
     )
 
+    @field_validator("team")
+    @classmethod
+    def _no_empty_team(cls, v: list[AgentSpec] | None) -> list[AgentSpec] | None:
+        # An empty team describes no agent: the same as no team (every agent the debate's defaults).
+        return v or None
+
     @model_validator(mode="after")
     def _check_agents(self) -> DebateConfig:
         spec = PROTOCOLS[self.protocol]
@@ -279,6 +286,8 @@ def ignored_settings(config: DebateConfig) -> list[str]:
         value = getattr(config, name)
         if name == "agents" and config.protocol in SINGLE_AGENT_PROTOCOLS and value == 1:
             continue  # one agent is what a single-agent protocol runs anyway
+        if name == "knowledge" and value == "none":
+            continue  # states exactly what a protocol without knowledge does
         if value != default:
             out.append(name)
     return out
