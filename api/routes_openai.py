@@ -122,10 +122,16 @@ async def get_model(model: str, owner: Owner) -> JSONResponse:
         503: OPENAI_ERROR,
     },
 )
-async def chat_completions(
-    body: ChatCompletionRequest, request: Request, state: State, owner: Owner
-) -> Response:
-    """Debate the last user message with the protocol the model names; answer as a chat completion."""
+async def chat_completions(request: Request, state: State, owner: Owner) -> Response:
+    """Debate the last user message with the protocol the model names; answer as a chat completion.
+
+    The body is read only once the key is known (FastAPI would parse a declared body first), so an
+    unknown caller gets its 401 whatever it sent.
+    """
+    try:
+        body = ChatCompletionRequest.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise from_validation([dict(e) for e in exc.errors(include_url=False)]) from exc
     entry = find_model(body.model)
     refuse_unsupported(body)
     question = question_of(body.messages)

@@ -195,6 +195,17 @@ def test_bad_key_and_key_over_quota_raise_the_sdks_usual_errors(gateway: ApiServ
     with wrong, pytest.raises(openai.AuthenticationError) as auth:
         wrong.models.list()
     assert auth.value.code == "invalid_api_key"
+    # The key is checked before the body is read: no key and a broken body is still a 401.
+    resp = httpx.post(f"{gateway.url}/v1/chat/completions", content=b"{not json", timeout=30)
+    assert resp.status_code == 401 and resp.json()["error"]["type"] == "authentication_error"
+    assert resp.headers["www-authenticate"].startswith("Bearer")
+    resp = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {KEY_A}"},
+        timeout=30,
+    )
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "malformed_json"
     carol = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=KEY_C, max_retries=0)
     with carol, pytest.raises(openai.RateLimitError) as limited:
         carol.chat.completions.create(model="parley-cot", messages=[{"role": "user", "content": "q?"}])
