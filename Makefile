@@ -7,35 +7,33 @@ PARLEY := $(VENV)/bin/parley
 QUESTION ?= On what date in 1969 did Neil Armstrong first set foot on the moon?
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
-# llama.cpp compiled for any x86-64 CPU, not just the build machine's.
-export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
-
-.PHONY: FORCE install system-deps demo test test-unit test-fast lint docs bench-engine clean-index
+.PHONY: install native-llm system-deps demo test test-unit test-fast lint docs bench-engine clean-index
 
 $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip wheel setuptools
 
 # The stamp is rebuilt when pyproject.toml changes; torch is pinned to its CPU build first so no
-# dependency can pull the multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[embedded,bm25,dev]'
+# dependency can pull the multi-GB CUDA build. Binary wheels only (--only-binary :all:): nothing is
+# compiled. The embedded model's server (xllamacpp, llama.cpp's server prebuilt) is installed first
+# against the sha256 recorded in scripts/llm-server-requirements.txt.
+PIP_BINARY := --only-binary :all:
+$(VENV)/.installed: pyproject.toml scripts/llm-server-requirements.txt | $(PY)
+	$(PY) -m pip install $(PIP_BINARY) torch==2.13.0
+	$(PY) -m pip install $(PIP_BINARY) --require-hashes -r scripts/llm-server-requirements.txt
+	$(PY) -m pip install $(PIP_BINARY) -e '.[embedded,bm25,dev]'
 	touch $@
 
-# llama.cpp's own server (MIT), the embedded default: built once from the llama.cpp source inside
-# the installed llama-cpp-python release and cached per version (and CPU, when native) in $(LLAMA_CACHE).
-LLAMA_CACHE ?= $(HOME)/.cache/parley
-# native: compiled for this machine's CPU (its AVX-512, where it has one; the cache is keyed by the CPU's
-# flags); portable: any x86-64 CPU. `make install LLAMA_SERVER_BUILD=portable` for a folder that moves.
-LLAMA_SERVER_BUILD ?= native
-# A failed build is not fatal: the embedded model then runs on llama-cpp-python's server (slower).
-# Always run: it takes a second when the build is cached, and follows a change of LLAMA_SERVER_BUILD.
-$(VENV)/bin/llama-server: $(VENV)/.installed FORCE
-	bash scripts/build_llama_server.sh $(PY) $(LLAMA_CACHE) $@ $(LLAMA_SERVER_BUILD) \
-	  || echo "warning: llama-server was not built; the embedded model uses llama-cpp-python's server"
+install: $(VENV)/.installed
 
-install: $(VENV)/.installed $(VENV)/bin/llama-server
+# The optional upgrade: llama.cpp's own llama-server compiled for this CPU (its AVX-512, where it has
+# one) from the llama.cpp source in a pinned llama-cpp-python sdist, about 5 minutes on 2 cores, cached
+# per version and CPU in $(LLAMA_CACHE). Once built it is used instead of xllamacpp
+# (PARLEY_LLM_EMBEDDED_SERVER=auto); `make native-llm LLAMA_SERVER_BUILD=portable` builds for any x86-64.
+LLAMA_CACHE ?= $(HOME)/.cache/parley
+LLAMA_SERVER_BUILD ?= native
+native-llm: $(VENV)/.installed
+	bash scripts/build_llama_server.sh $(PY) $(LLAMA_CACHE) $(VENV)/bin/llama-server $(LLAMA_SERVER_BUILD)
 
 # Services the integration tests start themselves (redis-server) and the compose validator.
 system-deps:

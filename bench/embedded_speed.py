@@ -1,25 +1,27 @@
-"""Embedded model speed: llama-cpp-python's single-cache server vs llama-server with slots, side by side.
+"""Embedded model speed: the prebuilt llama.cpp server (xllamacpp) vs llama-server built here, side by side.
 
 The same questions, the same pools and the same MADKE configuration (robust style, the embedded
-default) run once per server path, one question at a time as a user would:
+default) run once per server path, one question at a time as a user would. Every path is llama.cpp's
+server with one KV-cache slot per prompt family (the selection, each agent, the panel), affinity per
+call, a bounded host-memory prompt cache and concurrent requests; they differ in the build:
 
-- ``baseline``: llama-cpp-python's server (one KV cache, one request at a time), as before;
-- ``slots``: llama.cpp's llama-server with one KV-cache slot per prompt family (the selection, each
-  agent, the panel), affinity per call, a bounded host-memory prompt cache and concurrent requests;
-- ``reuse`` (only when named in ``--paths``): ``slots`` plus llama-server's reuse of cached chunks past
-  the common prefix (``PARLEY_LLM_EMBEDDED_CACHE_REUSE=64``), an approximation measured on its own;
-- ``portable`` (only when named): ``slots`` on the llama-server built for any x86-64 CPU
-  (``make install LLAMA_SERVER_BUILD=portable``, ``--portable-bin``), which separates what the slots
-  bring from what the build for this CPU (``slots`` on the default, native build) brings.
+- ``native``: llama-server compiled for this CPU by ``make native-llm`` (AVX-512 where the CPU has it),
+  the optional upgrade, and the base the others' ratios are taken against when it is named first;
+- ``xllamacpp``: the prebuilt wheel (any x86-64 CPU with AVX2), the default, no compiler;
+- ``reuse`` (only when named): ``xllamacpp`` plus reuse of cached chunks past the common prefix
+  (``PARLEY_LLM_EMBEDDED_CACHE_REUSE=64``), an approximation measured on its own;
+- ``portable`` (only when named): llama-server compiled for any x86-64 CPU
+  (``make native-llm LLAMA_SERVER_BUILD=portable``, ``--portable-bin``).
 
-Reported per path: wall time per question, calls, prompt tokens evaluated vs served from cache,
-completion tokens and seconds per role, answer quality (contains, F1), and the physical floor: the
-prompt tokens a perfect prefix cache would still have to evaluate (each call's text beyond its longest
-common prefix with an earlier call of the same debate) divided by the measured prompt throughput.
-llama-cpp-python reports no cached tokens, so the baseline's are read from its log per call.
+Reported per path: wall time per question, calls, prompt tokens evaluated vs served from cache (the
+servers' own ``cached_tokens``), completion tokens and seconds per role, answer quality (contains, F1),
+the prompt rate measured at the start, and the physical floor: the prompt tokens a perfect prefix
+cache would still have to evaluate (each call's text beyond its longest common prefix with an earlier
+call of the same debate) divided by that rate.
 
     .venv/bin/python -m bench.embedded_speed --dataset ../shared/data/nq_open_vital_dev.jsonl \\
-        --pools reports/styles-1.5b/pools.jsonl --questions 10 --out reports/embedded-speed
+        --pools reports/styles-1.5b/pools.jsonl --questions 10 --paths native,xllamacpp \\
+        --out reports/embedded-speed
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import importlib.metadata
 import json
+import re
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,68 +43,24 @@ from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.result import DebateResult
 from debate_worker.engine.runner import run_debate
 from debate_worker.evaluation.metrics import contains_match, f1_score, paired_bootstrap
-from services.embedded_llm import (
-    EmbeddedLLMServer,
-    ServerKind,
-    embedded_from_settings,
-    find_llama_server,
-)
+from services.embedded_llm import ServerKind, embedded_from_settings, find_llama_server
 from services.knowledge import KnowledgePool
-from services.llm import ChatCompletion, ChatMessage, ChatModel
+from services.llm import ChatCompletion, ChatModel
 from services.llm_factory import build_role_models
 from services.settings import LLMSettings
 
 PATHS: dict[str, ServerKind] = {
-    "baseline": "llama-cpp-python",
-    "slots": "llama-server",
-    "reuse": "llama-server",
+    "native": "llama-server",
+    "xllamacpp": "xllamacpp",
+    "reuse": "xllamacpp",
     "portable": "llama-server",
 }
 # Settings a path changes besides the server kind: ``reuse`` is slots plus chunk reuse past the common
 # prefix (``PARLEY_LLM_EMBEDDED_CACHE_REUSE``), a named option measured on its own.
 PATH_SETTINGS: dict[str, dict[str, Any]] = {"reuse": {"embedded_cache_reuse": 64}}
-# Where make install caches its llama-server builds (the Makefile's LLAMA_CACHE).
+# Where make native-llm caches its llama-server builds (the Makefile's LLAMA_CACHE).
 LLAMA_CACHE = Path.home() / ".cache" / "parley"
-
-
-class LogAccounted:
-    """A ``ChatModel`` that reads llama-cpp-python's log after each call for the tokens it reused.
-
-    The server answers one request at a time; the lock keeps the log lines of one call together."""
-
-    def __init__(self, inner: ChatModel, server: EmbeddedLLMServer, lock: asyncio.Lock) -> None:
-        self._inner = inner
-        self._server = server
-        self._lock = lock
-
-    @property
-    def model(self) -> str:
-        return self._inner.model
-
-    @property
-    def endpoint(self) -> str:
-        return self._inner.endpoint
-
-    async def complete(self, messages: Sequence[ChatMessage], **kw: Any) -> ChatCompletion:
-        async with self._lock:
-            offset = self._server.log_offset()
-            out = await self._inner.complete(messages, **kw)
-            await asyncio.sleep(0.05)  # the server flushes its log line after the reply
-            stats = self._server.prefix_cache_stats(offset)
-        return dataclasses.replace(out, cached_tokens=stats["reused_tokens"])
-
-
-class LogAccountedModels:
-    def __init__(self, inner: Any, server: EmbeddedLLMServer) -> None:
-        self._inner = inner
-        self._server = server
-        self._lock = asyncio.Lock()
-
-    def for_role(self, role: str, agent: int | None = None) -> ChatModel:
-        return LogAccounted(self._inner.for_role(role, agent), self._server, self._lock)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build_llama_server.sh"
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -181,8 +139,8 @@ async def run_paths(
     out: Path,
     path_settings: Mapping[str, Mapping[str, Any]] = PATH_SETTINGS,
 ) -> list[dict[str, Any]]:
-    """Both servers up at once, the questions interleaved (each question on every path before the
-    next, the order alternating): whatever else the machine does weighs on both paths alike."""
+    """All servers up at once, the questions interleaved (each question on every path before the
+    next, the order alternating): whatever else the machine does weighs on every path alike."""
     config = DebateConfig(prompt_style="robust")
     runs: dict[str, dict[str, Any]] = {
         name: {"path": name, "server": PATHS[name], "items": [], "failed": []} for name in names
@@ -198,9 +156,10 @@ async def run_paths(
                 binary = find_llama_server(kind_settings.embedded_server_bin)
                 runs[name]["binary"] = str(binary)
                 runs[name]["server"] = f"llama-server, {llama_server_build(binary)}"
-            base = build_role_models(settings, served=server.served())
-            models[name] = LogAccountedModels(base, server) if name == "baseline" else base
-            runs[name].update(await throughput(base))
+            else:
+                runs[name]["server"] = f"xllamacpp {importlib.metadata.version('xllamacpp')}"
+            models[name] = build_role_models(settings, served=server.served())
+            runs[name].update(await throughput(models[name]))
         try:
             for k, item in enumerate(items):
                 for name in names if k % 2 == 0 else reversed(names):
@@ -294,7 +253,8 @@ def report(summaries: list[dict[str, Any]], paired: dict[str, dict[str, Any]]) -
         + "; ".join(f"{s['path']} {s['prompt_tokens_per_s']} tok/s" for s in summaries)
         + ". Generation is not in it.",
         "",
-        "| compared with baseline | Δ contains [95 % CI] | Δ F1 [95 % CI] | Δ s/q [95 % CI] | same answer |",
+        f"| compared with {summaries[0]['path']} | Δ contains [95 % CI] | Δ F1 [95 % CI] | "
+        "Δ s/q [95 % CI] | same answer |",
         "|---|---|---|---|---|",
     ]
     for name, q in paired.items():
@@ -348,13 +308,15 @@ def main() -> None:
     ap.add_argument("--dataset", type=Path, required=True, help="NQ-open JSONL")
     ap.add_argument("--pools", type=Path, required=True, help="an eval folder's pools.jsonl")
     ap.add_argument("--questions", type=int, default=10)
-    ap.add_argument("--paths", default="baseline,slots")
+    ap.add_argument(
+        "--paths", default="native,xllamacpp", help=f"some of {', '.join(PATHS)}; the first is the base"
+    )
     ap.add_argument("--out", type=Path, default=Path("reports/embedded-speed"))
     ap.add_argument(
         "--portable-bin",
         type=Path,
         default=None,
-        help="the portable llama-server for the portable path (default: the one make install cached)",
+        help="the portable llama-server for the portable path (default: the one make native-llm cached)",
     )
     args = ap.parse_args()
     # A question waits on its turn at a busy server: allow longer than an interactive read timeout.
@@ -368,26 +330,40 @@ def main() -> None:
     items = [it for it in items if it["id"] in pools][: args.questions]
     args.out.mkdir(parents=True, exist_ok=True)
     names = args.paths.split(",")
+    unknown = set(names) - set(PATHS)
+    if unknown:
+        ap.error(f"unknown paths {sorted(unknown)}; choose among {', '.join(PATHS)}")
+    if "native" in names and find_llama_server(settings.embedded_server_bin) is None:
+        ap.error("no native llama-server: run `make native-llm` (about 5 minutes on 2 cores)")
     portable = args.portable_bin or portable_llama_server()
     if "portable" in names and portable is None:
         ap.error(
-            "no portable llama-server: run `make install LLAMA_SERVER_BUILD=portable` or pass --portable-bin"
+            "no portable llama-server: run `make native-llm LLAMA_SERVER_BUILD=portable` or pass "
+            "--portable-bin"
         )
     path_settings = {**PATH_SETTINGS, "portable": {"embedded_server_bin": portable}}
     runs = asyncio.run(run_paths(names, items, pools, settings, args.out, path_settings))
     print(write_outputs(runs, args.out))
 
 
+def pinned_llama_cpp_version(script: Path = BUILD_SCRIPT) -> str:
+    """The llama-cpp-python sdist whose llama.cpp ``make native-llm`` builds (the script's default)."""
+    found = re.search(r"LLAMA_CPP_PYTHON_VERSION:-([0-9.]+)", script.read_text())
+    if found is None:
+        raise ValueError(f"no pinned llama.cpp source version in {script}")
+    return found.group(1)
+
+
 def portable_llama_server(cache: Path = LLAMA_CACHE, version: str | None = None) -> Path | None:
-    """The portable build ``make install LLAMA_SERVER_BUILD=portable`` cached for the installed
-    llama-cpp-python (the same llama.cpp as the native build), if there is one."""
-    version = version or importlib.metadata.version("llama_cpp_python")
+    """The portable build ``make native-llm LLAMA_SERVER_BUILD=portable`` cached for the pinned
+    llama.cpp source (the same llama.cpp as the native build), if there is one."""
+    version = version or pinned_llama_cpp_version()
     binary = cache / f"llama-server-{version}" / "llama-server"
     return binary if binary.is_file() else None
 
 
 def llama_server_build(binary: Path | None, cache: Path = LLAMA_CACHE) -> str:
-    """Which of make install's cached builds ``binary`` is (``native`` or ``portable``), else its path."""
+    """Which of make native-llm's cached builds ``binary`` is (``native`` or ``portable``), else its path."""
     if binary is None:
         return "not found"
     digest = hashlib.sha256(binary.read_bytes()).hexdigest()

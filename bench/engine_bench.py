@@ -89,13 +89,12 @@ def bench_embedded(model: str, styles: list[str]) -> dict[str, Any]:
     settings = LLMSettings()
     pool = real_pool()
     results: dict[str, Any] = {"model": model, "pool_items": len(pool.items)}
-    # llama-cpp-python's server: this bench reads reuse from its log (bench.embedded_speed compares
-    # it with llama-server side by side).
+    # The embedded default server (bench.embedded_speed compares its builds side by side); it reports
+    # the prompt tokens it served from cache in every reply's usage.
     with embedded_server(
-        model, settings.cache_dir, n_ctx=settings.embedded_ctx, kind="llama-cpp-python"
+        model, settings.cache_dir, n_ctx=settings.embedded_ctx, kind=settings.embedded_server
     ) as server:
         for style in styles:
-            offset = server.log_offset()
             models = build_role_models(settings, served=server.served())
 
             async def one(models: Any = models, style: str = style) -> Any:
@@ -107,7 +106,6 @@ def bench_embedded(model: str, styles: list[str]) -> dict[str, Any]:
             started = time.perf_counter()
             result = asyncio.run(one())
             wall = time.perf_counter() - started
-            cache = server.prefix_cache_stats(offset)
             results[style] = {
                 "wall_s": round(wall, 1),
                 "answer": result.answer,
@@ -115,9 +113,10 @@ def bench_embedded(model: str, styles: list[str]) -> dict[str, Any]:
                 "calls": result.usage.calls,
                 "prompt_tokens": result.usage.prompt_tokens,
                 "completion_tokens": result.usage.completion_tokens,
-                "prefix_cache_reused_tokens": cache["reused_tokens"],
+                "server": server.kind,
+                "prefix_cache_reused_tokens": result.usage.cached_tokens,
                 "prefix_cache_reused_share": round(
-                    cache["reused_tokens"] / max(result.usage.prompt_tokens, 1), 3
+                    result.usage.cached_tokens / max(result.usage.prompt_tokens, 1), 3
                 ),
                 "by_role": {k: v.model_dump() for k, v in result.usage_by_role.items()},
             }

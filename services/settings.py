@@ -59,7 +59,8 @@ class NamedEndpoint(BaseModel):
 class LLMSettings(ParleySettings):
     """How to reach the chat-completion servers (``PARLEY_LLM_*``).
 
-    Leave ``base_url`` unset to use the embedded llama.cpp server that Parley starts itself.
+    Leave ``base_url`` unset to use the embedded llama.cpp server that Parley starts itself
+    (``parley llm serve`` runs the same server on its own, e.g. as a deployment's ``llm`` service).
     Per-role overrides: ``PARLEY_LLM_DEBATER__BASE_URL``, ``PARLEY_LLM_JUDGE__MODEL``, … .
     """
 
@@ -102,26 +103,30 @@ class LLMSettings(ParleySettings):
     embedded_model: Literal["qwen2.5-0.5b", "qwen2.5-1.5b"] = "qwen2.5-1.5b"
     embedded_threads: int | None = Field(default=None, ge=1)
     embedded_ctx: int = Field(default=4096, ge=512, description="context tokens per slot")
-    embedded_server: Literal["auto", "llama-server", "llama-cpp-python"] = Field(
+    embedded_server: Literal["auto", "xllamacpp", "llama-server"] = Field(
         default="auto",
-        description="auto: llama.cpp's llama-server when built (make install builds it), else "
-        "llama-cpp-python's server",
+        description="xllamacpp: llama.cpp's server from the prebuilt wheel; llama-server: the one "
+        "`make native-llm` compiles for this CPU; auto: llama-server once built, else xllamacpp",
     )
     embedded_slots: int = Field(
-        default=4, ge=1, le=16, description="llama-server KV-cache slots (selection, each agent, panel)"
+        default=4, ge=1, le=16, description="KV-cache slots of the server (selection, each agent, panel)"
     )
     embedded_cache_ram_mib: int = Field(
-        default=512, ge=0, description="llama-server host-memory prompt cache bound (MiB; 0 = off)"
+        default=512, ge=0, description="host-memory prompt cache bound of the server (MiB; 0 = off)"
     )
     embedded_cache_reuse: int = Field(
         default=0,
         ge=0,
-        description="llama-server: reuse cached chunks of at least this many tokens past the common "
-        "prefix by shifting them (approximate attention for the moved chunks; 0 = off)",
+        description="reuse cached chunks of at least this many tokens past the common prefix by "
+        "shifting them (approximate attention for the moved chunks; 0 = off)",
     )
     embedded_server_bin: Path | None = Field(
         default=None, description="llama-server binary; unset = the virtualenv's, then PATH"
     )
+    serve_host: str = Field(
+        default="127.0.0.1", description="`parley llm serve`: the address it listens on (0.0.0.0: all)"
+    )
+    serve_port: int = Field(default=8080, ge=1, le=65535, description="`parley llm serve`: its port")
     cache_dir: Path = Field(default_factory=lambda: default_data_dir() / "models")
 
     @field_validator("endpoints")

@@ -1,10 +1,17 @@
-"""The speed bench names the llama-server build each path ran, from make install's cache."""
+"""The speed bench names the llama-server build each path ran, from make native-llm's cache."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.embedded_speed import llama_server_build, portable_llama_server
+import pytest
+
+from bench.embedded_speed import (
+    BUILD_SCRIPT,
+    llama_server_build,
+    pinned_llama_cpp_version,
+    portable_llama_server,
+)
 
 
 def cached(cache: Path, folder: str, content: bytes) -> Path:
@@ -36,3 +43,13 @@ def test_the_portable_path_takes_the_portable_build_of_the_same_version(tmp_path
     assert portable_llama_server(cache, "0.3.36") is None
     same = cached(cache, "llama-server-0.3.36", b"portable")
     assert portable_llama_server(cache, "0.3.36") == same
+
+
+def test_the_portable_build_defaults_to_the_llama_cpp_source_make_native_llm_pins(tmp_path: Path) -> None:
+    script = tmp_path / "build.sh"
+    script.write_text("version=${LLAMA_CPP_PYTHON_VERSION:-0.3.99}\n")
+    assert pinned_llama_cpp_version(script) == "0.3.99"
+    assert pinned_llama_cpp_version() == pinned_llama_cpp_version(BUILD_SCRIPT)
+    script.write_text("version=$1\n")
+    with pytest.raises(ValueError, match=r"no pinned llama\.cpp source version"):
+        pinned_llama_cpp_version(script)

@@ -1,11 +1,22 @@
-"""The embedded model: clear errors when it cannot run, and a real MADKE debate when it can."""
+"""The embedded model: clear errors when it cannot run, and a real MADKE debate when it can.
+
+The real-model tests run on the prebuilt server (xllamacpp, the default) and, where ``make native-llm``
+has built it, on llama.cpp's llama-server compiled for this CPU: one contract, both builds.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from debate_worker.engine.answers import answers_agree
@@ -18,10 +29,12 @@ from services.embedded_llm import (
     GGUFModel,
     assemble_gguf,
     embedded_server,
+    find_llama_server,
 )
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm_factory import build_role_models
 from services.settings import LLMSettings
+from services.xllama_serve import REQUIRED_CPU_FLAGS, UNSUPPORTED_CPU_EXIT, missing_cpu_flags
 
 QUESTION = "On what date in 1969 did Neil Armstrong first set foot on the moon?"
 
@@ -35,47 +48,86 @@ def test_missing_weights_say_how_to_fix(tmp_path: Path) -> None:
 
 @pytest.mark.integration  # starts the embedded server's process, which must fail fast
 def test_missing_gguf_file_fails_fast_with_the_log(tmp_path: Path) -> None:
-    pytest.importorskip("llama_cpp.server", reason="llama-cpp-python not installed")
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"not a gguf")
-    with pytest.raises(EmbeddedLLMError, match="exited"):
+    with pytest.raises(EmbeddedLLMError, match="exited with"):
         EmbeddedLLMServer(bogus, alias="bogus", startup_timeout_s=60).start()
 
 
 @pytest.mark.unit
-def test_llama_server_keeps_a_bounded_cache_per_slot(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["xllamacpp", "llama-server"])
+def test_both_builds_keep_a_bounded_cache_per_slot(tmp_path: Path, kind: str) -> None:
     server = EmbeddedLLMServer(
         tmp_path / "m.gguf",
         alias="m",
         n_ctx=2048,
-        kind="llama-server",
+        kind=kind,  # type: ignore[arg-type]
         slots=3,
         cache_ram_mib=256,
         binary=tmp_path / "llama-server",
     )
-    with pytest.raises(EmbeddedLLMError, match="llama-server is not built; run `make install`"):
-        server.start()
-    (tmp_path / "llama-server").write_text("#!/bin/sh\n")
-    cmd = server._command()
+    if kind == "llama-server":
+        with pytest.raises(EmbeddedLLMError, match="llama-server is not built; run `make native-llm`"):
+            server.start()
+        (tmp_path / "llama-server").write_text("#!/bin/sh\n")
+    cmd = server.command()
+    # One command line for both: the prebuilt server's wrapper takes llama-server's options.
+    program = [str(tmp_path / "llama-server")] if kind == "llama-server" else [sys.executable, "-m"]
+    assert cmd[: len(program)] == program
     # Memory is fixed at start: 3 slots of 2048 tokens, a prompt cache of at most 256 MiB.
     assert cmd[cmd.index("--ctx-size") + 1] == "6144" and cmd[cmd.index("--parallel") + 1] == "3"
     assert cmd[cmd.index("--cache-ram") + 1] == "256"
     # Chunk reuse past the common prefix is approximate: only when the operator names a chunk size.
     assert "--cache-reuse" not in cmd
     server.cache_reuse = 64
-    reuse_cmd = server._command()
+    reuse_cmd = server.command()
     assert reuse_cmd[reuse_cmd.index("--cache-reuse") + 1] == "64"
     served = server.served()
     assert (served.slots, served.max_concurrency, served.structured_output) == (3, 3, "json_schema")
-    old = EmbeddedLLMServer(tmp_path / "m.gguf", alias="m", kind="llama-cpp-python").served()
-    assert (old.slots, old.max_concurrency, old.structured_output) == (None, 1, "json_object")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[EmbeddedLLMServer]:
-    pytest.importorskip("llama_cpp.server", reason="llama-cpp-python not installed: run make install")
+NO_AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt avx\n"
+
+
+@pytest.mark.unit
+def test_a_cpu_without_avx2_is_named_and_the_upgrade_offered(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(NO_AVX2)
+    assert missing_cpu_flags(cpuinfo) == ["avx2", "f16c", "fma", "bmi2"]
+    cpuinfo.write_text(NO_AVX2.replace("avx", "avx avx2 f16c fma bmi2"))
+    assert missing_cpu_flags(cpuinfo) == []
+    # ARM lists "Features", and a machine without /proc/cpuinfo has its own wheel: nothing to refuse.
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd\n")
+    assert missing_cpu_flags(cpuinfo) == []
+    assert missing_cpu_flags(tmp_path / "absent") == []
+    # This machine runs the tests on the prebuilt server, so it has them all.
+    assert missing_cpu_flags() == [], f"this CPU lacks some of {REQUIRED_CPU_FLAGS}"
+
+
+@pytest.mark.integration  # the server process itself refuses the CPU, before loading anything
+def test_the_prebuilt_server_refuses_an_unsupported_cpu_with_the_fix(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(NO_AVX2)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"never read")
+    done = subprocess.run(
+        [sys.executable, "-m", "services.xllama_serve", "--model", str(gguf), "--cpuinfo", str(cpuinfo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == UNSUPPORTED_CPU_EXIT
+    assert "this CPU lacks avx2, f16c, fma, bmi2" in done.stderr and "make native-llm" in done.stderr
+
+
+def available_kinds() -> list[str]:
+    return ["xllamacpp"] + (["llama-server"] if find_llama_server() else [])
+
+
+@pytest.fixture(scope="module", params=available_kinds())
+def server(request: pytest.FixtureRequest) -> Iterator[EmbeddedLLMServer]:
     cache = Path(LLMSettings().cache_dir)
-    with embedded_server("qwen2.5-0.5b", cache, n_ctx=4096) as srv:
+    with embedded_server("qwen2.5-0.5b", cache, n_ctx=4096, kind=request.param) as srv:
         yield srv
 
 
@@ -133,12 +185,11 @@ async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: st
         r.completion_tokens > 0 and r.latency_ms > 0 and r.model == "qwen2.5-0.5b" for r in result.transcript
     )
     assert result.usage.calls == len(result.transcript)
-    if server.kind == "llama-server":
-        # The second agent's selection prompt is the first one's (same pool, same slot): it is served
-        # from the cache, and the transcript says how much.
-        selects = [r for r in result.transcript if r.role == "select" and r.round == 1]
-        assert max(r.cached_tokens or 0 for r in selects) > 0.8 * selects[0].prompt_tokens
-        assert result.usage.cached_tokens > 0
+    # The second agent's selection prompt is the first one's (same pool, same slot): it is served
+    # from the cache, and the transcript says how much.
+    selects = [r for r in result.transcript if r.role == "select" and r.round == 1]
+    assert max(r.cached_tokens or 0 for r in selects) > 0.8 * selects[0].prompt_tokens
+    assert result.usage.cached_tokens > 0
     if style == "robust":
         # Schema-constrained selection on llama.cpp: every selection is valid JSON within the pool.
         selects = [r for r in result.transcript if r.role == "select"]
@@ -149,3 +200,59 @@ async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: st
         assert all(
             r.output_mode == "schema" and isinstance(json.loads(r.text)["answer"], str) for r in answers
         )
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+async def test_slots_decode_side_by_side_and_each_keeps_its_prompt(server: EmbeddedLLMServer) -> None:
+    """Four prompt families sent at once, one per slot, and each sent again: the second time every
+    one is served from its own slot's cache, and ``cached_tokens`` counts it."""
+    models = build_role_models(LLMSettings(), served=server.served())
+    try:
+        model = models.for_role("debater")
+        prompts = [f"Topic {i}: " + " ".join(f"fact{i}-{j}" for j in range(120)) for i in range(4)]
+        first = await asyncio.gather(
+            *(
+                model.complete([{"role": "user", "content": p}], max_tokens=4, cache_key=f"k{i}")
+                for i, p in enumerate(prompts)
+            )
+        )
+        again = await asyncio.gather(
+            *(
+                model.complete([{"role": "user", "content": p}], max_tokens=4, cache_key=f"k{i}")
+                for i, p in enumerate(prompts)
+            )
+        )
+    finally:
+        await models.aclose()
+    assert all((c.cached_tokens or 0) < 0.5 * c.prompt_tokens for c in first)
+    assert all((c.cached_tokens or 0) >= c.prompt_tokens - 2 for c in again), [
+        (c.cached_tokens, c.prompt_tokens) for c in again
+    ]
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+async def test_the_real_server_killed_mid_run_is_restarted_and_answers_again() -> None:
+    """Supervision on the real prebuilt server: the child process dies, is started again on the same
+    port with the model, and the client's retries reach it."""
+    cache = Path(LLMSettings().cache_dir)
+    with embedded_server("qwen2.5-0.5b", cache, n_ctx=1024, slots=1, kind="xllamacpp") as srv:
+        port, proc = srv.port, srv._proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGKILL)
+        started = time.monotonic()
+        settings = LLMSettings(retry_window_s=60, backoff_base_s=0.2, backoff_max_s=1)
+        models = build_role_models(settings, served=srv.served())
+        try:
+            reply = await models.for_role("judge").complete(
+                [{"role": "user", "content": "Say yes."}], max_tokens=3
+            )
+        finally:
+            await models.aclose()
+        assert reply.completion_tokens > 0 and srv.port == port and srv.restarts_left == 0
+        assert srv._proc is not None and srv._proc.pid != proc.pid
+        assert time.monotonic() - started < 60
+        async with httpx.AsyncClient() as http:
+            models_list = (await http.get(f"{srv.base_url}/models", timeout=5)).json()
+        assert models_list["data"][0]["id"] == "qwen2.5-0.5b"

@@ -148,25 +148,25 @@ def test_retry_after_parsing() -> None:
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
 
 
-async def test_embedded_endpoint_keeps_one_request_in_flight(tmp_path: Path) -> None:
-    """llama-cpp-python serves one request at a time; queued requests must wait in the client,
-    where waiting does not eat into the read timeout."""
+async def test_embedded_endpoint_keeps_at_most_one_request_per_slot_in_flight(tmp_path: Path) -> None:
+    """The embedded server decodes one request per slot; more would queue at the server and spend
+    their read timeout waiting, so they wait in the client instead."""
     from services.embedded_llm import EmbeddedLLMServer
     from services.llm_factory import build_role_models
     from services.settings import LLMSettings
 
-    with ScriptedLLM(latency_s=0.05) as server:
-        embedded = EmbeddedLLMServer(tmp_path / "m.gguf", alias="m")
+    with ScriptedLLM(latency_s=0.1) as server:
+        embedded = EmbeddedLLMServer(tmp_path / "m.gguf", alias="m", slots=2)
         served = embedded.served()
-        assert served.structured_output == "json_object" and served.max_concurrency == 1
+        assert served.structured_output == "json_schema" and served.max_concurrency == 2
         models = build_role_models(
             LLMSettings(), base_url=server.base_url, model="m", max_concurrency=served.max_concurrency
         )
         try:
-            await asyncio.gather(*(models.for_role("debater").complete(MSG) for _ in range(4)))
+            await asyncio.gather(*(models.for_role("debater").complete(MSG) for _ in range(6)))
         finally:
             await models.aclose()
-        assert server.max_in_flight == 1 and len(server.requests) == 4
+        assert server.max_in_flight == 2 and len(server.requests) == 6
 
 
 async def test_cache_keys_pin_prompt_families_to_slots_only_on_slotted_servers(scripted: ScriptedLLM) -> None:

