@@ -43,6 +43,8 @@ from retriever.settings import RetrieverSettings
 from services.embedder import Embedder
 from services.vector_store import VectorStoreError, point_id
 
+# Batches read ahead of the one being written (encoding and Lucene work on them meanwhile).
+AHEAD = 2
 # A malformed row's line number and why it was refused.
 Reject = tuple[int, str]
 
@@ -193,6 +195,8 @@ class VectorShards:
                 f"the vector shards hold {self.total} vectors but the corpus has more passages "
                 f"(passage {self.total + 1} has no vector): the shards do not match this corpus file"
             )
+        if n == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
         parts = []
         i = int(np.searchsorted(self._starts, start, side="right") - 1)
         while n > 0:
@@ -319,7 +323,7 @@ class BatchEncoder:
 
 
 class Bm25Sink(Protocol):
-    def add(self, passages: Sequence[Passage], *, replace: bool) -> None: ...
+    def add(self, passages: Sequence[Passage], *, replace: bool) -> Future[None]: ...
     def commit(self) -> None: ...
 
 
@@ -348,6 +352,7 @@ class _Batch:
     line: int
     rejects: list[Reject]
     vectors: list[Future[np.ndarray]] | np.ndarray
+    lucene: Future[None] | None = None
 
 
 class IngestRun:
@@ -423,21 +428,24 @@ class IngestRun:
         written = 0
         try:
             pending: deque[_Batch] = deque()
-            replace = cp.passages > 0 or cp.batches > 0  # the first batch after a resume may be in Lucene
+            # Lucene takes a batch as soon as it is read, up to AHEAD batches before its checkpoint, so
+            # after a resume the first AHEAD + 1 batches may already be in its last commit: replaced.
+            replace_left = AHEAD + 1 if cp.batches > 0 else 0
             next_vector = cp.passages
             for batch in self._batches(cp):
+                if self.bm25 is not None and batch.passages:
+                    batch.lucene = self.bm25.add(batch.passages, replace=replace_left > 0)
+                replace_left -= 1
                 if self.vectors is not None:
                     batch.vectors = self.vectors.take(next_vector, len(batch.passages))
                     next_vector += len(batch.passages)
                 elif encoder is not None:
                     batch.vectors = encoder.submit([p.embed_text() for p in batch.passages])
                 pending.append(batch)
-                if len(pending) >= 2:  # one batch encodes while the one before it is written
-                    written += self._commit(pending.popleft(), cp, bar, first_rejects, replace)
-                    replace = False
+                if len(pending) >= AHEAD:  # the next batch encodes while the one before it is written
+                    written += self._commit(pending.popleft(), cp, bar, first_rejects)
             while pending:
-                written += self._commit(pending.popleft(), cp, bar, first_rejects, replace)
-                replace = False
+                written += self._commit(pending.popleft(), cp, bar, first_rejects)
             if self.vectors is not None and next_vector != self.vectors.total and self.source_complete():
                 raise IngestError(
                     f"the vector shards hold {self.vectors.total} vectors but the corpus has {next_vector} "
@@ -506,9 +514,7 @@ class IngestRun:
                 "corpus or come from another model"
             )
 
-    def _commit(
-        self, batch: _Batch, cp: Checkpoint, bar: tqdm[Any], first_rejects: list[Reject], replace: bool
-    ) -> int:
+    def _commit(self, batch: _Batch, cp: Checkpoint, bar: tqdm[Any], first_rejects: list[Reject]) -> int:
         vecs = self._vectors_of(batch)
         t = time.perf_counter()
         if batch.passages:
@@ -518,8 +524,8 @@ class IngestRun:
                 [p.payload(self.source.corpus) for p in batch.passages],
             )
             self.store.flush()
-            if self.bm25 is not None:
-                self.bm25.add(batch.passages, replace=replace)
+        if batch.lucene is not None:
+            batch.lucene.result()  # Lucene indexed it on its own threads meanwhile
         if self.bm25 is not None:
             self.bm25.commit()
         if batch.rejects:

@@ -227,9 +227,9 @@ class EdgePassageStore:
 
         if not ids:
             return
+        rows = np.asarray(vectors, dtype=np.float32).tolist()  # one conversion for the batch
         points = [
-            qe.Point(id=pid, vector=vec.tolist(), payload=pl)
-            for pid, vec, pl in zip(ids, np.asarray(vectors, dtype=np.float32), payloads, strict=True)
+            qe.Point(id=pid, vector=vec, payload=pl) for pid, vec, pl in zip(ids, rows, payloads, strict=True)
         ]
         with self._lock:
             try:
