@@ -19,6 +19,11 @@ llm_app = typer.Typer(help="The embedded LLM server.", no_args_is_help=True)
 ModelName = Literal["qwen2.5-0.5b", "qwen2.5-1.5b"]
 
 
+@llm_app.callback()
+def llm() -> None:
+    """The embedded LLM server (a group, so ``serve`` stays a sub-command as more are added)."""
+
+
 @llm_app.command("serve")
 def serve(
     host: Annotated[str | None, typer.Option(help="override PARLEY_LLM_SERVE_HOST")] = None,
