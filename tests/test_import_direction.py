@@ -19,6 +19,7 @@ CLI_MODULES = {
     "debate_worker.kks.cli",
     "debate_worker.evaluation.cli",
     "retriever.cli",
+    "parley_client.cli",
 }
 
 

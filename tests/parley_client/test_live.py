@@ -20,8 +20,8 @@ import pytest
 from debate_worker.engine.config import DebateConfig
 from parley_client import AsyncParleyClient, BatchResult, JobView, ParleyClient, ParleyError
 from tests.api.conftest import KEY_A, KEY_B, api_settings
-from tests.api.support import ApiServer, RedisServer, WorkerProcess, running_redis, script_echo, worker_env
-from tests.support.scripted_llm import ScriptedLLM, free_port
+from tests.api.support import ApiServer, RedisServer, WorkerProcess, script_echo
+from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,30 +30,10 @@ RATE_LIMIT = 12
 
 
 @pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path_factory.mktemp("redis"))
-
-
-@pytest.fixture(scope="module")
 def llm() -> Iterator[ScriptedLLM]:
+    """Answers echo the question's last word, so every item gets its own answer."""
     with ScriptedLLM(latency_s=0.01) as server:
         script_echo(server)
-        yield server
-
-
-@pytest.fixture(scope="module")
-def worker(
-    redis_server: RedisServer, llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WorkerProcess]:
-    env = worker_env(redis_server.url, llm.base_url, f"http://127.0.0.1:{free_port()}")
-    log = tmp_path_factory.mktemp("worker") / "worker.log"
-    with WorkerProcess(env, log, concurrency=2) as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def gateway(redis_server: RedisServer, worker: WorkerProcess) -> Iterator[ApiServer]:
-    with ApiServer(api_settings(redis_server.url, sse_block_ms=200)) as server:
         yield server
 
 

@@ -1,0 +1,48 @@
+"""``parley mcp``: serve Parley's tools to MCP clients (registered into the root CLI, ``parley_cli``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import typer
+
+
+def mcp_command(
+    transport: Annotated[
+        str, typer.Option(help="stdio (an MCP client starts this command) or http (streamable HTTP at /mcp)")
+    ] = "stdio",
+    host: Annotated[str, typer.Option(help="http: bind address (loopback only)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="http: port")] = 8765,
+    api_url: Annotated[str | None, typer.Option("--api", help="gateway URL (PARLEY_API_URL)")] = None,
+) -> None:
+    """Serve Parley as MCP tools (debate, batches, transcripts) through a gateway and its key.
+
+    The key comes from PARLEY_API_KEY, never the command line. Over HTTP the server answers anyone
+    who can reach it with that key's quota, so it binds loopback addresses only.
+    """
+    from api.settings import is_loopback
+    from parley_client.mcp_server import ParleyTools, build_server
+    from parley_client.settings import ClientSettings
+
+    chosen: Literal["stdio", "http"]
+    if transport == "stdio":
+        chosen = "stdio"
+    elif transport == "http":
+        chosen = "http"
+    else:
+        typer.echo(f"parley mcp: unknown transport {transport!r}; use stdio or http", err=True)
+        raise typer.Exit(2)
+    if chosen == "http" and not is_loopback(host):
+        typer.echo(
+            f"parley mcp: refusing to serve on {host}: the MCP server has no authentication of its own "
+            "and spends its gateway key for every caller; bind a loopback address",
+            err=True,
+        )
+        raise typer.Exit(2)
+    settings = ClientSettings()
+    key = settings.key.get_secret_value() if settings.key else None
+    server = build_server(ParleyTools(api_url or settings.url, key, settings.client_timeout_s))
+    if chosen == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=host, port=port)
