@@ -21,7 +21,6 @@ def build_app() -> typer.Typer:
     from debate_worker.kks.cli import kks_app
     from debate_worker.worker_cli import run_worker
     from parley_client.cli import mcp_command
-    from parley_client.cli import mcp_command
     from retriever.cli import index_app, serve
     from services.llm_cli import llm_app
 
@@ -33,7 +32,6 @@ def build_app() -> typer.Typer:
     app.add_typer(gateway_app)
     app.command("worker")(run_worker)
     app.add_typer(kks_app, name="kks")
-    app.command("mcp")(mcp_command)
     app.command("mcp")(mcp_command)
     app.add_typer(llm_app, name="llm")
     return app
