@@ -120,6 +120,7 @@ class ReplayServer:
 
             do_GET = _handle
             do_POST = _handle
+            do_PUT = _handle
 
             def log_message(self, *args: Any) -> None:
                 pass
