@@ -138,6 +138,43 @@ def _print_build(report: object) -> None:
         typer.echo(f"skipped {ing.rejected} malformed rows ({shown}); all of them: {ing.rejects_file}")
 
 
+@index_app.command("encode")
+def encode(
+    out: Annotated[Path, typer.Option(help="folder for the .npy shards (created)")],
+    dpr_tsv: Annotated[Path | None, typer.Option("--dpr-tsv", help="DPR psgs_w100.tsv")] = None,
+    jsonl: Annotated[Path | None, typer.Option("--jsonl", help="pyserini JSONL (id, contents)")] = None,
+    name: Annotated[str | None, typer.Option(help="corpus name used in passage ids")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, or a GPU (cuda, cuda:1)")] = None,
+    shard_size: Annotated[int, typer.Option(min=1, help="passages per .npy shard")] = 100_000,
+) -> None:
+    """Encode a corpus into .npy vector shards (e.g. on a GPU machine) for `index build --vectors`.
+
+    The shards line up with the passages `index build` reads from the same file; a killed run
+    continues after its last shard.
+    """
+    from retriever.encoders import EncoderError, make_embedder
+    from retriever.ingest import FileSource, IngestError, encode_to_shards
+    from retriever.settings import RetrieverSettings
+
+    path = dpr_tsv or jsonl
+    if path is None or (dpr_tsv is not None and jsonl is not None):
+        raise typer.BadParameter("give one of --dpr-tsv and --jsonl")
+    if not path.is_file():
+        raise typer.BadParameter(f"no such file: {path}")
+    s = RetrieverSettings()
+    if device is not None:
+        s = s.model_copy(update={"embedding_device": device})
+    kind = "dpr" if dpr_tsv is not None else "jsonl"
+    label = name or ("dpr" if kind == "dpr" else path.stem)
+    source = FileSource(path, kind=kind, corpus=label, max_words=s.passage_words)
+    try:
+        n = encode_to_shards(source, make_embedder(s, device=device), out, shard_size=shard_size)
+    except (IngestError, EncoderError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"encoded {n} passages into {out} (encoder {s.encoder}, collection {s.collection})")
+
+
 @index_app.command("stats")
 def stats(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,

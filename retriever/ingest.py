@@ -547,3 +547,46 @@ class IngestRun:
         with path.open("a", encoding="utf-8") as fh:
             for line, why in rejects:
                 fh.write(f"{line}\t{why}\n")
+
+
+def encode_to_shards(
+    source: CorpusSource, embedder: Embedder, out: Path, *, shard_size: int = 100_000, progress: bool = True
+) -> int:
+    """Encode a corpus into ``.npy`` shards for ``parley index build --vectors`` (on a GPU machine, say).
+
+    Shards are written whole by atomic rename with a checkpoint beside them, so a killed run continues
+    after its last shard. Returns the number of passages encoded in all.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    cp_file = out / "encode.checkpoint.json"
+    cp = Checkpoint.load(cp_file) or Checkpoint(identity=source.identity, collection=embedder.name)
+    if cp.identity != source.identity:
+        raise IngestError(f"{out} holds shards of another corpus ({cp.identity}); use an empty folder")
+    bar = tqdm(total=source.size, initial=cp.position, unit=source.unit, unit_scale=source.unit == "B",
+               desc=f"encode {source.corpus}", disable=not progress, dynamic_ncols=True)  # fmt: skip
+    buf: list[str] = []
+
+    def flush(position: int, line: int) -> None:
+        vecs = embedder.embed(buf) if buf else np.zeros((0, embedder.dim), np.float32)
+        tmp = out / f"part-{cp.batches:05d}.partial.npy"
+        np.save(tmp, vecs.astype(np.float32))
+        os.replace(tmp, out / f"part-{cp.batches:05d}.npy")
+        cp.position, cp.line, cp.passages, cp.batches = position, line, cp.passages + len(buf), cp.batches + 1
+        cp.save(cp_file)
+        bar.update(position - bar.n)
+        buf.clear()
+
+    try:
+        position, line = cp.position, cp.line
+        for row in source.rows(cp.position, cp.line):
+            position, line = row.position, row.line
+            buf.extend(p.embed_text() for p in row.passages)
+            if len(buf) >= shard_size:
+                flush(position, line)
+        if buf or position != cp.position:
+            flush(position, line)
+        cp.done = True
+        cp.save(cp_file)
+    finally:
+        bar.close()
+    return cp.passages

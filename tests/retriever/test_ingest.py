@@ -201,3 +201,24 @@ def test_approximate_search_matches_exact_search(tmp_path: Path) -> None:
         assert np.mean(recalls) >= 0.95 and same_top >= 48
     finally:
         store.close()
+
+
+def test_index_encode_writes_shards_that_index_build_imports(tmp_path: Path) -> None:
+    corpus, data, shards = tmp_path / "e.jsonl", tmp_path / "index", tmp_path / "shards"
+    _synthetic_jsonl(corpus, 130)
+    runner = CliRunner()
+    res = runner.invoke(
+        index_app, ["encode", "--jsonl", str(corpus), "--out", str(shards), "--shard-size", "50"]
+    )
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in shards.glob("*.npy")) == [
+        "part-00000.npy",
+        "part-00001.npy",
+        "part-00002.npy",
+    ]
+    assert [np.load(p).shape[0] for p in sorted(shards.glob("*.npy"))] == [50, 50, 30]
+    res = runner.invoke(
+        index_app, ["build", "--jsonl", str(corpus), "--data-dir", str(data), "--vectors", str(shards)]
+    )
+    assert res.exit_code == 0, res.output
+    assert index_stats(RetrieverSettings(data_dir=data))["passages"] == 130
