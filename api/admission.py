@@ -10,11 +10,16 @@ bounds the per-job budgets. Every refusal is a 422 problem naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import redis.asyncio as aioredis
 
 from api.problems import Problem
 from api.settings import ApiSettings
 from debate_worker.engine.config import DebateConfig
+from services.jobstore import BatchRecord, JobRecord, JobStore, stored_size
+from services.metrics import REFUSALS
 
 
 def refused(field: str, msg: str) -> Problem:
@@ -64,3 +69,43 @@ def admit_config(config: DebateConfig, settings: ApiSettings, *, field: str = "c
         elif asked > limit:
             raise refused(f"{field}.{name}", f"{asked} is above this deployment's limit of {limit}")
     return config.model_copy(update=update) if update else config
+
+
+async def storage_cap(redis: aioredis.Redis, settings: ApiSettings) -> int | None:
+    """The bytes one key may fill: the operator's setting, else its share of Redis ``maxmemory``
+    (None when neither is known: a managed Redis that refuses CONFIG, or no maxmemory)."""
+    if settings.storage_bytes_per_key is not None:
+        return settings.storage_bytes_per_key
+    try:
+        reply = await redis.config_get("maxmemory")
+    except Exception:  # CONFIG is often disabled on managed Redis: no default then
+        return None
+    maxmemory = int(reply.get("maxmemory") or 0)
+    return int(maxmemory * settings.storage_share) if maxmemory else None
+
+
+async def admit_storage(
+    store: JobStore, cap: int | None, owner: str, jobs: Sequence[JobRecord], batch: BatchRecord | None = None
+) -> None:
+    """413 when the request alone exceeds the key's storage cap, 429 when what the key keeps plus the
+    request would; other keys are unaffected (each has its own cap)."""
+    if cap is None:
+        return
+    adding = stored_size(jobs, batch)
+    if adding > cap:
+        REFUSALS.labels("storage", owner).inc()
+        raise Problem(
+            413,
+            f"this request would store about {adding} bytes, more than this key's storage limit of {cap}",
+            type_="/problems/storage-limit",
+        )
+    kept, frees_in = await store.stored_bytes(owner)
+    if kept + adding > cap:
+        REFUSALS.labels("storage", owner).inc()
+        raise Problem(
+            429,
+            f"this key keeps about {kept} bytes in the job store; this request adds about {adding}, "
+            f"over its storage limit of {cap}. Space frees as old jobs expire.",
+            type_="/problems/storage-limit",
+            headers={"Retry-After": str(frees_in)},
+        )

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from api.admission import storage_cap
 from api.deps import ApiState, State
 from api.enqueue import CeleryEnqueuer, Enqueuer
 from api.gate import AuthGateMiddleware
@@ -93,6 +94,7 @@ def create_app(
                 slot_ttl_s=settings.stream_slot_ttl_s,
                 retry_after_s=settings.retry_after_s,
             ),
+            storage_cap=await storage_cap(store.redis, settings),
         )
         # The operator's /metrics port, loopback by default (metrics name keys).
         metrics_server = serve_operator_metrics(settings.metrics_port, settings.metrics_host, (queue_depth,))

@@ -30,6 +30,8 @@ class ApiState:
     # The same store on the event streams' own Redis pool (blocking reads), and their caps.
     event_store: JobStore
     streams: StreamSlots
+    # Bytes of Redis one key may fill (storage_bytes_per_key, or its share of maxmemory); None = no cap.
+    storage_cap: int | None = None
 
 
 def get_state(request: Request) -> ApiState:

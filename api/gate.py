@@ -10,15 +10,16 @@ dependency through the request's state, so a request is counted once.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
-import redis.exceptions
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.guards import PUBLIC_OWNER, AuthFailureLimiter, KeyRing, RateLimiter
 from api.problems import Problem
-from services.problem_details import problem_response
 
 OWNER_STATE = "parley_owner"
 # The routes whose bodies are Parley's own; others (the OpenAI-compatible routes, the page, health)
@@ -51,6 +52,17 @@ async def authenticate(
     return owner
 
 
+async def _handled(scope: Scope, exc: Exception) -> Response:
+    """The response the app's exception handler for ``exc`` gives (its class or nearest base)."""
+    handlers = scope["app"].exception_handlers
+    for cls in type(exc).__mro__:
+        handler = handlers.get(cls)
+        if handler is not None:
+            response = handler(Request(scope), exc)
+            return await response if inspect.isawaitable(response) else response
+    raise exc
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key == name:
@@ -76,21 +88,10 @@ class AuthGateMiddleware:
             owner = await authenticate(
                 state.keys, state.auth_failures, state.limiter, _header(scope, b"authorization"), address
             )
-        except Problem as exc:
-            response = problem_response(
-                None, exc.status, exc.detail, type_=exc.type, title=exc.title, headers=exc.headers
-            )
-            await response(scope, receive, send)
-            return
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-            retry = str(state.settings.retry_after_s)
-            response = problem_response(
-                None,
-                503,
-                "the job store (Redis) is unavailable; retry later",
-                type_="/problems/unavailable",
-                headers={"Retry-After": retry},
-            )
+        except Exception as exc:
+            # The app's own handlers answer: a Problem as its problem document, Redis down as 503,
+            # Redis full as 503 store-full, exactly as if a dependency had raised it.
+            response = await _handled(scope, exc)
             await response(scope, receive, send)
             return
         scope.setdefault("state", {})[OWNER_STATE] = owner

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.problems import Problem, problem_response
+from services.jobstore import DAY_S, RECORD_OVERHEAD, storage_key
 from services.metrics import REFUSALS
 
 PUBLIC_OWNER = "public"
@@ -209,7 +210,14 @@ class Idempotency:
             "body": response.body,
             "headers": response.headers,
         }
-        await self._redis.set(self._key(owner, key), json.dumps(value), ex=self._ttl)
+        text = json.dumps(value)
+        counter = storage_key(self._prefix, owner)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.set(self._key(owner, key), text, ex=self._ttl)
+            # Counted in the owner's storage (see services.jobstore): it lives up to a day.
+            pipe.incrby(counter, len(text) + RECORD_OVERHEAD)
+            pipe.expire(counter, self._ttl + DAY_S)
+            await pipe.execute()
 
     async def abandon(self, owner: str, key: str) -> None:
         await self._redis.delete(self._key(owner, key))

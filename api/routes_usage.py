@@ -24,12 +24,14 @@ async def get_usage(
     history = [await state.store.usage(owner, usage_day(now - 86400 * d)) for d in range(days)]
     today = history[0]
     quota = state.settings.token_quota(owner)
+    stored, _ = await state.store.stored_bytes(owner)
     s = state.settings
     return UsageView(
         owner=owner,
         today=today,
         remaining_today=None if quota is None else max(0, quota - today.tokens - today.reserved),
         days=history,
+        stored_bytes=stored,
         limits=Limits(
             rate_limit_per_minute=s.rate_limit_per_minute,
             max_active_jobs=s.max_active_jobs_per_key,
@@ -39,5 +41,6 @@ async def get_usage(
             budget_calls_max=s.budget_calls_max,
             budget_tokens_default=s.budget_tokens_default,
             budget_tokens_max=s.budget_tokens_max,
+            storage_bytes=state.storage_cap,
         ),
     )

@@ -148,6 +148,11 @@ class Limits(BaseModel):
     budget_calls_max: int
     budget_tokens_default: int
     budget_tokens_max: int
+    storage_bytes: int | None = Field(
+        default=None,
+        description="bytes of the job store this key may fill (jobs, results, events, batches, "
+        "idempotency records); null = no per-key cap",
+    )
 
 
 class UsageView(BaseModel):
@@ -160,4 +165,9 @@ class UsageView(BaseModel):
     today: Usage
     remaining_today: int | None = Field(description="quota - used - reserved; null = no quota")
     days: list[Usage] = Field(description="the last days, newest first (today included)")
+    stored_bytes: int = Field(
+        default=0,
+        description="what this key keeps in the job store, counted from above (its writes of the "
+        "last job_ttl_s plus a day)",
+    )
     limits: Limits

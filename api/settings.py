@@ -110,6 +110,15 @@ class ApiSettings(ParleySettings):
         default=200_000, ge=1, description="tokens per job unless the client asks for less"
     )
     budget_tokens_max: int = Field(default=2_000_000, ge=1, description="most tokens a client may ask for")
+    storage_bytes_per_key: int | None = Field(
+        default=None,
+        ge=1024,
+        description="bytes of Redis one key may fill with its jobs, results, events, batches and "
+        "idempotency records; unset = storage_share of Redis maxmemory (no cap without maxmemory)",
+    )
+    storage_share: float = Field(
+        default=0.25, gt=0, le=1, description="share of Redis maxmemory one key may fill by default"
+    )
     daily_token_quota: int | None = Field(
         default=None, ge=1, description="tokens per key per UTC day (None = no quota)"
     )

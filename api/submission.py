@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from api.admission import admit_config, admit_pool
+from api.admission import admit_config, admit_pool, admit_storage
 from api.deps import ApiState
 from api.guards import StoredResponse
 from api.problems import Problem
@@ -70,6 +70,7 @@ async def submit_jobs(
     their reservation back, so nothing is left waiting that no worker will ever run.
     """
     await check_capacity(state, owner, len(jobs))
+    await admit_storage(state.store, state.storage_cap, owner, jobs, batch)
     day = usage_day()
     per_job = int(jobs[0].config.get("budget_tokens") or 0) if jobs else 0
     amount = per_job * len(jobs)

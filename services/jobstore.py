@@ -18,6 +18,13 @@ status change)::
     {p}:owner:{owner}:active  set    the owner's jobs that are not finished (per-key queue limits)
     {p}:owner:{owner}:jobs    zset   the owner's recent job ids by created_at (listing; trimmed)
     {p}:owner:{owner}:batches zset   the owner's recent batch ids by created_at (listing; trimmed)
+    {p}:bytes:{owner}:{day}   int    bytes the owner wrote on that day (storage accounting)
+
+Storage per key: every write the store makes for an owner (job records, events, results,
+checkpoints, batches, the gateway's idempotency records) adds its size to the owner's counter of the
+day it was written. Everything written expires at most ``ttl_s`` after its last write, so the sum of
+the counters of the last ``ttl_s`` + one day bounds, from above, what the owner keeps in Redis: an
+over-estimate (rewrites count twice), never an under-estimate, read with one MGET.
 """
 
 from __future__ import annotations
@@ -39,6 +46,13 @@ TERMINAL_EVENTS = frozenset({"job.completed", "job.failed", "job.cancelled"})
 
 # A stream per job stays small (a debate emits tens of events); the cap guards against a runaway loop.
 EVENTS_MAXLEN = 10_000
+# Per-record overhead counted on top of the bytes of keys and values (Redis' own structures).
+RECORD_OVERHEAD = 200
+# What Redis holds for one stored job beyond its fields' bytes: the hash's own structures, the event
+# stream, the index entries and its queue message. Measured: 8.6 KB of used_memory per job of a
+# 1,000-item batch with short questions (the fields themselves ~2.6 KB of it), so this is above it.
+JOB_OVERHEAD_BYTES = 8192
+DAY_S = 86400
 # The per-owner listing indexes keep this many newest ids: enough for a page of recent work (one
 # 10,000-item batch fits), bounded so an index never grows with a key's whole history.
 OWNER_INDEX_MAX = 20_000
@@ -106,6 +120,24 @@ class Event(BaseModel):
     id: str
     type: str
     data: dict[str, Any]
+
+
+def storage_key(prefix: str, owner: str, at: float | None = None) -> str:
+    """The counter of the bytes ``owner`` wrote on the UTC day of ``at`` (now by default)."""
+    day = int((time.time() if at is None else at) // DAY_S)
+    return f"{prefix}:bytes:{owner}:{day}"
+
+
+def stored_size(jobs: Sequence[JobRecord], batch: BatchRecord | None = None) -> int:
+    """What storing ``jobs`` (and ``batch``) writes: the bytes of their fields, ids and first event."""
+    total = 0
+    for job in jobs:
+        fields = job.model_dump(exclude_none=True)
+        total += sum(len(k) + len(_dump(v).encode()) for k, v in fields.items())
+        total += JOB_OVERHEAD_BYTES
+    if batch is not None:
+        total += len(_dump(batch.config).encode()) + RECORD_OVERHEAD
+    return total
 
 
 def draining_key(prefix: str, node: str) -> str:
@@ -190,6 +222,8 @@ class JobStore(Protocol):
 
     async def usage(self, owner: str, day: str) -> Usage: ...
 
+    async def stored_bytes(self, owner: str) -> tuple[int, int]: ...
+
     async def list_jobs(self, owner: str, limit: int, before: str | None = None) -> list[JobRecord]: ...
 
     async def list_batches(self, owner: str, limit: int, before: str | None = None) -> list[BatchRecord]: ...
@@ -207,7 +241,8 @@ def _dump(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-# KEYS: job hash, events stream, owner-active set, checkpoint, lease, owner's usage hash of the day.
+# KEYS: job hash, events stream, owner-active set, checkpoint, lease, owner's usage hash of the day,
+#       owner's storage counter of today.
 # ARGV: to-status ('' = keep), allowed-from (comma list), event type ('' = none), event data,
 #       now, ttl seconds, job id, then field/value pairs.
 # Returns the event id (or "ok" when no event), or false when the job is missing or the transition
@@ -246,6 +281,16 @@ if to ~= '' and ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[2], ttl)
   redis.call('EXPIRE', KEYS[4], ttl)
+end
+-- Storage accounting: the bytes this step wrote, on the owner's counter of the day.
+local written = 0
+if ARGV[3] ~= '' then written = written + #ARGV[4] + 64 end
+for i = 8, #ARGV, 2 do
+  written = written + #ARGV[i] + #ARGV[i + 1]
+end
+if written > 0 then
+  redis.call('INCRBY', KEYS[7], written)
+  redis.call('EXPIRE', KEYS[7], ttl + 86400)
 end
 return out
 """
@@ -366,6 +411,9 @@ class RedisJobStore:
     def k_owner_batches(self, owner: str) -> str:
         return f"{self.prefix}:owner:{owner}:batches"
 
+    def k_bytes(self, owner: str, at: float | None = None) -> str:
+        return storage_key(self.prefix, owner, at)
+
     # -- basics ----------------------------------------------------------------------------------
     async def ping(self) -> None:
         await self.redis.ping()
@@ -414,6 +462,11 @@ class RedisJobStore:
             for i in range(0, len(jobs), 1000):
                 chunk = jobs[i : i + 1000]
                 pipe.zadd(self.k_owner_jobs(chunk[0].owner), {j.job_id: j.created_at or now for j in chunk})
+            written = stored_size(jobs, batch)
+            if written:
+                owner = batch.owner if batch is not None else jobs[0].owner
+                pipe.incrby(self.k_bytes(owner, now), written)
+                pipe.expire(self.k_bytes(owner, now), ttl + DAY_S)
             if jobs:
                 pipe.expire(self.k_active(jobs[0].owner), ttl)
                 pipe.zremrangebyrank(self.k_owner_jobs(jobs[0].owner), 0, -OWNER_INDEX_MAX - 1)
@@ -508,6 +561,7 @@ class RedisJobStore:
             self.k_checkpoint(job_id),
             self.k_lease(job_id),
             self.k_usage(owner, day or usage_day()),
+            self.k_bytes(owner),
         ]
         out = await self._transition(keys=keys, args=args)
         return str(out) if out else None
@@ -539,7 +593,14 @@ class RedisJobStore:
 
     # -- checkpoints and leases ------------------------------------------------------------------
     async def save_checkpoint(self, job_id: str, checkpoint: dict[str, Any]) -> None:
-        await self.redis.set(self.k_checkpoint(job_id), json.dumps(checkpoint), ex=self.ttl_s)
+        text = json.dumps(checkpoint)
+        owner = await self.redis.hget(self.k_job(job_id), "owner")
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.k_checkpoint(job_id), text, ex=self.ttl_s)
+            if owner:
+                pipe.incrby(self.k_bytes(owner), len(text) + RECORD_OVERHEAD)
+                pipe.expire(self.k_bytes(owner), self.ttl_s + DAY_S)
+            await pipe.execute()
 
     async def load_checkpoint(self, job_id: str) -> dict[str, Any] | None:
         raw = await self.redis.get(self.k_checkpoint(job_id))
@@ -627,6 +688,18 @@ class RedisJobStore:
     async def release_tokens(self, owner: str, day: str, amount: int) -> None:
         """Give back a reservation whose jobs were never queued."""
         await self.redis.hincrby(self.k_usage(owner, day), "reserved", -amount)
+
+    async def stored_bytes(self, owner: str) -> tuple[int, int]:
+        """(bytes, seconds until the oldest counted day drops out): what ``owner`` keeps in Redis,
+        bounded from above by its writes of the last ``ttl_s`` + one day."""
+        now = time.time()
+        days = -(-self.ttl_s // DAY_S) + 1
+        keys = [self.k_bytes(owner, now - d * DAY_S) for d in range(days + 1)]
+        values = await self.redis.mget(keys)
+        total = sum(int(v or 0) for v in values)
+        oldest = max((d for d, v in enumerate(values) if v), default=0)
+        ttl = await self.redis.ttl(keys[oldest]) if total else 0
+        return total, max(1, int(ttl))
 
     async def usage(self, owner: str, day: str) -> Usage:
         raw = await self.redis.hgetall(self.k_usage(owner, day))
