@@ -39,6 +39,7 @@ from debate_worker.engine.config import DebateConfig
 from debate_worker.engine.context import RoleModels, Spend
 from debate_worker.engine.result import Checkpoint
 from debate_worker.engine.runner import run_debate
+from debate_worker.pool_timing import PoolTiming
 from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
 from services import telemetry
 from services.embedded_llm import ServedModel
@@ -50,6 +51,9 @@ from services.metrics import observe_debate, observe_job, observe_started
 from services.settings import LLMSettings, RetrieverClientSettings
 
 log = logging.getLogger("parley.worker")
+
+# What a fresh pool is assumed to take before this process has built one (dense + BM25 + web search).
+DEFAULT_POOL_S = 2.0
 
 
 class ClosableRoleModels(RoleModels, Protocol):
@@ -105,6 +109,8 @@ class WorkerRuntime:
     models_factory: Callable[[], ClosableRoleModels] | None = None
     pool_factory: Callable[[], ClosablePoolBuilder] | None = None
     hostname: str = field(default_factory=socket.gethostname)
+    # How long this process's uncached pools take: cached ones are held back that long.
+    pool_timing: PoolTiming = field(default_factory=lambda: PoolTiming(DEFAULT_POOL_S))
 
     @classmethod
     def from_env(cls, settings: WorkerSettings | None = None) -> WorkerRuntime:
@@ -379,7 +385,15 @@ class JobRunner:
         try:
             async with asyncio.timeout(self.rt.settings.pool_timeout_s):
                 with telemetry.span("parley.pool", job_id=job.job_id, k_wiki=config.k_wiki):
-                    return await builder.build_pool(job.question, k_wiki=config.k_wiki, k_web=config.k_web)
+                    started = time.monotonic()
+                    pool = await builder.build_pool(job.question, k_wiki=config.k_wiki, k_web=config.k_web)
+                    elapsed = time.monotonic() - started
+                    if pool.cached:
+                        # Shared cache: a hit must arrive when a fresh pool would (pool_timing).
+                        await asyncio.sleep(self.rt.pool_timing.hold_back(elapsed))
+                    else:
+                        self.rt.pool_timing.record(elapsed)
+                    return pool
         except TimeoutError as exc:
             raise PoolUnavailable(
                 f"retriever did not build a pool within {self.rt.settings.pool_timeout_s:.0f}s"
