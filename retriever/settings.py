@@ -51,7 +51,7 @@ class RetrieverSettings(ParleySettings):
         description="where the ONNX graph exported from the bundled weights is kept",
     )
     serve_torch_threads: int | None = Field(
-        default=1, ge=1, description="torch threads when serving queries (unset = all cores); builds use all"
+        default=1, ge=1, description="encoder threads when serving queries (unset = all cores); builds use all"
     )
     passages_collection: str | None = Field(
         default=None, description="dense collection name; unset = wikipedia_<model name> (one per model)"
@@ -61,7 +61,6 @@ class RetrieverSettings(ParleySettings):
     # Ingestion
     passage_words: int = Field(default=100, ge=20, le=1000)
     embed_batch_size: int = Field(default=64, ge=1)
-    upsert_batch_size: int = Field(default=256, ge=1)
     bm25_enabled: bool = Field(default=True, description="build/use the pyserini BM25 index if importable")
     ingest_workers: int = Field(
         default=2, ge=1, le=64, description="encoder processes in `parley index build` (CPU encoders)"
@@ -76,8 +75,8 @@ class RetrieverSettings(ParleySettings):
         default="int8", description="scalar quantization of the passage vectors, kept in RAM"
     )
     on_disk: bool = Field(default=True, description="original vectors and payloads on disk (memory-mapped)")
-    hnsw_m: int = Field(default=16, ge=4, le=128)
-    hnsw_ef_construct: int = Field(default=100, ge=8, le=1000)
+    hnsw_m: int = Field(default=16, ge=4, le=128, description="HNSW links per passage")
+    hnsw_ef_construct: int = Field(default=100, ge=8, le=1000, description="HNSW build breadth")
     hnsw_ef: int = Field(default=128, ge=8, le=4096, description="HNSW search breadth")
     oversampling: float = Field(
         default=2.0, ge=1.0, le=16.0, description="quantized candidates per result, rescored exactly"

@@ -98,7 +98,6 @@ DESCRIPTIONS: dict[str, str] = {
     "RetrieverSettings.pools_collection": "Qdrant collection of the pool cache",
     "RetrieverSettings.passage_words": "passage length in words",
     "RetrieverSettings.embed_batch_size": "passages embedded per batch while indexing",
-    "RetrieverSettings.upsert_batch_size": "points written per batch while indexing",
     "RetrieverSettings.dedupe_cosine": "near-duplicate threshold: items this close to a kept one are dropped",
     "RetrieverSettings.max_question_chars": "longer questions are refused with 422",
     "RetrieverSettings.pool_ttl_s": "lifetime of a cached pool",
