@@ -348,7 +348,7 @@ def main() -> None:
 
 def pinned_llama_cpp_version(script: Path = BUILD_SCRIPT) -> str:
     """The llama-cpp-python sdist whose llama.cpp ``make native-llm`` builds (the script's default)."""
-    found = re.search(r"LLAMA_CPP_PYTHON_VERSION:-([0-9.]+)", script.read_text())
+    found = re.search(r"^pinned_version=([0-9.]+)$", script.read_text(), re.MULTILINE)
     if found is None:
         raise ValueError(f"no pinned llama.cpp source version in {script}")
     return found.group(1)

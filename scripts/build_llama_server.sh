@@ -5,7 +5,8 @@
 # (llama-cpp-python itself is neither built nor installed); nothing but PyPI is contacted. The binary is
 # cached per version outside the repository and copied into the virtualenv, so a second run takes
 # seconds. Usage: build_llama_server.sh PYTHON CACHE_DIR TARGET [native|portable]
-# LLAMA_CPP_PYTHON_VERSION picks the source release (default below).
+# LLAMA_CPP_PYTHON_VERSION picks the source release (default below, whose sdist is checked against its
+# recorded sha256; another version is taken as PyPI serves it).
 #
 # native (the default) compiles for this CPU's instruction set (AVX-512 where it has it): prompt
 # evaluation, most of a debate's time, runs about 1.3x faster than the portable build on an AVX-512
@@ -16,7 +17,9 @@ py=$1
 cache=$2
 target=$3
 arch=${4:-native}
-version=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+pinned_version=0.3.36
+version=${LLAMA_CPP_PYTHON_VERSION:-$pinned_version}
+pinned_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 case "$arch" in
   native)
     cpu=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m) | sha256sum | cut -c1-12)
@@ -35,9 +38,14 @@ if [ ! -x "$built" ]; then
   fi
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  echo "building llama-server $version, $arch (llama.cpp from the llama-cpp-python sdist; about 10 minutes on 2 cores)"
-  "$py" -m pip download -q --no-binary :all: --no-deps "llama-cpp-python==$version" -d "$work"
-  tar xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
+  echo "building llama-server $version, $arch (llama.cpp from the llama-cpp-python sdist; minutes on 2 cores)"
+  # Only llama-cpp-python as source (its build backend, needed to read its metadata, comes as wheels).
+  "$py" -m pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$work"
+  sdist=$(echo "$work"/llama_cpp_python-*.tar.gz)
+  if [ "$version" = "$pinned_version" ] && ! echo "$pinned_sha256  $sdist" | sha256sum -c --quiet -; then
+    echo "the llama-cpp-python $version sdist does not match its recorded sha256" >&2; exit 1
+  fi
+  tar xzf "$sdist" -C "$work"
   src=$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)
   # No web UI, TLS or downloads of prebuilt assets.
   "$cmake_bin" -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=$native \

@@ -47,9 +47,9 @@ def test_the_portable_path_takes_the_portable_build_of_the_same_version(tmp_path
 
 def test_the_portable_build_defaults_to_the_llama_cpp_source_make_native_llm_pins(tmp_path: Path) -> None:
     script = tmp_path / "build.sh"
-    script.write_text("version=${LLAMA_CPP_PYTHON_VERSION:-0.3.99}\n")
+    script.write_text("pinned_version=0.3.99\nversion=${LLAMA_CPP_PYTHON_VERSION:-$pinned_version}\n")
     assert pinned_llama_cpp_version(script) == "0.3.99"
     assert pinned_llama_cpp_version() == pinned_llama_cpp_version(BUILD_SCRIPT)
-    script.write_text("version=$1\n")
+    script.write_text("version=${LLAMA_CPP_PYTHON_VERSION:-0.3.99}\n")
     with pytest.raises(ValueError, match=r"no pinned llama\.cpp source version"):
         pinned_llama_cpp_version(script)
