@@ -10,8 +10,10 @@ bounds the per-job budgets. Every refusal is a 422 problem naming the field.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 
@@ -31,6 +33,30 @@ def refused(field: str, msg: str) -> Problem:
     )
 
 
+def private_target(url: str, allowed: Sequence[str]) -> str | None:
+    """Why a client URL may not be called (a loopback, private, link-local or otherwise non-public
+    address the operator did not list), or None. Checked on the URL as written: a name that only
+    resolves to such an address is not caught here (the workers' egress rules must hold that line)."""
+    try:
+        host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    except ValueError:
+        return None  # not a URL httpx can call either: the job fails at the worker, naming it
+    if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
+        return f"{host!r} names this network; clients may call public addresses only"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if address.is_global:
+        return None
+    if any(address in ipaddress.ip_network(net, strict=False) for net in allowed):
+        return None
+    return (
+        f"{host} is not a public address; clients may call public addresses only "
+        "(the operator may list networks in PARLEY_API_CLIENT_URL_NETWORKS)"
+    )
+
+
 def admit_pool(config: DebateConfig, pool: list[Any] | None, *, field: str = "pool") -> None:
     """A pool brought with a question must be one the protocol would use."""
     if pool is None:
@@ -44,6 +70,9 @@ def admit_config(config: DebateConfig, settings: ApiSettings, *, field: str = "c
     known = ", ".join(settings.llm_endpoints) or "none configured"
     for i, spec in enumerate(config.team or []):
         where = f"{field}.team.{i}"
+        why = private_target(spec.base_url, settings.client_url_networks) if spec.base_url else None
+        if why is not None and settings.allow_client_urls:
+            raise refused(f"{where}.base_url", why)
         if spec.base_url is not None and not settings.allow_client_urls:
             raise refused(
                 f"{where}.base_url",

@@ -100,6 +100,11 @@ class ApiSettings(ParleySettings):
         description="names of the LLM endpoints clients may choose (team: [{endpoint: NAME}]); the "
         "workers' PARLEY_LLM_ENDPOINTS holds their URLs and keys, which the gateway never needs",
     )
+    client_url_networks: list[str] = Field(
+        default_factory=list,
+        description="with allow_client_urls: non-public networks (CIDR) client URLs may still name, "
+        "e.g. a lab's LLM servers; loopback, private and link-local addresses are refused otherwise",
+    )
     allow_client_urls: bool = Field(
         default=False,
         description="accept base_url/model in client configs; such agents are never sent an operator key",

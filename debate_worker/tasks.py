@@ -45,7 +45,7 @@ from services import telemetry
 from services.embedded_llm import ServedModel
 from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
 from services.knowledge import GivenKnowledge, KnowledgePool, PoolBuilder, empty_pool, pool_from_items
-from services.llm import LLMError
+from services.llm import LLMContextExceeded, LLMError, LLMProtocolError, LLMRateLimited
 from services.logging_setup import job_log_context
 from services.metrics import observe_debate, observe_job, observe_started
 from services.settings import LLMSettings, RetrieverClientSettings
@@ -225,7 +225,8 @@ class JobRunner:
             await self.fail(job_id, str(exc))
             return "failed"
         except LLMError as exc:
-            await self.fail(job_id, f"LLM error: {type(exc).__name__}: {exc.reason}")
+            log.warning("job %s: LLM error %s: %s", job_id, type(exc).__name__, exc.reason)
+            await self.fail(job_id, f"LLM error: {type(exc).__name__}: {shown_reason(exc)}")
             return "failed"
         except ValueError as exc:
             await self.fail(job_id, f"invalid job: {exc}")
@@ -418,6 +419,21 @@ class JobRunner:
         return await self.store.transition(
             job_id, "failed", ACTIVE, event="job.failed", data={"error": shown}, fields={"error": shown}
         )
+
+
+def shown_reason(exc: LLMError) -> str:
+    """What a client is told of an LLM failure: never the server's reply body, which a client URL
+    pointed at an internal service would otherwise read back (the log keeps the whole reason)."""
+    if isinstance(exc, LLMContextExceeded):
+        return exc.reason  # Parley's own words, with token counts
+    if isinstance(exc, LLMProtocolError):
+        return "the server's reply is not a chat completion"
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return f"HTTP {status} from the LLM server"
+    if isinstance(exc, LLMRateLimited):
+        return "rate limited (HTTP 429) by the LLM server"
+    return exc.reason
 
 
 _ADDRESS = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")

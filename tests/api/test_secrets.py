@@ -105,6 +105,9 @@ def test_no_secret_in_anything_a_run_writes(
             failed = wait_status(alice, bad.json()["job_id"], {"completed", "failed"})
             assert failed["status"] == "failed"
             assert "LLMBadRequest" in failed["error"]
+            # The server's reply body is never read back to the client (a client URL could point
+            # at an internal service): the status only.
+            assert "scripted failure" not in failed["error"] and "HTTP 401" in failed["error"]
             assert f":{default.port}" not in failed["error"] and "127.0.0.1" not in failed["error"]
             seen += [json.dumps(done), json.dumps(failed)]
             for job in (done, failed):

@@ -98,11 +98,27 @@ def test_named_endpoints_and_teams_are_accepted_with_budgets_filled_in(gateway: 
 
 
 def test_client_urls_only_where_the_operator_allows_them(redis_server: RedisServer) -> None:
-    settings = api_settings(redis_server.url, allow_client_urls=True, key_prefix="open")
+    settings = api_settings(
+        redis_server.url, allow_client_urls=True, key_prefix="open", client_url_networks=["127.0.0.0/8"]
+    )
     config = {"team": [{"base_url": "http://127.0.0.1:9/v1", "model": "mine"}, {}]}
     with ApiServer(settings) as server, client(server, KEY_A) as alice:
         resp = alice.post("/v1/debates", json={**Q, "config": config})
-        assert resp.status_code == 202, resp.text
+        assert resp.status_code == 202, resp.text  # a network the operator listed
+        public = {"team": [{"base_url": "https://llm.example.org/v1", "model": "mine"}, {}]}
+        assert alice.post("/v1/debates", json={**Q, "config": public}).status_code == 202
+        # Every other non-public address is refused: metadata service, private ranges, local names.
+        for url in (
+            "http://169.254.169.254/latest",
+            "http://10.0.0.5:8000/v1",
+            "http://[::1]:80/v1",
+            "http://localhost:8000/v1",
+            "http://redis.internal:6379",
+        ):
+            refused = alice.post(
+                "/v1/debates", json={**Q, "config": {"team": [{"base_url": url, "model": "m"}, {}]}}
+            )
+            assert "config.team.0.base_url" in str(assert_problem(refused, 422)["detail"]), url
         # A model on an operator endpoint is still the operator's choice.
         bad = alice.post("/v1/debates", json={**Q, "config": {"team": [{"model": "x"}, {}]}})
         assert "config.team.0.model" in str(assert_problem(bad, 422)["detail"])
