@@ -11,6 +11,7 @@ qdrant-client's embedded store (``<data_dir>/qdrant``) or on the same server.
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import time
@@ -38,11 +39,12 @@ from retriever.passage_store import (
     PassageStore,
     ServerPassageStore,
     StoreLayout,
+    storage_error,
 )
 from retriever.settings import RetrieverSettings
 from services.embedder import Embedder
 from services.jvm import pyserini_available
-from services.vector_store import VectorStore, dir_size
+from services.vector_store import VectorStore, VectorStoreError, dir_size
 
 __all__ = [
     "BUILD_HINT",
@@ -202,7 +204,15 @@ def build_index(
             settings, source, store, embedder, bm25=writer, vectors=shards, workers=workers,
             device=device, progress=progress, checkpoint_file=cp_file, verify_vectors=verify_vectors,
         )  # fmt: skip
-        report = run.run()
+        try:
+            report = run.run()
+        except VectorStoreError:
+            raise
+        except Exception as exc:  # a full disk surfaces as OSError, Lucene's IOException or Qdrant's error
+            if "No space left" in str(exc) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+                raise storage_error(exc, str(settings.data_dir)) from exc
+            raise
+        _check_room_for_optimize(settings, store)
         t = time.perf_counter()
         store.finish()
         finish_s = time.perf_counter() - t
@@ -223,6 +233,17 @@ def build_index(
             writer.close()
         if own_store:
             store.close()
+
+
+def _check_room_for_optimize(settings: RetrieverSettings, store: PassageStore) -> None:
+    """Qdrant's optimizer rewrites the segments it indexes: it needs about the store's size free."""
+    used = store.disk_bytes() or 0
+    free = shutil.disk_usage(settings.data_dir).free
+    if free < used + settings.min_free_disk_mb * 2**20:
+        raise VectorStoreError(
+            f"the disk holding {settings.data_dir} is full for the HNSW build ({free / 2**30:.1f} GiB free, "
+            f"the store holds {used / 2**30:.1f} GiB): free space and run the same command again"
+        )
 
 
 def _record(

@@ -25,6 +25,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import sys
 import time
 from collections import deque
@@ -514,7 +515,23 @@ class IngestRun:
                 "corpus or come from another model"
             )
 
+    def _check_disk(self) -> None:
+        """Stop before a batch when the disk is nearly full.
+
+        The stores write through memory maps, and a write to a full disk arrives as SIGBUS, which kills
+        the process with no message; checking first turns it into an error and a clean checkpoint.
+        """
+        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(self.settings.data_dir).free
+        if free < self.settings.min_free_disk_mb * 2**20:
+            raise IngestError(
+                f"the disk holding {self.settings.data_dir} is full ({free / 2**20:.0f} MiB free, "
+                f"PARLEY_RETRIEVER_MIN_FREE_DISK_MB={self.settings.min_free_disk_mb}): free space and run "
+                "the same command again (the build continues after its last committed batch)"
+            )
+
     def _commit(self, batch: _Batch, cp: Checkpoint, bar: tqdm[Any], first_rejects: list[Reject]) -> int:
+        self._check_disk()
         vecs = self._vectors_of(batch)
         t = time.perf_counter()
         if batch.passages:

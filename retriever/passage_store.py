@@ -72,8 +72,8 @@ def _hit(pid: Any, score: float, payload: Any, vector: Any) -> Hit:
     return Hit(id=str(pid), score=float(score), payload=dict(payload or {}), vector=vec)
 
 
-def _storage_error(exc: BaseException, where: str) -> VectorStoreError:
-    """A clear error for a full disk, else the store's own words."""
+def storage_error(exc: BaseException, where: str) -> VectorStoreError:
+    """A clear error for a full disk (from Python, Qdrant or Lucene alike), else the store's own words."""
     text = str(exc)
     if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left" in text:
         return VectorStoreError(
@@ -145,7 +145,7 @@ class EdgePassageStore:
                     self.path.mkdir(parents=True, exist_ok=True)
                     self._shard = qe.EdgeShard.create(str(self.path), self._config(dim))
                 except OSError as exc:
-                    raise _storage_error(exc, str(self.path)) from exc
+                    raise storage_error(exc, str(self.path)) from exc
                 return
         existing = self.dim()
         if existing is not None and existing != dim:
@@ -235,7 +235,7 @@ class EdgePassageStore:
             try:
                 self._require().update(qe.UpdateOperation.upsert_points(points))
             except Exception as exc:
-                raise _storage_error(exc, str(self.path)) from exc
+                raise storage_error(exc, str(self.path)) from exc
 
     def delete_corpus(self, corpus: str) -> None:
         """Drop every passage of ``corpus`` (a rebuild replaces the corpus as a whole)."""
@@ -253,7 +253,7 @@ class EdgePassageStore:
                 try:
                     self._shard.flush()
                 except Exception as exc:
-                    raise _storage_error(exc, str(self.path)) from exc
+                    raise storage_error(exc, str(self.path)) from exc
 
     def finish(self) -> None:
         """Build the HNSW graph and int8 codes (Qdrant's optimizer; minutes at a million passages)."""
@@ -263,7 +263,7 @@ class EdgePassageStore:
                     self._shard.optimize()
                     self._shard.flush()
                 except Exception as exc:
-                    raise _storage_error(exc, str(self.path)) from exc
+                    raise storage_error(exc, str(self.path)) from exc
 
     def disk_bytes(self) -> int | None:
         return dir_size(self.path)

@@ -51,7 +51,9 @@ class RetrieverSettings(ParleySettings):
         description="where the ONNX graph exported from the bundled weights is kept",
     )
     serve_torch_threads: int | None = Field(
-        default=1, ge=1, description="encoder threads when serving queries (unset = all cores); builds use all"
+        default=1,
+        ge=1,
+        description="encoder threads when serving queries (unset = all cores); builds use all",
     )
     passages_collection: str | None = Field(
         default=None, description="dense collection name; unset = wikipedia_<model name> (one per model)"
@@ -69,6 +71,12 @@ class RetrieverSettings(ParleySettings):
         default=8192, ge=1, description="passages per committed (checkpointed) batch of an index build"
     )
     bm25_threads: int = Field(default=2, ge=1, le=64, description="Lucene indexing threads")
+    min_free_disk_mb: int = Field(
+        default=1024,
+        ge=0,
+        description="a build stops (resumably) before a batch when less disk than this is free "
+        "(memory-mapped writes to a full disk would kill the process)",
+    )
 
     # Passage store layout (embedded Qdrant Edge shard and Qdrant server collection alike)
     quantization: Quantization = Field(

@@ -222,3 +222,33 @@ def test_index_encode_writes_shards_that_index_build_imports(tmp_path: Path) -> 
     )
     assert res.exit_code == 0, res.output
     assert index_stats(RetrieverSettings(data_dir=data))["passages"] == 130
+
+
+def test_a_full_disk_stops_the_build_clearly_and_it_continues_once_there_is_room(tmp_path: Path) -> None:
+    """A real small disk: the data dir on a 40 MB tmpfs (root only; CI runs as root)."""
+    mnt = tmp_path / "small-disk"
+    mnt.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mnt)]).returncode
+    ):
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        corpus, data = tmp_path / "f.jsonl", mnt / "index"
+        _synthetic_jsonl(corpus, 3000)
+        cmd = _build_cmd(corpus, data)
+        env = {**_env(250), "PARLEY_RETRIEVER_MIN_FREE_DISK_MB": "36"}
+        full = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        assert full.returncode == 2, full.stdout + full.stderr
+        assert "is full" in full.stderr and "run the same command again" in full.stderr
+        assert "Traceback" not in full.stderr
+        done_before = Checkpoint.load(checkpoint_path(RetrieverSettings(data_dir=data), "f"))
+        assert done_before is not None and 0 < done_before.passages < 3000  # stopped part-way, resumable
+        subprocess.run(["mount", "-o", "remount,size=256m", str(mnt)], check=True)
+        again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert f"continued after {done_before.passages} passages" in again.stdout
+        stats = index_stats(RetrieverSettings(data_dir=data))
+        assert stats["passages"] == 3000 and stats["bm25_docs"] == 3000
+    finally:
+        subprocess.run(["umount", str(mnt)])
