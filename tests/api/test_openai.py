@@ -254,3 +254,36 @@ def test_a_non_streaming_client_that_goes_away_cancels_too(
             break
         assert time.monotonic() < deadline, new
         time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def one_stream(redis_server: RedisServer, worker: WorkerProcess) -> Iterator[ApiServer]:
+    """A gateway that lets each key hold one event stream (or waiting completion) at a time."""
+    settings = api_settings(redis_server.url, max_streams_per_key=1, sse_block_ms=200)
+    with ApiServer(settings) as server:
+        yield server
+
+
+def test_a_completion_beyond_the_keys_stream_slots_is_refused_before_queueing(
+    one_stream: ApiServer, rest: httpx.Client, scripted: ScriptedLLM
+) -> None:
+    scripted.latency_s = 1.0
+    client = openai.OpenAI(base_url=f"{one_stream.url}/v1", api_key=KEY_A, max_retries=0, timeout=60)
+    with client:
+        stream = client.chat.completions.create(
+            model="parley-madke",
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            stream=True,
+            extra_body=NO_KNOWLEDGE,
+        )
+        job_id = job_of(next(iter(stream)).id)
+        before = [j["job_id"] for j in rest.get("/v1/debates", params={"limit": 100}).json()["items"]]
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.chat.completions.create(model="parley-cot", messages=[{"role": "user", "content": "q?"}])
+        assert refused.value.code == "too_many_streams"
+        after = [j["job_id"] for j in rest.get("/v1/debates", params={"limit": 100}).json()["items"]]
+        assert after == before
+        stream.close()
+    assert (
+        wait_status(rest, job_id, {"cancelled", "completed", "failed"}, timeout_s=30)["status"] == "cancelled"
+    )
