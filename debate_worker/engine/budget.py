@@ -7,7 +7,9 @@ the ``max_tokens`` it is sent with. The reservation is taken synchronously (no `
 check and the take), so concurrent calls of one event loop cannot both get the last of a budget; a call
 that does not fit is never sent. When the reply comes, the reservation is settled with the tokens the
 server reports; a call cut off mid-flight (cancelled, timed out) keeps its whole reservation as used,
-since the server may have spent it.
+since the server may have spent it. A call that does not fit while siblings are in flight waits for
+them to settle and tries again, so a round of concurrent calls uses the budget about as far as one
+made call by call would.
 
 The prompt bound: a byte-level BPE or SentencePiece (byte fallback) tokenizer never makes more tokens
 of a text than it has UTF-8 bytes, and a chat template adds a few marker tokens per message. The bound
@@ -18,6 +20,7 @@ token).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,6 +75,26 @@ class CallBudget:
         self.tokens_used = tokens_used
         self.tokens_reserved = 0
         self.calls_reserved = 0
+        # Calls waiting for siblings in flight to settle (``acquire``).
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def acquire(self, prompt_bound: int, reply_tokens: int) -> Reservation:
+        """``reserve``, but a call that does not fit only because sibling calls hold their worst case
+        waits for them to settle (they usually use far less) and tries again; it gives up when
+        nothing is in flight any more. Without waiting a round would stop at the first few calls."""
+        while True:
+            try:
+                return self.reserve(prompt_bound, reply_tokens)
+            except BudgetExhausted:
+                if self.calls_reserved == 0 or self._calls_exhausted():
+                    raise
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    def _calls_exhausted(self) -> bool:
+        # Waiting cannot help the call cap: settled calls count as used.
+        return self.calls_limit is not None and self.calls_used + self.calls_reserved + 1 > self.calls_limit
 
     def reserve(self, prompt_bound: int, reply_tokens: int) -> Reservation:
         """Hold one call and its worst case, or raise ``BudgetExhausted`` without holding anything."""
@@ -112,3 +135,7 @@ class CallBudget:
     def _release(self, reservation: Reservation) -> None:
         self.calls_reserved -= 1
         self.tokens_reserved -= reservation.tokens
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

@@ -162,8 +162,11 @@ class DebateContext:
         endpoint = endpoint_for(role)
         model = self.models.for_role(endpoint, agent)
         reply_tokens = self._reply_tokens(model)
-        # Taken before the first await, so concurrent calls of a round cannot share the last of it.
-        reservation = self.budget.reserve(prompt_token_bound(messages), reply_tokens or DEFAULT_REPLY_TOKENS)
+        # Taken without an await between check and take, so concurrent calls cannot share the last
+        # of it; one that does not fit waits for its siblings in flight to settle, then gives up.
+        reservation = await self.budget.acquire(
+            prompt_token_bound(messages), reply_tokens or DEFAULT_REPLY_TOKENS
+        )
         # Metrics and the call's span are labelled with the endpoint's name, never its URL.
         with self._spans.llm_call(round, role, agent, model.model, endpoint, messages) as span:
             completion = await self._complete(

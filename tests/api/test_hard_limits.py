@@ -62,8 +62,8 @@ def run_job(c: httpx.Client, config: dict[str, Any]) -> dict[str, Any]:
     [
         ({"protocol": "self_consistency", "samples": 20, "max_tokens": 32}, 300),
         ({"protocol": "madke", "agents": 8, "knowledge": "none", "max_tokens": 32}, 600),
-        ({"protocol": "self_consistency", "samples": 20, "max_tokens": 32}, 2_000),
-        ({"protocol": "madke", "agents": 8, "knowledge": "none", "max_tokens": 32}, 4_000),
+        ({"protocol": "self_consistency", "samples": 20, "max_tokens": 32}, 1_000),
+        ({"protocol": "madke", "agents": 8, "knowledge": "none", "max_tokens": 32}, 3_000),
     ],
 )
 def test_a_job_never_uses_more_than_its_token_budget(
