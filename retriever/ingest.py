@@ -46,6 +46,9 @@ from services.vector_store import VectorStoreError, point_id
 
 # Batches read ahead of the one being written (encoding and Lucene work on them meanwhile).
 AHEAD = 2
+# Batch sizing: the first batch, then about this many seconds of work per batch (up to commit_every).
+FIRST_BATCH = 256
+BATCH_SECONDS = 15.0
 # A malformed row's line number and why it was refused.
 Reject = tuple[int, str]
 
@@ -475,8 +478,19 @@ class IngestRun:
         """Whether the pass read the whole source (a ``--limit`` build reads a prefix)."""
         return getattr(self.source, "limit", None) is None
 
+    def _batch_size(self, cp: Checkpoint, started: float, done_before: int) -> int:
+        """Passages in the next batch: about ``BATCH_SECONDS`` of work at the rate seen so far, so the
+        first progress and the first checkpoint come within seconds while an encoding build and a
+        fast import both commit at a sensible pace; never more than ``commit_every``."""
+        elapsed = time.perf_counter() - started
+        done = cp.passages - done_before
+        if done <= 0 or elapsed <= 0:
+            return min(FIRST_BATCH, self.settings.commit_every)
+        return min(self.settings.commit_every, max(FIRST_BATCH, int(done / elapsed * BATCH_SECONDS)))
+
     def _batches(self, cp: Checkpoint) -> Iterator[_Batch]:
-        size = self.settings.commit_every
+        started, done_before = time.perf_counter(), cp.passages
+        size = self._batch_size(cp, started, done_before)
         buf: list[Passage] = []
         rejects: list[Reject] = []
         position, line = cp.position, cp.line
@@ -488,6 +502,7 @@ class IngestRun:
             if len(buf) >= size:
                 yield _Batch(buf, position, line, rejects, np.zeros((0, 0), np.float32))
                 buf, rejects = [], []
+                size = self._batch_size(cp, started, done_before)
         if buf or rejects or position != cp.position:
             yield _Batch(buf, position, line, rejects, np.zeros((0, 0), np.float32))
 

@@ -68,7 +68,10 @@ class RetrieverSettings(ParleySettings):
         default=2, ge=1, le=64, description="encoder processes in `parley index build` (CPU encoders)"
     )
     commit_every: int = Field(
-        default=8192, ge=1, description="passages per committed (checkpointed) batch of an index build"
+        default=50_000,
+        ge=1,
+        description="most passages per committed (checkpointed) batch of an index build; batches are "
+        "sized to about 15 s of work below that",
     )
     bm25_threads: int = Field(default=2, ge=1, le=64, description="Lucene indexing threads")
     min_free_disk_mb: int = Field(
