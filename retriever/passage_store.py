@@ -192,7 +192,12 @@ class EdgePassageStore:
     def search(
         self, vector: np.ndarray, limit: int, *, with_vectors: bool = False, exact: bool = False
     ) -> list[Hit]:
-        """Nearest passages by cosine similarity, best first."""
+        """Nearest passages by cosine similarity, best first.
+
+        The search itself fetches ids only; payloads (and vectors) come from one ``retrieve`` of the
+        winners. Measured on Qdrant Edge 0.9.0, a query that returns on-disk payloads costs ~1-10 ms
+        against ~0.2 ms for the ids plus 0.02 ms for the retrieve.
+        """
         import qdrant_edge as qe
 
         if self._shard is None or limit <= 0:
@@ -200,12 +205,19 @@ class EdgePassageStore:
         req = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
-            with_payload=True,
-            with_vector=with_vectors,
+            with_payload=False,
+            with_vector=False,
             params=self._params(exact),
         )
+        scored = self._shard.query(req)
+        if not scored:
+            return []
+        recs = self._shard.retrieve([p.id for p in scored], with_payload=True, with_vector=with_vectors)
+        by_id = {str(r.id): r for r in recs}
         return [
-            _hit(p.id, p.score, p.payload, p.vector if with_vectors else None) for p in self._shard.query(req)
+            _hit(p.id, p.score, r.payload, r.vector if with_vectors else None)
+            for p, r in ((p, by_id.get(str(p.id))) for p in scored)
+            if r is not None
         ]
 
     def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[Hit]:
