@@ -7,6 +7,7 @@ PARLEY := $(VENV)/bin/parley
 QUESTION ?= On what date in 1969 did Neil Armstrong first set foot on the moon?
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+
 .PHONY: install native-llm system-deps demo test test-unit test-fast lint docs bench-engine clean-index
 
 $(PY):
@@ -15,9 +16,10 @@ $(PY):
 
 # The stamp is rebuilt when pyproject.toml changes; torch is pinned to its CPU build first so no
 # dependency can pull the multi-GB CUDA build. Binary wheels only (--only-binary :all:): nothing is
-# compiled. The embedded model's server (xllamacpp, llama.cpp's server prebuilt) is installed first
-# against the sha256 recorded in scripts/llm-server-requirements.txt.
-PIP_BINARY := --only-binary :all:
+# compiled. The one exception is pyserini 1.6.0, published only as a source distribution: pure Python
+# and the Anserini jar, packed into a wheel, not compiled. The embedded model's server (xllamacpp,
+# llama.cpp's server prebuilt) is installed first against the sha256 in scripts/llm-server-requirements.txt.
+PIP_BINARY := --only-binary :all: --no-binary pyserini
 $(VENV)/.installed: pyproject.toml scripts/llm-server-requirements.txt | $(PY)
 	$(PY) -m pip install $(PIP_BINARY) torch==2.13.0
 	$(PY) -m pip install $(PIP_BINARY) --require-hashes -r scripts/llm-server-requirements.txt
