@@ -197,6 +197,8 @@ class Bm25Writer:
         return n
 
     def close(self) -> None:
-        """Stop without publishing (the build continues from ``.building`` next time)."""
-        self._executor.submit(self._indexer.close).result()
+        """Stop without publishing: uncommitted documents are dropped (``rollback``), so the index
+        holds exactly its last commit, which the build's checkpoint accounts for; the build continues
+        from ``.building`` next time."""
+        self._executor.submit(self._writer.rollback).result()
         self._executor.shutdown(wait=True)

@@ -229,6 +229,8 @@ class Checkpoint:
     passages: int = 0
     rejected: int = 0
     batches: int = 0
+    # Passages past ``passages`` that Lucene's last commit may already hold (it takes batches ahead).
+    lucene_ahead: int = 0
     done: bool = False
     started_at: float = field(default_factory=time.time)
 
@@ -390,6 +392,7 @@ class IngestRun:
         self.checkpoint_file = checkpoint_file or checkpoint_path(settings, source.corpus)
         self._encode_s = 0.0
         self._write_s = 0.0
+        self._lucene_submitted = 0
 
     def load_checkpoint(self) -> Checkpoint:
         """The checkpoint to continue from, or a fresh one; refuses another source's checkpoint."""
@@ -432,14 +435,16 @@ class IngestRun:
         written = 0
         try:
             pending: deque[_Batch] = deque()
-            # Lucene takes a batch as soon as it is read, up to AHEAD batches before its checkpoint, so
-            # after a resume the first AHEAD + 1 batches may already be in its last commit: replaced.
-            replace_left = AHEAD + 1 if cp.batches > 0 else 0
+            # Lucene takes a batch as soon as it is read, ahead of its checkpoint; after a resume, the
+            # passages its last commit may already hold (recorded in the checkpoint) are replaced.
+            may_hold, read = cp.lucene_ahead, 0
+            self._lucene_submitted = cp.passages
             next_vector = cp.passages
             for batch in self._batches(cp):
                 if self.bm25 is not None and batch.passages:
-                    batch.lucene = self.bm25.add(batch.passages, replace=replace_left > 0)
-                replace_left -= 1
+                    batch.lucene = self.bm25.add(batch.passages, replace=read < may_hold)
+                    self._lucene_submitted += len(batch.passages)
+                read += len(batch.passages)
                 if self.vectors is not None:
                     batch.vectors = self.vectors.take(next_vector, len(batch.passages))
                     next_vector += len(batch.passages)
@@ -559,7 +564,8 @@ class IngestRun:
         if batch.lucene is not None:
             batch.lucene.result()  # Lucene indexed it on its own threads meanwhile
         if self.bm25 is not None:
-            self.bm25.commit()
+            cp.lucene_ahead = self._lucene_submitted - (cp.passages + len(batch.passages))
+            self.bm25.commit()  # holds every batch submitted so far, this one and those read ahead
         if batch.rejects:
             self._record_rejects(batch.rejects)
             first_rejects.extend(batch.rejects[: max(0, 20 - len(first_rejects))])
