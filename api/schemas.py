@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -11,6 +11,8 @@ from services.jobstore import JobStatus, Usage
 from services.knowledge import KnowledgeSource
 
 MAX_POOL_ITEMS = 50
+# Every stored string is bounded: a gold answer is a short phrase.
+Answer = Annotated[str, Field(max_length=500)]
 
 
 class PoolItem(BaseModel):
@@ -33,7 +35,7 @@ class DebateRequest(BaseModel):
 
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
     config: DebateConfig = Field(default_factory=DebateConfig)
-    answers: list[str] | None = Field(
+    answers: list[Answer] | None = Field(
         default=None, max_length=50, description="gold answers, only for evaluation-only settings"
     )
     pool: list[PoolItem] | None = Field(
@@ -63,7 +65,7 @@ class BatchItem(BaseModel):
 
     id: str | None = Field(default=None, max_length=200)
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
-    answers: list[str] | None = Field(default=None, max_length=50)
+    answers: list[Answer] | None = Field(default=None, max_length=50)
     pool: list[PoolItem] | None = Field(default=None, max_length=MAX_POOL_ITEMS)
 
     @field_validator("question")

@@ -117,3 +117,10 @@ def test_the_multipart_schema_names_its_only_parts(api: ApiServer) -> None:
     spec = httpx.get(f"{api.url}/openapi.json").json()
     body = spec["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert body["additionalProperties"] is False and set(body["properties"]) == {"file", "config"}
+
+
+def test_every_stored_string_is_bounded(alice: httpx.Client) -> None:
+    long_answer = {"question": "q?", "answers": ["x" * 501]}
+    assert status_of(alice.post("/v1/debates", json=long_answer)) == 422
+    batch = {"items": [{"question": "q?", "answers": ["x" * 501]}]}
+    assert status_of(alice.post("/v1/batches", json=batch)) == 422
