@@ -1,16 +1,16 @@
 """``ParleyClient``: the same client for code without an event loop.
 
-It runs an ``AsyncParleyClient`` on a private event loop in a background thread (an anyio blocking
-portal), so the two clients cannot drift apart: every call here is the async method, awaited there.
+It runs an ``AsyncParleyClient`` on a private event loop in a background thread, so the two clients
+cannot drift apart: every call here is the async method, awaited there. The thread is a daemon: a
+client nobody closed does not keep the interpreter from exiting.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
-
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from parley_client.aio import AsyncParleyClient, Config, Items
 from parley_client.models import (
@@ -27,19 +27,41 @@ from parley_client.settings import ClientSettings
 T = TypeVar("T")
 
 
+class _LoopThread:
+    """An event loop running forever in a daemon thread; ``run`` waits for one coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="parley-client", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt: stop the request on the loop as well
+            raise
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
 class ParleyClient:
     """Blocking twin of ``AsyncParleyClient`` (same arguments, same methods, same retries); use it as
     a context manager or call ``close()``."""
 
     def __init__(self, base_url: str, **kwargs: Any) -> None:
-        self._portal_cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
-        self._portal = self._portal_cm.__enter__()
+        self._loop = _LoopThread()
         self._closed = False
 
         async def build() -> AsyncParleyClient:
             return AsyncParleyClient(base_url, **kwargs)
 
-        self.aio = self._portal.call(build)
+        self.aio = self._loop.run(build())
 
     @classmethod
     def from_settings(cls, settings: ClientSettings | None = None, url: str | None = None) -> ParleyClient:
@@ -58,9 +80,9 @@ class ParleyClient:
             return
         self._closed = True
         try:
-            self._portal.call(self.aio.aclose)
+            self._loop.run(self.aio.aclose())
         finally:
-            self._portal_cm.__exit__(None, None, None)
+            self._loop.stop()
 
     def __enter__(self) -> ParleyClient:
         return self
@@ -72,19 +94,19 @@ class ParleyClient:
         async def run() -> T:
             return await fn(*args, **kwargs)
 
-        return self._portal.call(run)
+        return self._loop.run(run())
 
     def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         try:
             while True:
                 try:
-                    yield self._portal.call(agen.__anext__)
+                    yield self._loop.run(_next(agen))
                 except StopAsyncIteration:
                     return
         finally:
             aclose = getattr(agen, "aclose", None)
-            if aclose is not None:
-                self._portal.call(aclose)
+            if aclose is not None and not self._closed:
+                self._loop.run(aclose())
 
     def submit(
         self,
@@ -161,3 +183,7 @@ class ParleyClient:
                 items, config, chunk_size=chunk_size, progress=progress, poll_s=poll_s, timeout_s=timeout_s
             )
         )
+
+
+async def _next(agen: AsyncIterator[T]) -> T:
+    return await agen.__anext__()

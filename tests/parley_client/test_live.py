@@ -10,6 +10,8 @@ yields every result in input order.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -81,7 +83,7 @@ async def test_async_client_submits_streams_waits_cancels_and_reads_usage(
         assert refused.value.status == 422 and refused.value.problem["errors"]
 
 
-def test_a_batch_of_200_through_a_429_storm(limited: ApiServer, tmp_path: Path) -> None:
+def test_a_batch_of_200_through_a_429_storm(limited: ApiServer) -> None:
     questions = [f"What is item {i} called, say word{i}?" for i in range(200)]
     items = [{"id": f"q{i}", "question": q} for i, q in enumerate(questions)]
     retried: list[tuple[int, float]] = []
@@ -106,12 +108,16 @@ def test_a_batch_of_200_through_a_429_storm(limited: ApiServer, tmp_path: Path) 
         assert all(0 < w <= 61 for _, w in retried)
         assert client.retries == len(retried) and polled >= 3
 
-        # A JSONL file goes the same way (blank lines skipped).
-        path = tmp_path / "items.jsonl"
-        path.write_text("\n".join(json.dumps(it) for it in items[:5]) + "\n\n")
-        from_file = list(client.run_batch(path, SINGLE, poll_s=0.3, progress=False))
-        assert [r.answer for r in from_file] == [f"word{i}" for i in range(5)]
     print(f"200 items through {len(retried)} 429s in {time.monotonic() - started:.0f}s")
+
+
+def test_a_jsonl_file_runs_as_a_batch(gateway: ApiServer, tmp_path: Path) -> None:
+    path = tmp_path / "items.jsonl"
+    lines = [json.dumps({"id": f"q{i}", "question": f"Which word is number {i}, word{i}?"}) for i in range(5)]
+    path.write_text("\n".join(lines) + "\n\n")  # a trailing blank line is skipped
+    with ParleyClient(gateway.url, api_key=KEY_A) as client:
+        from_file = list(client.run_batch(path, SINGLE, poll_s=0.3, progress=False))
+    assert [(r.id, r.answer) for r in from_file] == [(f"q{i}", f"word{i}") for i in range(5)]
 
 
 def poll_usage(client: ParleyClient, run: Future[list[BatchResult]]) -> int:
@@ -122,3 +128,13 @@ def poll_usage(client: ParleyClient, run: Future[list[BatchResult]]) -> int:
         n += 1
         time.sleep(0.2)
     return n
+
+
+def test_a_blocking_client_nobody_closed_does_not_keep_python_alive(gateway: ApiServer) -> None:
+    code = (
+        "from parley_client import ParleyClient\n"
+        f"client = ParleyClient({gateway.url!r}, api_key={KEY_A!r})\n"
+        "print(client.usage().owner)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "alice", out.stderr
