@@ -14,7 +14,8 @@ Two more kinds of stuck job are found by the same pass:
   snapshot, a publish that failed after the job was stored): once it has been queued longer than
   ``orphan_after_s`` and its id is in no queue and no unacknowledged delivery on two passes in a row,
   it is published again, or failed once it has used its attempts. The broker is read only when such
-  a candidate exists, so a long but healthy queue costs one scan per pass, no more;
+  a candidate exists, and at most twice per ``orphan_after_s``, so a long but healthy queue costs one
+  read of the queues every few minutes;
 * an id in an owner's active set whose job record has expired: it is removed, so a key is never held
   at its active-job limit by jobs that no longer exist.
 """
@@ -73,6 +74,7 @@ class JobSweeper:
         # Where the messages are: the job store's Redis unless the broker is another one.
         self.broker = broker if broker is not None else store.redis
         self.queues = tuple(queues)
+        self._next_broker_scan = 0.0
 
     async def sweep(self) -> SweepReport | None:
         """Check every unfinished job once; None when another worker holds the sweep lock."""
@@ -86,7 +88,11 @@ class JobSweeper:
             for job_id in await r.smembers(key):
                 if await self._check(key, job_id, report):
                     waiting.append(job_id)
-        if waiting:
+        # Reading the broker costs O(messages): at most twice per orphan_after_s, however often the
+        # sweep runs (a long healthy queue keeps candidates around all the time).
+        now = time.monotonic()
+        if waiting and now >= self._next_broker_scan:
+            self._next_broker_scan = now + self.settings.orphan_after_s / 2
             await self._find_orphans(waiting, report)
         return report
 
