@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -23,62 +22,10 @@ from rich.table import Table
 from debate_worker.engine.config import DebateConfig, validate_question
 from debate_worker.engine.prompts import get_prompts
 from debate_worker.engine.result import DebateResult
-from services.embedded_llm import ServedModel
+from debate_worker.local_debate import llm_endpoint, pool_builder
 from services.errors import ParleyError
-from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
-from services.settings import LLMSettings, RetrieverClientSettings
-
-
-@contextlib.contextmanager
-def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[ServedModel]:
-    """The configured server, or the embedded one started for the duration of the block."""
-    if settings.base_url:
-        yield ServedModel(settings.base_url, settings.model)
-        return
-    from services.embedded_llm import MODELS, embedded_from_settings
-
-    spec = MODELS[settings.embedded_model]
-    with console.status(f"Preparing embedded model {spec.description} …") as status:
-
-        def progress(done: int, total: int) -> None:
-            status.update(f"Assembling {spec.filename}: {done * 100 // max(total, 1)}%")
-
-        with embedded_from_settings(settings, progress) as server:
-            status.stop()
-            console.print(f"[dim]Embedded LLM {spec.name} serving at {server.base_url} ({server.kind})[/dim]")
-            yield server.served()
-
-
-@contextlib.asynccontextmanager
-async def pool_builder(console: Console) -> AsyncIterator[PoolBuilder]:
-    """The retrieval service's client, or the in-process retriever on the embedded index."""
-    client_settings = RetrieverClientSettings()
-    if client_settings.url:
-        from services.retriever_client import RetrieverClient
-
-        client = RetrieverClient(
-            client_settings.url,
-            timeout_s=client_settings.client_timeout_s,
-            max_attempts=client_settings.client_max_attempts,
-            retry_window_s=client_settings.client_retry_window_s,
-        )
-        try:
-            yield client
-        finally:
-            await client.aclose()
-        return
-    from retriever.local import LocalPoolBuilder, ensure_index
-    from retriever.settings import RetrieverSettings
-
-    settings = RetrieverSettings()
-    ensure_index(settings, progress=True)
-    builder = LocalPoolBuilder.open(settings)
-    try:
-        yield builder
-    finally:
-        close = getattr(builder, "close", None)
-        if close is not None:
-            close()
+from services.knowledge import KnowledgePool, empty_pool
+from services.settings import LLMSettings
 
 
 class LiveView:

@@ -14,6 +14,14 @@ def mcp_command(
     host: Annotated[str, typer.Option(help="http: bind address (loopback only)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="http: port")] = 8765,
     api_url: Annotated[str | None, typer.Option("--api", help="gateway URL (PARLEY_API_URL)")] = None,
+    in_process: Annotated[
+        bool,
+        typer.Option(
+            "--in-process",
+            help="debate in this process (PARLEY_LLM_*, else the embedded model) instead of through a "
+            "gateway; only the debate tool and transcripts",
+        ),
+    ] = False,
 ) -> None:
     """Serve Parley as MCP tools (debate, batches, transcripts) through a gateway and its key.
 
@@ -39,6 +47,9 @@ def mcp_command(
             err=True,
         )
         raise typer.Exit(2)
+    if in_process:
+        _serve_in_process(chosen, host, port)
+        return
     settings = ClientSettings()
     key = settings.key.get_secret_value() if settings.key else None
     server = build_server(ParleyTools(api_url or settings.url, key, settings.client_timeout_s))
@@ -46,3 +57,22 @@ def mcp_command(
         server.run("stdio")
     else:
         server.run("streamable-http", host=host, port=port)
+
+
+def _serve_in_process(transport: Literal["stdio", "http"], host: str, port: int) -> None:
+    """Debates in this process; progress of model preparation goes to stderr (stdout is MCP's)."""
+    from rich.console import Console
+
+    from debate_worker.local_debate import LocalDebater
+    from parley_client.mcp_server import LocalTools, build_server
+    from services.settings import LLMSettings
+
+    debater = LocalDebater(LLMSettings(), Console(stderr=True))
+    server = build_server(LocalTools(debater))
+    try:
+        if transport == "stdio":
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host=host, port=port)
+    finally:
+        debater.close()

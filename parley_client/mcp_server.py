@@ -10,15 +10,21 @@ transcript is the resource ``parley://debates/{job_id}``.
 from __future__ import annotations
 
 import json
-from typing import Any
+import uuid
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from parley_client.aio import AsyncParleyClient
 from parley_client.errors import ParleyError
 from parley_client.models import DebateEvent
+
+if TYPE_CHECKING:
+    from debate_worker.engine.config import DebateConfig
+    from debate_worker.engine.result import DebateResult
 
 INSTRUCTIONS = """Parley answers a question by a retrieval-augmented debate between several LLM agents.
 Call `debate` for one question (it reports progress per round and returns the answer, how it was
@@ -164,13 +170,79 @@ class ParleyTools:
         return json.dumps(job.model_dump(mode="json"), ensure_ascii=False)
 
 
-def build_server(tools: ParleyTools) -> MCPServer:
-    """The MCP server with Parley's tools and the transcript resource."""
+class Debater(Protocol):
+    """What runs a debate in this process (``debate_worker.local_debate.LocalDebater``)."""
+
+    async def debate(self, question: str, config: DebateConfig, on_event: Any = None) -> DebateResult: ...
+
+
+class LocalTools:
+    """The ``debate`` tool and transcripts without a gateway: debates run in this process (the
+    configured or embedded LLM); the last ``keep`` results are kept for the transcript resource."""
+
+    def __init__(self, debater: Debater, keep: int = 100) -> None:
+        self.debater = debater
+        self.keep = keep
+        self.results: OrderedDict[str, DebateResult] = OrderedDict()
+
+    async def debate(
+        self,
+        question: str,
+        ctx: Context,
+        protocol: str = "madke",
+        budget_tokens: int | None = None,
+        rounds: int | None = None,
+        knowledge: str | None = None,
+    ) -> DebateAnswer:
+        """Debate ``question`` and return the answer; progress is reported after each round."""
+        from debate_worker.engine.config import DebateConfig, validate_question
+
+        try:
+            question = validate_question(question)
+            config = DebateConfig.model_validate(_config(protocol, budget_tokens, rounds, knowledge))
+        except (ValueError, ValidationError) as exc:
+            raise ToolError(f"invalid debate: {exc}") from exc
+        total = float(config.rounds)
+
+        async def on_event(event: str, data: dict[str, Any]) -> None:
+            message = progress_message(DebateEvent(id="", type=event, data=data))
+            if message is not None:
+                done = float(data.get("round", 0)) if event == "round.completed" else 0.0
+                await ctx.report_progress(done, total, message)
+
+        result = await self.debater.debate(question, config, on_event)
+        job_id = f"local_{uuid.uuid4().hex}"
+        self.results[job_id] = result
+        while len(self.results) > self.keep:
+            self.results.popitem(last=False)
+        return DebateAnswer(
+            job_id=job_id,
+            status="completed",
+            answer=result.answer,
+            protocol=result.protocol,
+            rounds=result.rounds,
+            consensus=result.consensus,
+            answer_source=result.answer_source,
+            tokens=result.usage.prompt_tokens + result.usage.completion_tokens,
+            transcript=f"parley://debates/{job_id}",
+        )
+
+    async def transcript(self, job_id: str) -> str:
+        """The debate's result as JSON, with every LLM call."""
+        result = self.results.get(job_id)
+        if result is None:
+            raise ResourceError(f"no debate {job_id!r} in this server's last {self.keep}")
+        return result.model_dump_json()
+
+
+def build_server(tools: ParleyTools | LocalTools) -> MCPServer:
+    """The MCP server with Parley's tools and the transcript resource (no batch tools in-process)."""
     server: MCPServer = MCPServer("parley", instructions=INSTRUCTIONS)
     server.tool(name="debate", description=(ParleyTools.debate.__doc__ or "").strip())(tools.debate)
-    server.tool(name="submit_batch")(tools.submit_batch)
-    server.tool(name="batch_status")(tools.batch_status)
-    server.tool(name="batch_results")(tools.batch_results)
+    if isinstance(tools, ParleyTools):
+        server.tool(name="submit_batch")(tools.submit_batch)
+        server.tool(name="batch_status")(tools.batch_status)
+        server.tool(name="batch_results")(tools.batch_results)
     server.resource(
         "parley://debates/{job_id}",
         name="transcript",

@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.api.conftest import KEY_A
 from tests.api.support import ROOT, ApiServer
-from tests.support.scripted_llm import free_port
+from tests.support.scripted_llm import ScriptedLLM, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -159,3 +159,48 @@ def test_http_refuses_a_public_address() -> None:
         timeout=60,
     )
     assert out.returncode == 2 and "refusing to serve on 0.0.0.0" in out.stderr
+
+
+async def test_mcp_in_process_debates_without_a_gateway(llm: ScriptedLLM) -> None:
+    """``parley mcp --in-process``: the debate runs in the server's own process on the configured LLM
+    (here the scripted one; unset, the embedded model), with the same progress and transcript."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    env.update(
+        {
+            "PARLEY_LLM_BASE_URL": llm.base_url,
+            "PARLEY_LLM_MODEL": "scripted",
+            "PARLEY_LLM_STRUCTURED_OUTPUT": "off",
+            "PYTHONPATH": str(ROOT),
+            "HF_HUB_OFFLINE": "1",
+        }
+    )
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "parley_cli", "mcp", "--in-process"], env=env, cwd=str(ROOT)
+    )
+    notes: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notes.append(message)
+
+    async with Client(params, read_timeout_seconds=60) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == {"debate"}
+        result = await client.call_tool(
+            "debate",
+            {
+                "question": "What is the capital of France?",
+                "protocol": "madke",
+                "knowledge": "none",
+                "rounds": 2,
+            },
+            progress_callback=on_progress,
+        )
+        assert not result.is_error, result.content
+        answer = result.structured_content
+        assert answer["answer"] == "Paris" and answer["job_id"].startswith("local_") and answer["tokens"] > 0
+        assert "round 1 done: Paris, Paris (consensus)" in notes
+        transcript = json.loads((await client.read_resource(answer["transcript"])).contents[0].text)  # type: ignore[union-attr]
+        assert transcript["answer"] == "Paris" and {r["role"] for r in transcript["transcript"]} >= {
+            "debater"
+        }
+        bad = await client.call_tool("debate", {"question": "q?", "protocol": "no-such-protocol"})
+        assert bad.is_error and "invalid debate" in bad.content[0].text  # type: ignore[union-attr]
