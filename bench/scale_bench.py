@@ -401,6 +401,11 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--pool-requests", type=int, default=200)
     ap.add_argument("--encoder-passages", type=int, default=3000, help="0 skips the encoder comparison")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the indexes and the ingest and encoder figures of the last run in --out; measure the rest",
+    )
     args = ap.parse_args()
     work = args.work_dir.resolve()
     result: dict[str, Any] = {
@@ -412,13 +417,17 @@ def main() -> None:
         "real_sample": args.real_sample,
         "sizes": {},
     }
-    if args.encoder_passages:
+    previous = json.loads((args.out / "bench.json").read_text()) if args.reuse else {}
+    if previous.get("encoders"):
+        result["encoders"] = previous["encoders"]
+    elif args.encoder_passages:
         result["encoders"] = run_phase(["encoders", str(work), str(args.encoder_passages)])
         print("encoders", result["encoders"], flush=True)
     for n in (int(x) for x in args.sizes.split(",")):
         corpus, shards = prepare(work, n, args.real_sample)
         data = work / f"index-{n}"
-        r = {"ingest": run_phase(["ingest", str(data), str(corpus), str(shards)])}
+        kept = previous.get("sizes", {}).get(str(n), {}).get("ingest")
+        r = {"ingest": kept or run_phase(["ingest", str(data), str(corpus), str(shards)])}
         print(n, "ingest", r["ingest"], flush=True)
         r["serve"] = run_phase(["serve", str(data), str(n), str(args.real_sample), str(args.queries)])
         print(n, "serve", r["serve"], flush=True)
