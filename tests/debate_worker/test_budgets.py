@@ -140,7 +140,9 @@ async def test_a_call_cancelled_in_flight_is_charged_its_reservation(scripted: S
     task = asyncio.ensure_future(
         run(scripted, on_usage, protocol="self_consistency", samples=4, max_tokens=32)
     )
-    while len(scripted.requests) < 4:
+    for _ in range(500):  # all four samples sent (and held by the server's latency)
+        if len(scripted.requests) == 4:
+            break
         await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
