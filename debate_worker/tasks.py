@@ -215,6 +215,11 @@ class JobRunner:
         try:
             return await self._debate(job, config, attempts)
         except (JobCancelled, asyncio.CancelledError):
+            # The watcher may cancel this task once more after the debate already stopped (it saw
+            # the same cancellation): stop it and drop its requests before touching the store.
+            await _stop(watcher)
+            while runner.cancelling():
+                runner.uncancel()
             if self.draining:
                 await self._requeue_for_shutdown(job_id)
                 raise WorkerDraining(job_id) from None
@@ -232,9 +237,7 @@ class JobRunner:
             await self.fail(job_id, f"invalid job: {exc}")
             return "failed"
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+            await _stop(watcher)
 
     async def _watch(self, job_id: str, runner: asyncio.Task[Any]) -> None:
         """Renew the lease and stop the debate promptly when the job is cancelled."""
@@ -322,7 +325,9 @@ class JobRunner:
             )
 
         async def on_usage(spend: Spend) -> None:
-            await self.store.charge(job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls)
+            await self.store.charge(
+                job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls, spend.settled
+            )
 
         spent_calls, spent_tokens = await self.store.spent(job_id)
         models = self.rt.models()
@@ -419,6 +424,13 @@ class JobRunner:
         return await self.store.transition(
             job_id, "failed", ACTIVE, event="job.failed", data={"error": shown}, fields={"error": shown}
         )
+
+
+async def _stop(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended (idempotent)."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 def shown_reason(exc: LLMError) -> str:

@@ -215,7 +215,7 @@ class JobStore(Protocol):
     async def release_tokens(self, owner: str, day: str, amount: int) -> None: ...
 
     async def charge(
-        self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1
+        self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, settled: int = 0
     ) -> bool: ...
 
     async def spent(self, job_id: str) -> tuple[int, int]: ...
@@ -296,9 +296,11 @@ return out
 """
 
 # KEYS: job hash, the owner's usage hash of the job's day. ARGV: prompt tokens, completion tokens,
-# calls. Charges one LLM call to the job and its owner's day as soon as it ends, whatever the job's
-# status (a cancelled job's calls in flight are charged too), and moves the same amount out of the
-# job's quota reservation, so used + reserved never grows while a job runs.
+# calls (deltas, possibly negative), settled tokens. Charges an LLM call to the job and its owner's
+# day whatever the job's status (a cancelled job's calls in flight are charged too): the worst case
+# before the call is sent, the difference to the real use when it ends. ``settled`` (the real use)
+# moves out of the job's quota reservation, so used + reserved never shrinks below what the job may
+# still spend while it runs.
 _CHARGE_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local p = tonumber(ARGV[1])
@@ -310,7 +312,7 @@ for _, pair in ipairs({{'tokens', t}, {'prompt_tokens', p}, {'completion_tokens'
   redis.call('HINCRBY', KEYS[2], pair[1], pair[2])
 end
 local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved_tokens') or '0') or 0
-local move = math.min(reserved, t)
+local move = math.min(reserved, tonumber(ARGV[4]))
 if move > 0 then
   redis.call('HINCRBY', KEYS[1], 'reserved_tokens', -move)
   redis.call('HINCRBY', KEYS[2], 'reserved', -move)
@@ -671,14 +673,18 @@ class RedisJobStore:
         ok = await self._reserve(keys=[self.k_usage(owner, day)], args=[amount, quota or 0])
         return None if not int(ok) else await self.usage(owner, day)
 
-    async def charge(self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1) -> bool:
-        """Charge one finished (or cut-off) LLM call to the job and its owner's day; False if the
-        job record is gone. Called per call, so cancelled, failed and resumed work is charged too."""
+    async def charge(
+        self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, settled: int = 0
+    ) -> bool:
+        """Charge a change in what the job's LLM calls cost (``Spend``) to the job and its owner's
+        day; ``settled`` tokens move out of the job's reservation. False if the job record is gone.
+        Called around every call, so cancelled, failed and resumed work is charged too."""
         owner, day = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day"])
         if owner is None:
             return False
         keys = [self.k_job(job_id), self.k_usage(owner, day or usage_day())]
-        return bool(await self._charge(keys=keys, args=[prompt_tokens, completion_tokens, calls]))
+        args = [prompt_tokens, completion_tokens, calls, settled]
+        return bool(await self._charge(keys=keys, args=args))
 
     async def spent(self, job_id: str) -> tuple[int, int]:
         """(calls, tokens) charged to the job so far: where a resumed job's budget starts."""

@@ -34,13 +34,20 @@ EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
 
 @dataclass(frozen=True)
 class Spend:
-    """What one LLM call cost, told to the ``UsageSink`` as soon as the call ends (the job's owner is
-    charged per call, not when the debate finishes): the tokens the server reported, or for a call
-    cut off in flight its whole reservation."""
+    """A change to what the debate's LLM calls cost, told to the ``UsageSink`` at once (the job's owner
+    is charged call by call, not when the debate finishes).
+
+    Each call is charged twice: its worst case (``calls=1``) before it is sent, so a worker killed
+    while the call is in flight leaves it charged, and then the difference to what the server
+    reported (negative deltas, ``calls=0``), with ``settled`` = the tokens the call really used (what
+    moves out of the job's quota reservation). A call that was never served is refunded whole; a call
+    cut off in flight keeps its worst case.
+    """
 
     prompt_tokens: int
     completion_tokens: int
     calls: int = 1
+    settled: int = 0
 
     @property
     def tokens(self) -> int:
@@ -259,6 +266,14 @@ class DebateContext:
         agent: int | None,
     ) -> ChatCompletion:
         """Send the reserved call and settle the reservation, whatever way the call ends."""
+        held = Spend(reservation.prompt, reservation.reply, 1)
+        refund = Spend(-reservation.prompt, -reservation.reply, -1)
+        try:
+            await self._charge(held)  # the worst case is charged before anything is sent
+        except BaseException:
+            self.budget.cancel(reservation)
+            await self._charge(refund)
+            raise
         try:
             completion = await model.complete(
                 messages,
@@ -269,22 +284,32 @@ class DebateContext:
                 cache_key=cache_key(role, agent),
             )
         except (asyncio.CancelledError, LLMTimeout) as exc:
-            # Cut off in flight: the server may have spent all of it, so all of it is charged.
+            # Cut off in flight: the server may have spent all of it, so all of it stays charged.
             if isinstance(exc, LLMTimeout):
                 observe_llm_error(role, model.model, endpoint, exc)
             self.budget.forfeit(reservation)
-            await self._charge(Spend(reservation.prompt, reservation.reply))
+            await self._charge(Spend(0, 0, 0, settled=reservation.tokens))
             raise
         except LLMError as exc:
             # Refused or unreachable: no tokens were served.
             observe_llm_error(role, model.model, endpoint, exc)
             self.budget.cancel(reservation)
+            await self._charge(refund)
             raise
         except BaseException:
             self.budget.cancel(reservation)
+            await self._charge(refund)
             raise
-        self.budget.settle(reservation, completion.prompt_tokens + completion.completion_tokens)
-        await self._charge(Spend(completion.prompt_tokens, completion.completion_tokens))
+        used = completion.prompt_tokens + completion.completion_tokens
+        self.budget.settle(reservation, used)
+        await self._charge(
+            Spend(
+                completion.prompt_tokens - reservation.prompt,
+                completion.completion_tokens - reservation.reply,
+                0,
+                settled=used,
+            )
+        )
         return completion
 
     async def _charge(self, spend: Spend) -> None:

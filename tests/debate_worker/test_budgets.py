@@ -124,8 +124,12 @@ async def test_every_call_is_reported_to_the_usage_sink_as_it_ends(scripted: Scr
         spends.append(spend)
 
     result = await run(scripted, on_usage, protocol="madke", agents=3)
-    assert len(spends) == len(scripted.requests) == result.usage.calls
-    assert sum(s.tokens for s in spends) == served_tokens(scripted)
+    # Each call: its worst case before it is sent, then the difference to what it used.
+    assert len(spends) == 2 * len(scripted.requests) == 2 * result.usage.calls
+    assert sum(s.calls for s in spends) == result.usage.calls
+    assert sum(s.tokens for s in spends) == served_tokens(scripted) == sum(s.settled for s in spends)
+    holds = [s for s in spends if s.calls == 1]
+    assert len(holds) == result.usage.calls and all(s.tokens > 0 and s.settled == 0 for s in holds)
 
 
 async def test_a_call_cancelled_in_flight_is_charged_its_reservation(scripted: ScriptedLLM) -> None:
@@ -148,7 +152,9 @@ async def test_a_call_cancelled_in_flight_is_charged_its_reservation(scripted: S
     with pytest.raises(asyncio.CancelledError):
         await task
     messages: list[ChatMessage] = scripted.requests[0]["messages"]
-    assert [s.tokens for s in spends] == [prompt_token_bound(messages) + 32] * 4
+    worst = prompt_token_bound(messages) + 32
+    assert sum(s.tokens for s in spends) == 4 * worst == sum(s.settled for s in spends)
+    assert sum(s.calls for s in spends) == 4
 
 
 def test_reservations_are_atomic_and_settled_with_real_use() -> None:
