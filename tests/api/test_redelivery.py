@@ -73,6 +73,13 @@ def assert_completed_once(
     r.close()
     types = [fields["type"] for _id, fields in events]
     assert types.count("job.completed") == 1 and types[-1] == "job.completed"
+    # The calls in flight when the worker was killed stay charged (their worst case, charged before
+    # they were sent): the key paid for more than the transcript it got.
+    r = redis_server.client()
+    charged = int(r.hget(f"parley:job:{job_id}", "used_tokens") or 0)
+    r.close()
+    kept = sum(rec["prompt_tokens"] + rec["completion_tokens"] for rec in result["transcript"])
+    assert charged > kept, (charged, kept)
 
 
 def test_sigkill_of_pool_process_redelivers_and_resumes(
