@@ -19,12 +19,14 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.guards import PUBLIC_OWNER, AuthFailureLimiter, KeyRing, RateLimiter
+from api.openai_compat import from_problem
 from api.problems import Problem
 
 OWNER_STATE = "parley_owner"
-# The routes whose bodies are Parley's own; others (the OpenAI-compatible routes, the page, health)
-# authenticate in their dependency and answer in their own error format.
+# The routes whose bodies are Parley's own (refusals as problem+json), and the OpenAI-compatible ones
+# (refusals as OpenAI error objects); the page and health need no key.
 GATED_PREFIXES = ("/v1/debates", "/v1/batches", "/v1/usage")
+OPENAI_PREFIXES = ("/v1/chat/completions", "/v1/models")
 
 
 async def authenticate(
@@ -73,12 +75,21 @@ def _header(scope: Scope, name: bytes) -> str | None:
 class AuthGateMiddleware:
     """401/429 from the headers alone on ``prefixes``, before the app (or anyone) reads the body."""
 
-    def __init__(self, app: ASGIApp, *, prefixes: Sequence[str] = GATED_PREFIXES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        prefixes: Sequence[str] = GATED_PREFIXES,
+        openai_prefixes: Sequence[str] = OPENAI_PREFIXES,
+    ) -> None:
         self.app = app
         self.prefixes = tuple(prefixes)
+        self.openai_prefixes = tuple(openai_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(self.prefixes):
+        path = scope["path"] if scope["type"] == "http" else ""
+        openai = path.startswith(self.openai_prefixes)
+        if not (openai or path.startswith(self.prefixes)):
             await self.app(scope, receive, send)
             return
         state: Any = scope["app"].state.parley
@@ -90,8 +101,12 @@ class AuthGateMiddleware:
             )
         except Exception as exc:
             # The app's own handlers answer: a Problem as its problem document, Redis down as 503,
-            # Redis full as 503 store-full, exactly as if a dependency had raised it.
-            response = await _handled(scope, exc)
+            # Redis full as 503 store-full, exactly as if a dependency had raised it; on the
+            # OpenAI-compatible routes a Problem becomes OpenAI's error object.
+            if openai and isinstance(exc, Problem):
+                response: Response = from_problem(exc).response()
+            else:
+                response = await _handled(scope, exc)
             await response(scope, receive, send)
             return
         scope.setdefault("state", {})[OWNER_STATE] = owner

@@ -58,6 +58,10 @@ def test_an_unauthenticated_32_mib_upload_is_refused_before_its_body(gateway: Ap
     assert took < 2.0
     took, reply = headers_only(gateway, "/v1/debates", 1 << 20, "Bearer wrong")
     assert reply.startswith(b"HTTP/1.1 401") and took < 2.0
+    # The OpenAI-compatible route too, answering in OpenAI's error shape.
+    took, reply = headers_only(gateway, "/v1/chat/completions", 32 << 20, None)
+    assert reply.startswith(b"HTTP/1.1 401") and took < 2.0
+    assert b'"error"' in reply and b"invalid_api_key" in reply
 
 
 def test_the_rate_limit_is_applied_before_the_body(redis_server: RedisServer) -> None:
