@@ -1,44 +1,99 @@
-# One image for Parley's three processes: `parley api`, `parley retriever` and `parley worker`.
-# The LLM runs in its own container (llama.cpp server) or anywhere behind PARLEY_LLM_BASE_URL.
-FROM python:3.11-slim-bookworm AS base
+# One image for Parley's processes: `parley api`, `parley retriever`, `parley worker` and, in the `llm`
+# target, the embedded llama.cpp server with its packaged weights (`parley llm serve`).
+#
+#   DOCKER_BUILDKIT=1 docker build -t parley .                                   # official python base
+#   DOCKER_BUILDKIT=1 docker build --build-arg BASE_IMAGE=parley-base:bookworm \
+#       --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt -t parley .        # local base, proxy CA
+#   DOCKER_BUILDKIT=1 docker build --build-arg PARLEY_OFFLINE=1 -t parley .      # wheelhouse only
+#
+# BASE_IMAGE: any Debian bookworm image with Python 3.11 and its venv module: the official
+# python:3.11-slim-bookworm, or the one scripts/make_base_image.sh makes when no registry is reachable.
+# Extra CA certificates come only as the build secret `ca` (never part of the context or a layer).
+# wheelhouse/ (`make wheelhouse`) is searched for wheels first; PARLEY_OFFLINE=1 uses nothing else.
+# Package indexes are build arguments (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, TORCH_INDEX_URL).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
+FROM ${BASE_IMAGE} AS builder
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
+ARG PARLEY_OFFLINE=0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV PIP_DEFAULT_TIMEOUT=120 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    HF_HUB_OFFLINE=1 \
-    TRANSFORMERS_OFFLINE=1 \
-    PARLEY_RETRIEVER_DATA_DIR=/data/parley
+    PYTHONDONTWRITEBYTECODE=1
+RUN python3 -m venv /opt/parley && mkdir /opt/parley/deploy
+COPY deploy/docker/pip_install.sh deploy/docker/torch_install.sh /opt/parley/deploy/
+WORKDIR /src
 
-WORKDIR /app
+# torch first, pinned to its CPU build (deploy/docker/torch_install.sh).
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=secret,id=ca \
+    sh /opt/parley/deploy/torch_install.sh 2.13.0
 
-# torch first, from the CPU wheel index: an unpinned torch would pull gigabytes of CUDA libraries.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
-
-# Dependencies before the source, so code changes do not reinstall them.
+# Dependencies before the source, so a code change does not reinstall them.
 COPY pyproject.toml README.md ./
-RUN mkdir -p api retriever debate_worker services \
- && touch api/__init__.py retriever/__init__.py debate_worker/__init__.py services/__init__.py \
- && pip install '.[bm25]' \
- && pip uninstall -y parley
+# (No package folders yet: setuptools builds an empty parley, which is then removed.)
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=secret,id=ca \
+    sh /opt/parley/deploy/pip_install.sh '.[bm25]' \
+ && /opt/parley/bin/pip uninstall -y parley \
+ && rm -rf build ./*.egg-info
 
+# The packages pyproject.toml names (tests/deploy/test_compose_stack.py checks the list is complete);
+# the scripted OpenAI-compatible server (parley_testing) runs as the compose test's LLM.
 COPY api ./api
 COPY retriever ./retriever
 COPY debate_worker ./debate_worker
 COPY services ./services
-# The `parley` command's root (it only assembles the packages' sub-commands).
 COPY parley_cli ./parley_cli
-RUN pip install --no-deps . \
- && useradd --create-home --uid 10001 parley \
+COPY parley_client ./parley_client
+COPY parley_testing ./parley_testing
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=secret,id=ca \
+    sh /opt/parley/deploy/pip_install.sh --no-deps . \
+ && find /opt/parley -name '__pycache__' -prune -exec rm -rf {} +
+COPY deploy/docker/start_retriever.sh /opt/parley/deploy/
+
+# The embedded LLM's packages (llama.cpp server and the GGUF weights), for the `llm` target only.
+FROM builder AS builder-llm
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=secret,id=ca \
+    sh /opt/parley/deploy/pip_install.sh '.[embedded]' \
+ && find /opt/parley -name '__pycache__' -prune -exec rm -rf {} +
+
+# The runtime: the base image plus the virtualenv; no compiler, no pip cache, not root.
+FROM ${BASE_IMAGE} AS runtime-base
+ENV PATH=/opt/parley/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    PARLEY_RETRIEVER_DATA_DIR=/data/parley
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin parley \
  && mkdir -p /data/parley && chown -R parley /data
-
-USER parley
-VOLUME ["/data/parley"]
-EXPOSE 8000 8001
-
-# Each compose service overrides the health check with its own port; this one fits `parley api`.
-HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
-  CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)" || exit 1
-
+# Relative data (the `.parley` folder: encoder cache, assembled model files) lands in the volume too.
+WORKDIR /data
+VOLUME ["/data"]
 ENTRYPOINT ["parley"]
+
+FROM runtime-base AS runtime
+COPY --from=builder /opt/parley /opt/parley
+USER parley
+EXPOSE 8000 8001
+# Each compose service sets its own check; this one fits `parley api`.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+  CMD python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)" || exit 1
 CMD ["api", "--host", "0.0.0.0", "--port", "8000"]
+
+# `docker build --target llm -t parley-llm .`: the same image with the embedded model and its server.
+FROM runtime-base AS llm
+COPY --from=builder-llm /opt/parley /opt/parley
+USER parley
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=30 \
+  CMD python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/health', timeout=4)" || exit 1
+CMD ["llm", "serve", "--host", "0.0.0.0", "--port", "8080"]
+
+# The default target: the image compose runs as api, retriever and worker.
+FROM runtime

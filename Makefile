@@ -8,7 +8,8 @@ QUESTION ?= On what date in 1969 did Neil Armstrong first set foot on the moon?
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install native-llm system-deps demo test test-unit test-fast lint docs bench-engine clean-index
+.PHONY: install native-llm system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
+  wheelhouse base-image images test-compose
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -72,3 +73,28 @@ docs: install
 
 bench-engine: install
 	$(PY) -m bench.engine_bench
+
+# --- Images and the compose deployment (docs/deployment.md) ------------------------------------------
+# Every wheel the image needs (torch's CPU build included), for image builds that reach no index:
+# `make wheelhouse` here, carry the folder over, then `make images PARLEY_OFFLINE=1` there.
+# async-timeout: redis needs it on Debian's Python 3.11.2 (the local base image), not on newer 3.11s.
+# WHEELHOUSE_EXTRAS=bm25,embedded also takes the `llm` image's packages.
+WHEELHOUSE_EXTRAS ?= bm25
+wheelhouse: $(VENV)/.installed
+	$(PY) -m pip wheel --wheel-dir wheelhouse 'setuptools>=68' wheel torch==2.13.0 'async-timeout>=4.0.3' '.[$(WHEELHOUSE_EXTRAS)]'
+	rm -f wheelhouse/parley-*.whl
+	@du -sh wheelhouse
+
+# A local Debian base image (debootstrap + docker import) for machines that reach no image registry.
+base-image:
+	bash scripts/make_base_image.sh parley-base:bookworm
+
+# The parley image (api, retriever, worker, the scripted LLM) and the redis image; BASE_IMAGE,
+# PARLEY_BUILD_CA (extra CA certificates, a build secret), PARLEY_OFFLINE=1, LLM_IMAGE=1: see the script.
+images:
+	bash scripts/build_images.sh
+
+# The compose stack run for real: builds the images, two workers, faults injected through docker,
+# checked through the published gateway only (tests/deploy/test_compose_stack.py; not part of `make test`).
+test-compose: $(VENV)/.installed
+	PARLEY_TEST_COMPOSE=1 $(PY) -m pytest tests/deploy/test_compose_stack.py -m compose -v -p no:cacheprovider

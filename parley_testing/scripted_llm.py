@@ -87,6 +87,7 @@ class ScriptedLLM:
         schema_mode: SchemaMode = "honour",
         model: str = "scripted",
         port: int | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.rules: list[Rule] = []
         self.default_reply = default_reply
@@ -95,6 +96,7 @@ class ScriptedLLM:
         self.schema_mode: SchemaMode = schema_mode
         self.model = model
         self.port = port or free_port()
+        self.host = host
         self.requests: list[dict[str, Any]] = []
         self._outage: tuple[float, Failure] | None = None
         # The Authorization header of each request, in the same order (None when absent).
@@ -215,7 +217,7 @@ class ScriptedLLM:
     def start(self) -> ScriptedLLM:
         config = uvicorn.Config(
             self.app,
-            host="127.0.0.1",
+            host=self.host,
             port=self.port,
             log_level="warning",
             lifespan="off",
@@ -270,12 +272,18 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=8765)
+    # 0.0.0.0 in a container (the compose test's llm service); loopback otherwise.
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--capacity", type=int, default=None)
     parser.add_argument("--reply", default="The answer is [Paris].")
     args = parser.parse_args()
     server = ScriptedLLM(
-        default_reply=args.reply, latency_s=args.latency, capacity=args.capacity, port=args.port
+        default_reply=args.reply,
+        latency_s=args.latency,
+        capacity=args.capacity,
+        port=args.port,
+        host=args.host,
     )
     server.on("[Yes]", "They agree. [Yes]")  # judge prompts mention [Yes]
     server.start()

@@ -73,11 +73,14 @@ def test_compose_file_validates_with_every_service_healthy_and_ordered() -> None
         assert "healthcheck" in svc, f"{name} has no health check"
     assert "--appendonly" in services["redis"]["command"] and "yes" in services["redis"]["command"]
     assert services["qdrant"]["image"].startswith("qdrant/qdrant")
-    assert any(str(v).endswith(":/models:ro") or "/models" in str(v) for v in services["llm"]["volumes"])
+    # The llm service is the embedded model from the Parley image's `llm` target: no file to bring.
+    assert services["llm"]["build"]["target"] == "llm"
+    assert services["llm"]["command"][:2] == ["llm", "serve"]
     # One image, built from the repository's Dockerfile, for api, retriever and worker.
     images = {services[s]["image"] for s in ("api", "retriever", "worker")}
     assert len(images) == 1
     assert all(services[s]["build"]["dockerfile"] == "Dockerfile" for s in ("api", "retriever", "worker"))
+    assert services["redis"]["build"]["context"].endswith("deploy/redis")
     assert services["worker"]["depends_on"]["redis"]["condition"] == "service_healthy"
     assert services["worker"]["depends_on"]["retriever"]["condition"] == "service_healthy"
     assert services["api"]["depends_on"]["redis"]["condition"] == "service_healthy"
@@ -98,6 +101,56 @@ def test_profiles_add_searxng_and_flower_with_auth() -> None:
 def test_dockerfile_serves_all_three_processes() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["parley"]' in text
-    assert "torch==2.13.0" in text and "download.pytorch.org/whl/cpu" in text
-    commands = {s: compose_config()["services"][s]["command"][0] for s in ("api", "retriever", "worker")}
-    assert commands == {"api": "api", "retriever": "retriever", "worker": "worker"}
+    assert (
+        "torch_install.sh 2.13.0" in text and "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
+    )
+    # Multi-stage, the base a build argument, not root, a health check; CA certificates only as a secret.
+    assert text.startswith("# ") and "ARG BASE_IMAGE=python:3.11-slim-bookworm" in text
+    assert "USER parley" in text and "HEALTHCHECK" in text and "--mount=type=secret,id=ca" in text
+    assert "ca-certificates.crt" not in text.replace("src=/etc/ssl/certs/ca-certificates.crt", "")
+    # Every package pyproject.toml installs is copied into the image.
+    include = yaml.safe_load(
+        text_between((ROOT / "pyproject.toml").read_text(), "include = [", "]").join(["[", "]"])
+    )
+    for pattern in include:
+        package = pattern.rstrip("*")
+        assert f"COPY {package} ./{package}" in text, f"the Dockerfile does not copy {package}"
+    services = compose_config()["services"]
+    assert {s: services[s]["command"][0] for s in ("api", "worker")} == {"api": "api", "worker": "worker"}
+    # The retriever builds its index on first start, then serves (`exec parley retriever`).
+    script = services["retriever"]["entrypoint"][-1]
+    assert script == "/opt/parley/deploy/start_retriever.sh"
+    assert "exec parley retriever" in (ROOT / "deploy/docker/start_retriever.sh").read_text()
+
+
+def text_between(text: str, start: str, end: str) -> str:
+    head = text.index(start) + len(start)
+    return text[head : text.index(end, head)]
+
+
+def test_only_the_gateway_is_published_and_every_service_is_limited() -> None:
+    env = {"FLOWER_PASSWORD": "x", "GRAFANA_PASSWORD": "x"}
+    services = compose_config("websearch", "monitoring", "observability", env=env)["services"]
+    for name, svc in services.items():
+        # Operator pages are on loopback; only the gateway is published on every interface.
+        for port in svc.get("ports", []):
+            host_ip = port.get("host_ip") if isinstance(port, dict) else str(port).split(":")[0]
+            assert name == "api" or host_ip == "127.0.0.1", f"{name} publishes {port}"
+        assert "mem_limit" in svc and "cpus" in svc, f"{name} has no memory or CPU limit"
+    assert "ports" not in services["redis"] and "ports" not in services["worker"]
+    # No default secret: SearXNG refuses to start without the operator's own.
+    assert services["searxng"]["environment"]["SEARXNG_SECRET"] == ""
+    assert "test -n" in " ".join(services["searxng"]["command"])
+
+
+def test_embedded_override_runs_without_a_qdrant_server() -> None:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (apt-get install -y docker-compose)")
+    args = [binary, "-f", str(ROOT / "docker-compose.yml"), "-f", str(ROOT / "docker-compose.embedded.yml")]
+    proc = run_compose_config(args, {"PARLEY_API_KEYS": '{"ops": "' + "0" * 64 + '"}'})
+    assert proc.returncode == 0, proc.stderr
+    services = yaml.safe_load(proc.stdout)["services"]
+    assert services["qdrant"]["profiles"] == ["qdrant-server"]
+    assert services["retriever"]["environment"]["PARLEY_RETRIEVER_QDRANT_URL"] == ""
+    assert "qdrant" not in services["retriever"].get("depends_on", {})
