@@ -87,7 +87,8 @@ def create_app(
     app.state.settings = settings
     install_problem_handlers(app)
     app.include_router(pools_router)
-    instrument_app(app, "retriever")
+    token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
+    instrument_app(app, "retriever", token=token)
     telemetry.instrument_fastapi(app)
     app.include_router(health_router)
     return app

@@ -120,6 +120,11 @@ class RetrieverSettings(ParleySettings):
     brave_url: str = "https://api.search.brave.com/res/v1/web/search"
 
     # HTTP service
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="when set, GET /metrics needs 'Authorization: Bearer <token>' (the retriever is an "
+        "internal service; set it wherever its port is reachable by others)",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8001, ge=1, le=65535)
     log_level: str = "info"

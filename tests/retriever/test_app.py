@@ -142,3 +142,22 @@ async def test_missing_index_is_503_with_build_hint(tmp_path: Path) -> None:
         async with RetrieverClient(srv.url, max_attempts=3) as client:
             with pytest.raises(RetrieverIndexMissing, match="parley index build"):
                 await client.build_pool("who painted the mona lisa")
+
+
+def test_metrics_need_the_token_when_one_is_set(empty_settings: object) -> None:
+    from pydantic import SecretStr
+
+    from retriever.settings import RetrieverSettings
+
+    assert isinstance(empty_settings, RetrieverSettings)
+    settings = empty_settings.model_copy(update={"metrics_token": SecretStr("scrape-me")})
+    with AppServer(create_app(settings)) as srv:
+        assert httpx.get(srv.url + "/healthz").status_code == 200
+        refused = httpx.get(srv.url + "/metrics")
+        assert refused.status_code == 401 and refused.headers["content-type"] == PROBLEM
+        scraped = httpx.get(srv.url + "/metrics", headers={"authorization": "Bearer scrape-me"})
+        assert (
+            scraped.status_code == 200
+            and "parley_http_requests_total" in scraped.text
+            and 'route="/healthz"' in scraped.text
+        )
