@@ -1,7 +1,7 @@
 """Deterministic synthetic passages and vectors for scale tests and benchmarks.
 
-Texts: Wikipedia-like passages (~600 characters) from a fixed vocabulary, each with a unique marker
-word so a search can be checked. Vectors, two kinds:
+Texts: passages of ~90 pseudo-words (Zipf-distributed over a 30,000-word vocabulary), each with a
+unique marker word so a search can be checked. Vectors, two kinds:
 
 - ``clustered_vectors``: clusters in a low-dimensional latent space (48 dimensions) projected to 384-d,
   the structure of sentence embeddings, for tests that need no encoder. ANN recall on i.i.d. Gaussian
@@ -19,53 +19,44 @@ from pathlib import Path
 
 import numpy as np
 
-_WORDS = [
-    "river",
-    "city",
-    "empire",
-    "battle",
-    "music",
-    "painter",
-    "planet",
-    "protein",
-    "theory",
-    "language",
-    "mountain",
-    "island",
-    "treaty",
-    "novel",
-    "species",
-    "election",
-    "engine",
-    "museum",
-    "saint",
-    "dynasty",
-    "composer",
-    "desert",
-    "volcano",
-    "harbour",
-    "railway",
-    "poet",
-    "kingdom",
-    "festival",
-    "physicist",
-    "bridge",
-    "cathedral",
-    "comet",
-    "fortress",
-    "glacier",
-    "melody",
-    "orbit",
-    "senate",
-    "temple",
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ren",
+    "sa",
+    "tor",
+    "vel",
+    "dun",
+    "ab",
+    "or",
+    "ith",
+    "quen",
+    "zu",
+    "per",
+    "gal",
 ]
 
 
+def _vocabulary(size: int = 30_000) -> list[str]:
+    """Pseudo-words of 2-4 syllables, the same on every machine."""
+    rng = np.random.default_rng(12345)
+    words = {"".join(rng.choice(_SYLLABLES, rng.integers(2, 5))) for _ in range(size * 2)}
+    return sorted(words)[:size]
+
+
+_VOCAB = _vocabulary()
+
+
 def passage_text(i: int, words: int = 90) -> tuple[str, str]:
-    """(title, text) of synthetic passage ``i``; the same for every call, on every machine."""
+    """(title, text) of synthetic passage ``i``; the same for every call, on every machine.
+
+    Words follow a Zipf law over a 30,000-word vocabulary, as in real text: a few words are in most
+    passages, most words in few, so BM25's posting lists have realistic lengths.
+    """
     rng = np.random.default_rng(i)
-    picks = rng.integers(0, len(_WORDS), words)
-    body = " ".join(_WORDS[k] for k in picks)
+    ranks = np.minimum(rng.zipf(1.15, words), len(_VOCAB)) - 1
+    body = " ".join(_VOCAB[k] for k in ranks)
     return f"Topic {i}", f"Marker zq{i}x. {body.capitalize()}."
 
 
@@ -92,19 +83,16 @@ def clustered_vectors(
 
 
 def vectors_like(real: np.ndarray, n: int, *, start: int = 0, seed: int = 7) -> np.ndarray:
-    """Rows ``start .. start+n`` of vectors made from a sample of real embeddings: each mixes two real
-    vectors (weights 1 and 0.2-0.8) with a little noise, so the synthetic part of a benchmark corpus
-    lies where the real encoder's vectors lie (a corpus of one encoder has no separate regions, and a
-    mix of real and unrelated synthetic vectors would give HNSW islands real corpora do not have)."""
+    """Rows ``start .. start+n`` of vectors made from a sample of real embeddings: each is a random convex
+    mix of three real vectors plus noise, so the synthetic part of a benchmark corpus lies where the
+    encoder's vectors lie, without islands (real and unrelated synthetic vectors would form separate
+    regions, which HNSW crosses badly) and without tight clusters of near-copies of one vector."""
     rng = np.random.default_rng([seed, start])
-    a = rng.integers(0, len(real), n)
-    b = rng.integers(0, len(real), n)
-    w = rng.uniform(0.2, 0.8, (n, 1)).astype(np.float32)
-    vecs = (
-        real[a]
-        + w * real[b]
-        + 0.15 * rng.normal(size=(n, real.shape[1])).astype(np.float32) / np.sqrt(real.shape[1])
-    )
+    parents = rng.integers(0, len(real), (n, 3))
+    weights = rng.dirichlet(np.ones(3), n).astype(np.float32)
+    vecs = (real[parents] * weights[..., None]).sum(axis=1)
+    scale = np.linalg.norm(vecs, axis=1, keepdims=True) / np.sqrt(real.shape[1])
+    vecs += 0.5 * scale * rng.normal(size=vecs.shape).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     return vecs.astype(np.float32)
 
