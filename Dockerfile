@@ -88,6 +88,14 @@ CMD ["api", "--host", "0.0.0.0", "--port", "8000"]
 
 # `docker build --target llm -t parley-llm .`: the same image with the embedded model and its server.
 FROM runtime-base AS llm
+# llama.cpp's server in the xllamacpp wheel links the OpenMP runtime (a library, not a compiler).
+ARG APT_MIRROR
+RUN if [ -n "$APT_MIRROR" ]; then \
+      sed -i "s|^URIs: .*/debian\$|URIs: $APT_MIRROR|" /etc/apt/sources.list.d/debian.sources; \
+    fi \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends libgomp1 \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 COPY --from=builder-llm /opt/parley /opt/parley
 USER parley
 EXPOSE 8080
