@@ -55,7 +55,11 @@ def test_scrape_config_covers_the_three_processes() -> None:
     config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert set(jobs) == {"parley-api", "parley-retriever", "parley-worker"}
-    assert jobs["parley-api"]["static_configs"][0]["targets"] == ["api:8000"]
+    # The gateway's separate metrics port (ApiSettings.metrics_port), which compose binds on the
+    # stack's network (not loopback) and never publishes.
+    from api.settings import ApiSettings
+
+    assert jobs["parley-api"]["static_configs"][0]["targets"] == [f"api:{ApiSettings().metrics_port}"]
     assert jobs["parley-retriever"]["static_configs"][0]["targets"] == ["retriever:8001"]
     # The worker's port is WorkerSettings.metrics_port's default.
     from debate_worker.worker_settings import WorkerSettings
