@@ -35,16 +35,14 @@ from retriever.ingest import (
 )
 from retriever.passage_store import (
     EDGE_VERSION,
-    EdgePassageStore,
     PassageStore,
-    ServerPassageStore,
-    StoreLayout,
     storage_error,
 )
 from retriever.settings import RetrieverSettings
+from retriever.stores import open_passages, open_stores
 from services.embedder import Embedder
 from services.jvm import pyserini_available
-from services.vector_store import VectorStore, VectorStoreError, dir_size
+from services.vector_store import VectorStoreError, dir_size
 
 __all__ = [
     "BUILD_HINT",
@@ -57,7 +55,7 @@ __all__ = [
     "index_stats",
     "make_embedder",
     "open_passages",
-    "open_store",
+    "open_stores",
     "outdated_index_hint",
 ]
 
@@ -85,36 +83,6 @@ class BuildReport:
     @property
     def passages_per_s(self) -> float:
         return self.passages / self.dense_s if self.dense_s > 0 else 0.0
-
-
-def layout_of(settings: RetrieverSettings) -> StoreLayout:
-    return StoreLayout(
-        quantization=settings.quantization,
-        on_disk=settings.on_disk,
-        hnsw_m=settings.hnsw_m,
-        hnsw_ef_construct=settings.hnsw_ef_construct,
-        hnsw_ef=settings.hnsw_ef,
-        oversampling=settings.oversampling,
-        shard_number=settings.shard_number,
-        replication_factor=settings.replication_factor,
-    )
-
-
-def open_store(settings: RetrieverSettings) -> VectorStore:
-    """The pools' store: the Qdrant server when ``qdrant_url`` is set, else the embedded one."""
-    key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-    return VectorStore.open(path=settings.qdrant_path, url=settings.qdrant_url, api_key=key)
-
-
-def open_passages(settings: RetrieverSettings, pools_store: VectorStore | None = None) -> PassageStore:
-    """The passage collection: on the Qdrant server (sharing ``pools_store``'s client), else embedded."""
-    if settings.qdrant_url:
-        if pools_store is None:
-            pools_store = open_store(settings)
-        return ServerPassageStore(
-            pools_store.client, settings.collection, layout_of(settings), location=settings.qdrant_url
-        )
-    return EdgePassageStore(settings.edge_path, layout_of(settings))
 
 
 def read_manifest(settings: RetrieverSettings) -> dict[str, Any]:

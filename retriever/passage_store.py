@@ -249,6 +249,19 @@ class EdgePassageStore:
             except Exception as exc:
                 raise storage_error(exc, str(self.path)) from exc
 
+    def delete_where_less(self, field: str, value: float) -> int:
+        """Delete points whose numeric payload ``field`` is below ``value``; returns how many went."""
+        import qdrant_edge as qe
+
+        if self._shard is None:
+            return 0
+        flt = qe.Filter(must=[qe.FieldCondition(key=field, range=qe.RangeFloat(lt=value))])
+        with self._lock:
+            n = int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
+            if n:
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
+        return n
+
     def delete_corpus(self, corpus: str) -> None:
         """Drop every passage of ``corpus`` (a rebuild replaces the corpus as a whole)."""
         import qdrant_edge as qe

@@ -1,6 +1,7 @@
 """SKPool(q) = WR(q) ∪ GSE(q) (MADKE Eq. 1): assembly, near-duplicate removal, numbering and caching.
 
-Pools live in the Qdrant collection ``knowledge_pools`` next to the passages. Three kinds of points,
+Pools live in their own Qdrant Edge shard (``<data_dir>/edge/knowledge_pools``) or in the collection
+``knowledge_pools`` on the Qdrant server next to the passages. Three kinds of points,
 all with deterministic ids so every lookup is a by-id retrieve (O(1) in embedded mode, where filtered
 scans are brute force):
 
@@ -37,8 +38,9 @@ import numpy as np
 
 from retriever.search import PassageHit, WikiRetriever, elapsed_ms
 from retriever.settings import RetrieverSettings
+from retriever.stores import PoolBackend
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.vector_store import VectorStore, point_id
+from services.vector_store import point_id
 from services.websearch import WebResult, WebSearch, WebSearchError
 
 MAX_K = 50
@@ -104,12 +106,11 @@ def dedupe(candidates: list[_Candidate], threshold: float) -> list[_Candidate]:
 class PoolStore:
     """The ``knowledge_pools`` collection: save, fetch by id, fetch by cache key, sweep expired."""
 
-    def __init__(self, store: VectorStore, collection: str, dim: int, ttl_s: float) -> None:
+    def __init__(self, store: PoolBackend, dim: int, ttl_s: float) -> None:
         self.store = store
-        self.collection = collection
         self.dim = dim
         self.ttl_s = ttl_s
-        store.ensure_collection(collection, dim, keyword_indexes=("pool_id", "question_hash"))
+        store.ensure(dim)
 
     @staticmethod
     def _item_id(pool_id: str, rank: int) -> str:
@@ -166,7 +167,7 @@ class PoolStore:
                 "created_at": now,
             }
         )
-        self.store.upsert(self.collection, ids, np.stack(vecs), payloads)
+        self.store.upsert(ids, np.stack(vecs), payloads)
         if cache:
             entry = {
                 "kind": "cache",
@@ -174,18 +175,18 @@ class PoolStore:
                 "pool_id": pool.pool_id,
                 "created_at": now,
             }
-            self.store.upsert(self.collection, [self._cache_id(question_hash)], qvec[None, :], [entry])
+            self.store.upsert([self._cache_id(question_hash)], qvec[None, :], [entry])
 
     def get(self, pool_id: str, *, now: float | None = None) -> KnowledgePool | None:
         """The stored pool, or None when unknown or expired."""
         now = time.time() if now is None else now
-        head = self.store.retrieve(self.collection, [self._item_id(pool_id, 0)])
+        head = self.store.retrieve([self._item_id(pool_id, 0)])
         if not head or now - float(head[0].payload.get("created_at", 0)) > self.ttl_s:
             return None
         hp = head[0].payload
         n_items = int(hp.get("n_items", 0))
         ids = [self._item_id(pool_id, n) for n in range(1, n_items + 1)]
-        recs = self.store.retrieve(self.collection, ids)
+        recs = self.store.retrieve(ids)
         if len(recs) != n_items:  # partially swept: treat as gone
             return None
         items = [
@@ -209,7 +210,7 @@ class PoolStore:
     def lookup(self, question_hash: str, *, now: float | None = None) -> KnowledgePool | None:
         """The cached pool for a key, or None when there is none or it expired."""
         now = time.time() if now is None else now
-        entry = self.store.retrieve(self.collection, [self._cache_id(question_hash)])
+        entry = self.store.retrieve([self._cache_id(question_hash)])
         if not entry or now - float(entry[0].payload.get("created_at", 0)) > self.ttl_s:
             return None
         return self.get(str(entry[0].payload["pool_id"]), now=now)
@@ -217,7 +218,7 @@ class PoolStore:
     def sweep(self, *, now: float | None = None) -> int:
         """Delete every point (items, headers, cache entries) older than the TTL; returns the count."""
         now = time.time() if now is None else now
-        return self.store.delete_where_less(self.collection, "created_at", now - self.ttl_s)
+        return self.store.delete_where_less("created_at", now - self.ttl_s)
 
 
 class PoolService:

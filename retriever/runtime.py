@@ -12,13 +12,12 @@ from dataclasses import dataclass
 import httpx
 
 from retriever.bm25 import Bm25Index
-from retriever.indexer import make_embedder, open_passages, open_store
+from retriever.indexer import make_embedder, open_stores
 from retriever.passage_store import PassageStore
-from retriever.pools import PoolService, PoolStore
+from retriever.pools import PoolBackend, PoolService, PoolStore
 from retriever.search import WikiRetriever
 from retriever.settings import RetrieverSettings
 from services.embedder import Embedder
-from services.vector_store import VectorStore
 from services.websearch import BraveSearch, SearxngSearch, SerperSearch, WebSearch
 
 # all-MiniLM-L6-v2's size; used to create the pools collection without loading the model first.
@@ -50,7 +49,7 @@ def make_web_search(settings: RetrieverSettings, client: httpx.AsyncClient | Non
 @dataclass
 class RetrieverRuntime:
     settings: RetrieverSettings
-    store: VectorStore  # the knowledge pools
+    store: PoolBackend  # the knowledge pools
     passages: PassageStore
     embedder: Embedder
     wiki: WikiRetriever
@@ -65,16 +64,13 @@ class RetrieverRuntime:
         cls,
         settings: RetrieverSettings,
         *,
-        store: VectorStore | None = None,
         embedder: Embedder | None = None,
         web: WebSearch | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> RetrieverRuntime:
-        """Open the store and wire the components; ``web``/``transport`` let tests swap the network."""
-        store = store or open_store(settings)
-        passages: PassageStore | None = None
+        """Open the stores and wire the components; ``web``/``transport`` let tests swap the network."""
+        passages, store = open_stores(settings)
         try:
-            passages = open_passages(settings, store)
             emb = embedder or make_embedder(settings, threads=settings.serve_torch_threads)
             bm25 = (
                 Bm25Index(settings.bm25_dir)
@@ -87,11 +83,10 @@ class RetrieverRuntime:
                 http = httpx.AsyncClient(timeout=settings.web_timeout_s, transport=transport)
                 web = make_web_search(settings, http)
             dim = passages.dim() or _KNOWN_DIMS.get(settings.model_name) or emb.dim
-            pool_store = PoolStore(store, settings.pools_collection, dim, settings.pool_ttl_s)
+            pool_store = PoolStore(store, dim, settings.pool_ttl_s)
             service = PoolService(settings, wiki, pool_store, web)
         except BaseException:
-            if passages is not None:
-                passages.close()
+            passages.close()
             store.close()
             raise
         return cls(settings, store, passages, emb, wiki, service, web, http)

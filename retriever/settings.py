@@ -150,9 +150,9 @@ class RetrieverSettings(ParleySettings):
         return f"wikipedia_{slug}{suffix}"
 
     @property
-    def qdrant_path(self) -> Path:
-        """The embedded qdrant-client store: the knowledge pools (small, per question)."""
-        return self.data_dir / "qdrant"
+    def pools_path(self) -> Path:
+        """The embedded Qdrant Edge shard of the knowledge pools."""
+        return self.data_dir / "edge" / self.pools_collection
 
     @property
     def edge_path(self) -> Path:

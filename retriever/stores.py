@@ -1,0 +1,95 @@
+"""Opening the retriever's stores: the passage collection and the knowledge pools, embedded (two Qdrant
+Edge shards under ``<data_dir>/edge/``) or on a Qdrant server (one client, two collections)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from retriever.passage_store import EdgePassageStore, PassageStore, ServerPassageStore, StoreLayout
+from retriever.settings import RetrieverSettings
+from services.vector_store import Hit, VectorStore
+
+
+class PoolBackend(Protocol):
+    """Where pools are kept: an embedded Qdrant Edge shard (``EdgePassageStore``) or a collection on a
+    Qdrant server (``ServerPoolCollection``)."""
+
+    def ensure(self, dim: int) -> None: ...
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None: ...
+    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[Hit]: ...
+    def delete_where_less(self, field: str, value: float) -> int: ...
+    def close(self) -> None: ...
+
+
+class ServerPoolCollection:
+    """The pools collection on a Qdrant server, through ``VectorStore`` (payload indexes on the keys)."""
+
+    def __init__(self, store: VectorStore, name: str) -> None:
+        self.store = store
+        self.name = name
+
+    def ensure(self, dim: int) -> None:
+        self.store.ensure_collection(self.name, dim, keyword_indexes=("pool_id", "question_hash"))
+
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None:
+        self.store.upsert(self.name, ids, vectors, payloads)
+
+    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[Hit]:
+        return self.store.retrieve(self.name, ids, with_vectors=with_vectors)
+
+    def delete_where_less(self, field: str, value: float) -> int:
+        return self.store.delete_where_less(self.name, field, value)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def layout_of(settings: RetrieverSettings) -> StoreLayout:
+    return StoreLayout(
+        quantization=settings.quantization,
+        on_disk=settings.on_disk,
+        hnsw_m=settings.hnsw_m,
+        hnsw_ef_construct=settings.hnsw_ef_construct,
+        hnsw_ef=settings.hnsw_ef,
+        oversampling=settings.oversampling,
+        shard_number=settings.shard_number,
+        replication_factor=settings.replication_factor,
+    )
+
+
+def _server(settings: RetrieverSettings) -> VectorStore:
+    key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+    return VectorStore.open(url=settings.qdrant_url, api_key=key)
+
+
+# The pools shard is small and never searched by vector: no quantization, kept in RAM.
+POOLS_LAYOUT = StoreLayout(quantization="none", on_disk=False)
+
+
+def open_stores(settings: RetrieverSettings) -> tuple[PassageStore, PoolBackend]:
+    """The passage collection and the pools' store: both on the Qdrant server when ``qdrant_url`` is
+    set (one client), else two embedded Qdrant Edge shards under ``<data_dir>/edge/``."""
+    if settings.qdrant_url:
+        server = _server(settings)
+        passages = ServerPassageStore(
+            server.client, settings.collection, layout_of(settings), location=settings.qdrant_url
+        )
+        return passages, ServerPoolCollection(server, settings.pools_collection)
+    passages_store = EdgePassageStore(settings.edge_path, layout_of(settings))
+    try:
+        return passages_store, EdgePassageStore(settings.pools_path, POOLS_LAYOUT)
+    except BaseException:
+        passages_store.close()
+        raise
+
+
+def open_passages(settings: RetrieverSettings) -> PassageStore:
+    """The passage collection alone (index builds and stats)."""
+    if settings.qdrant_url:
+        return ServerPassageStore(
+            _server(settings).client, settings.collection, layout_of(settings), location=settings.qdrant_url
+        )
+    return EdgePassageStore(settings.edge_path, layout_of(settings))
