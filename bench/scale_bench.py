@@ -358,7 +358,7 @@ def write_report(out: Path, result: dict[str, Any]) -> None:
         "",
         f"Command: `{result['command']}`  ",
         f"Machine: {result['machine']}; date {result['date']}. Layout: Qdrant Edge {result['edge']}, "
-        "HNSW m 16, ef_construct 100, hnsw_ef 256, int8 scalar codes in RAM, oversampling 2 with "
+        "HNSW m 16, ef_construct 100, hnsw_ef 512, int8 scalar codes in RAM, oversampling 2 with "
         "rescoring, vectors and payloads on disk; BM25 (Lucene) written in the same pass.",
         "",
         f"Data: synthetic passages; the first {result['real_sample']:,} carry the real encoder's vectors, "

@@ -40,7 +40,7 @@ class StoreLayout:
     on_disk: bool = True
     hnsw_m: int = 16
     hnsw_ef_construct: int = 100
-    hnsw_ef: int = 256
+    hnsw_ef: int = 512
     oversampling: float = 2.0
     shard_number: int = 1
     replication_factor: int = 1

@@ -88,7 +88,7 @@ class RetrieverSettings(ParleySettings):
     on_disk: bool = Field(default=True, description="original vectors and payloads on disk (memory-mapped)")
     hnsw_m: int = Field(default=16, ge=4, le=128, description="HNSW links per passage")
     hnsw_ef_construct: int = Field(default=100, ge=8, le=1000, description="HNSW build breadth")
-    hnsw_ef: int = Field(default=256, ge=8, le=4096, description="HNSW search breadth")
+    hnsw_ef: int = Field(default=512, ge=8, le=4096, description="HNSW search breadth")
     oversampling: float = Field(
         default=2.0, ge=1.0, le=16.0, description="quantized candidates per result, rescored exactly"
     )
