@@ -215,6 +215,8 @@ def phase_pools(data: Path, n: int, requests: int) -> dict[str, Any]:
 
     from parley_testing.scripted_llm import free_port
 
+    # Cold pools only: a pools shard left by an earlier run would answer these questions from its cache.
+    shutil.rmtree(data / "edge" / "knowledge_pools", ignore_errors=True)
     port = free_port()
     env = {
         **os.environ,
@@ -472,6 +474,7 @@ def main() -> None:
         "sizes": {},
     }
     previous = json.loads((args.out / "bench.json").read_text()) if args.reuse else {}
+    result["sizes"] = dict(previous.get("sizes", {}))  # sizes not measured again keep their figures
     if previous.get("encoders"):
         result["encoders"] = previous["encoders"]
     elif args.encoder_passages:
