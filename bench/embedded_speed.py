@@ -19,7 +19,7 @@ the prompt rate measured at the start, and the physical floor: the prompt tokens
 cache would still have to evaluate (each call's text beyond its longest common prefix with an earlier
 call of the same debate) divided by that rate.
 
-    .venv/bin/python -m bench.embedded_speed --dataset ../shared/data/nq_open_vital_dev.jsonl \\
+    .venv/bin/python -m bench.embedded_speed --dataset data/nq_open_vital_dev.jsonl \\
         --pools reports/styles-1.5b/pools.jsonl --questions 10 --paths native,xllamacpp \\
         --out reports/embedded-speed
 """
