@@ -21,6 +21,7 @@ def build_app() -> typer.Typer:
     from debate_worker.kks.cli import kks_app
     from debate_worker.worker_cli import run_worker
     from parley_client.cli import mcp_command
+    from parley_cli.up import up
     from retriever.cli import index_app, serve
     from services.llm_cli import llm_app
 
@@ -34,6 +35,7 @@ def build_app() -> typer.Typer:
     app.add_typer(kks_app, name="kks")
     app.command("mcp")(mcp_command)
     app.add_typer(llm_app, name="llm")
+    app.command("up")(up)
     return app
 
 
