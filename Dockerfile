@@ -44,6 +44,8 @@ RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
 # the scripted OpenAI-compatible server (parley_testing) runs as the compose test's LLM.
 COPY api ./api
 COPY retriever ./retriever
+COPY engine ./engine
+COPY evaluation ./evaluation
 COPY debate_worker ./debate_worker
 COPY services ./services
 COPY parley_cli ./parley_cli

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 from api.problems import Problem
 from api.settings import ApiSettings
-from debate_worker.engine.config import DebateConfig
+from engine.config import DebateConfig
 from services.jobstore import BatchRecord, JobRecord, JobStore, stored_size
 from services.metrics import REFUSALS
 

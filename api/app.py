@@ -22,6 +22,7 @@ from api.jsonlimits import JsonDepthMiddleware
 from api.problems import install_problem_handlers, problem_response, unavailable
 from api.routes_batches import router as batches_router
 from api.routes_debates import router as debates_router
+from api.routes_docs import router as docs_router
 from api.routes_listing import router as listing_router
 from api.routes_openai import router as openai_router
 from api.routes_ui import router as ui_router
@@ -112,7 +113,8 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # api/routes_docs.py serves /docs offline
+        redoc_url=None,
         openapi_url="/openapi.json",
     )
     install_problem_handlers(app, settings.retry_after_s)
@@ -150,6 +152,7 @@ def create_app(
     app.include_router(listing_router)
     app.include_router(openai_router)
     app.include_router(ui_router)
+    app.include_router(docs_router)
     # Queue depth is read from the broker at scrape time; a blocking client is fine there because
     # /metrics runs in the thread pool.
     timeout = settings.redis_timeout_s

@@ -17,10 +17,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.problems import Problem
-from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.registry import PROTOCOLS
-from debate_worker.engine.result import DebateResult
-from debate_worker.evaluation.presets import PRESETS
+from engine.config import DebateConfig
+from engine.presets import PRESETS
+from engine.registry import PROTOCOLS
+from engine.result import DebateResult
 
 MODEL_PREFIX = "parley-"
 

@@ -49,7 +49,7 @@ from api.problems import Problem
 from api.schemas import DebateRequest
 from api.streams import SlottedEventSource, StreamSlot
 from api.submission import admit_debate, cancel_job, owned_job, submit_debate
-from debate_worker.engine.result import DebateResult
+from engine.result import DebateResult
 from services.jobstore import TERMINAL, TERMINAL_EVENTS, Event
 
 log = logging.getLogger("parley.api")

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from debate_worker.engine.config import MAX_QUESTION_CHARS, DebateConfig, validate_question
+from engine.config import MAX_QUESTION_CHARS, DebateConfig, validate_question
 from services.jobstore import JobStatus, Usage
 from services.knowledge import KnowledgeSource
 

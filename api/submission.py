@@ -19,8 +19,8 @@ from api.deps import ApiState
 from api.guards import StoredResponse
 from api.problems import Problem
 from api.schemas import DebateRequest, JobView, Progress
-from debate_worker.engine.config import DebateConfig
 from debate_worker.worker_settings import QUEUE_INTERACTIVE
+from engine.config import DebateConfig
 from services.jobstore import ACTIVE, BatchRecord, JobFull, JobRecord, new_id, usage_day
 from services.metrics import REFUSALS
 

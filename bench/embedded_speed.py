@@ -39,10 +39,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.result import DebateResult
-from debate_worker.engine.runner import run_debate
-from debate_worker.evaluation.metrics import contains_match, f1_score, paired_bootstrap
+from engine.config import DebateConfig
+from engine.result import DebateResult
+from engine.runner import run_debate
+from evaluation.metrics import contains_match, f1_score, paired_bootstrap
 from services.embedded_llm import ServerKind, embedded_from_settings, find_llama_server
 from services.knowledge import KnowledgePool
 from services.llm import ChatCompletion, ChatModel

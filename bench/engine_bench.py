@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.context import SingleModel
-from debate_worker.engine.runner import run_debate
+from engine.config import DebateConfig
+from engine.context import SingleModel
+from engine.runner import run_debate
 from parley_testing.scripted_llm import ScriptedLLM
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import OpenAIChatClient

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from debate_worker.engine.context import SingleModel
-from debate_worker.evaluation.harness import EvalRequest, evaluate, rebuild_report
+from engine.context import SingleModel
+from evaluation.harness import EvalRequest, evaluate, rebuild_report
 from parley_testing.scripted_llm import ScriptedLLM, request_text
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import OpenAIChatClient

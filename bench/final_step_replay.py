@@ -29,17 +29,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from debate_worker.engine.answers import answers_agree
-from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.context import DebateContext, RoleModels
-from debate_worker.engine.protocols.madke import prompts_for as get_prompts
-from debate_worker.engine.protocols.madke.prompts import MadkePrompts as PromptSet
-from debate_worker.engine.protocols.madke.runner import final_answer, needs_summary
-from debate_worker.engine.result import DebateResult, TranscriptRecord
-from debate_worker.evaluation.datasets import Item
-from debate_worker.evaluation.report import answer_shares, example_answers, knowledge_label
-from debate_worker.evaluation.scoring import Scores, score_answer
-from debate_worker.evaluation.store import Workspace
+from engine.answers import answers_agree
+from engine.config import DebateConfig
+from engine.context import DebateContext, RoleModels
+from engine.protocols.madke import prompts_for as get_prompts
+from engine.protocols.madke.prompts import MadkePrompts as PromptSet
+from engine.protocols.madke.runner import final_answer, needs_summary
+from engine.result import DebateResult, TranscriptRecord
+from evaluation.datasets import Item
+from evaluation.report import answer_shares, example_answers, knowledge_label
+from evaluation.scoring import Scores, score_answer
+from evaluation.store import Workspace
 from services.llm_factory import RoleModelsFromSettings
 
 ONE_CALL_PROTOCOLS = ("single", "cot", "rag")
@@ -217,7 +217,7 @@ def role_models(needed: bool) -> Iterator[RoleModelsFromSettings | None]:
         return
     from rich.console import Console
 
-    from debate_worker.ask_cli import llm_endpoint
+    from evaluation.local_debate import llm_endpoint
     from services.llm_factory import build_role_models
     from services.settings import LLMSettings
 

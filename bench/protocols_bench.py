@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from debate_worker.engine.answers import normalize_answer
-from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.context import SingleModel
-from debate_worker.engine.runner import run_debate
+from engine.answers import normalize_answer
+from engine.config import DebateConfig
+from engine.context import SingleModel
+from engine.runner import run_debate
 from parley_testing.scripted_llm import ScriptedLLM, request_text
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import OpenAIChatClient

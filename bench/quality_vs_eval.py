@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from debate_worker.evaluation.metrics import paired_bootstrap
+from evaluation.metrics import paired_bootstrap
 
 
 def compare(path_run: dict[str, Any], eval_rows: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from debate_worker.engine.answers import normalize_answer
+from engine.answers import normalize_answer
 from retriever.corpus import read_vital
 from retriever.indexer import build_index, index_stats, make_embedder
 from retriever.runtime import RetrieverRuntime

@@ -35,12 +35,12 @@ from celery.exceptions import Reject, SoftTimeLimitExceeded
 from opentelemetry import trace
 from pydantic import ValidationError
 
-from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.context import RoleModels, Spend
-from debate_worker.engine.result import Checkpoint
-from debate_worker.engine.runner import run_debate
 from debate_worker.pool_timing import PoolTiming
 from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
+from engine.config import DebateConfig
+from engine.context import RoleModels, Spend
+from engine.result import Checkpoint
+from engine.runner import run_debate
 from services import telemetry
 from services.embedded_llm import ServedModel
 from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore

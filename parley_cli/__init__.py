@@ -16,12 +16,12 @@ HELP = "Retrieval-augmented multi-agent debate: ask questions, run the services,
 def build_app() -> typer.Typer:
     """The root command with every package's sub-commands registered (imported here, not at import)."""
     from api.cli import app as gateway_app  # api, submit, hash-key
-    from debate_worker.ask_cli import ask
-    from debate_worker.evaluation.cli import eval_command
-    from debate_worker.kks.cli import kks_app
     from debate_worker.worker_cli import run_worker
-    from parley_client.cli import mcp_command
+    from evaluation.ask_cli import ask
+    from evaluation.cli import eval_command
+    from evaluation.kks.cli import kks_app
     from parley_cli.up import up
+    from parley_client.cli import mcp_command
     from retriever.cli import index_app, serve
     from services.llm_cli import llm_app
 

@@ -63,7 +63,7 @@ def _serve_in_process(transport: Literal["stdio", "http"], host: str, port: int)
     """Debates in this process; progress of model preparation goes to stderr (stdout is MCP's)."""
     from rich.console import Console
 
-    from debate_worker.local_debate import LocalDebater
+    from evaluation.local_debate import LocalDebater
     from parley_client.mcp_server import LocalTools, build_server
     from services.settings import LLMSettings
 

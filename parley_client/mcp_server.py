@@ -23,8 +23,8 @@ from parley_client.errors import ParleyError
 from parley_client.models import DebateEvent
 
 if TYPE_CHECKING:
-    from debate_worker.engine.config import DebateConfig
-    from debate_worker.engine.result import DebateResult
+    from engine.config import DebateConfig
+    from engine.result import DebateResult
 
 INSTRUCTIONS = """Parley answers a question by a retrieval-augmented debate between several LLM agents.
 Call `debate` for one question (it reports progress per round and returns the answer, how it was
@@ -171,7 +171,7 @@ class ParleyTools:
 
 
 class Debater(Protocol):
-    """What runs a debate in this process (``debate_worker.local_debate.LocalDebater``)."""
+    """What runs a debate in this process (``evaluation.local_debate.LocalDebater``)."""
 
     async def debate(self, question: str, config: DebateConfig, on_event: Any = None) -> DebateResult: ...
 
@@ -195,7 +195,7 @@ class LocalTools:
         knowledge: str | None = None,
     ) -> DebateAnswer:
         """Debate ``question`` and return the answer; progress is reported after each round."""
-        from debate_worker.engine.config import DebateConfig, validate_question
+        from engine.config import DebateConfig, validate_question
 
         try:
             question = validate_question(question)

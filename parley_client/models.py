@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from api.schemas import Accepted, BatchAccepted, BatchView, JobView, UsageView
-from debate_worker.engine.result import DebateResult
+from engine.result import DebateResult
 from services.jobstore import TERMINAL
 
 __all__ = [

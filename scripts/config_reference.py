@@ -36,7 +36,17 @@ from pydantic_settings import BaseSettings
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "docs" / "configuration.md"
 # The packages whose modules are imported to find settings classes (the ones setuptools installs).
-PACKAGES = ("api", "services", "debate_worker", "retriever", "parley_cli", "parley_client", "parley_testing")
+PACKAGES = (
+    "api",
+    "services",
+    "engine",
+    "evaluation",
+    "debate_worker",
+    "retriever",
+    "parley_cli",
+    "parley_client",
+    "parley_testing",
+)
 GENERATE_COMMAND = ".venv/bin/python scripts/config_reference.py --write"
 
 # Descriptions for fields whose class gives none (``Field(description=...)`` in the code always wins).

@@ -10,14 +10,23 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("api", "retriever", "debate_worker", "services", "parley_client", "parley_testing")
+PACKAGES = (
+    "api",
+    "retriever",
+    "engine",
+    "evaluation",
+    "debate_worker",
+    "services",
+    "parley_client",
+    "parley_testing",
+)
 # Each package's command-line module: only the root (parley_cli) assembles them.
 CLI_MODULES = {
     "api.cli",
     "debate_worker.worker_cli",
-    "debate_worker.ask_cli",
-    "debate_worker.kks.cli",
-    "debate_worker.evaluation.cli",
+    "evaluation.ask_cli",
+    "evaluation.kks.cli",
+    "evaluation.cli",
     "retriever.cli",
     "parley_client.cli",
 }
@@ -66,8 +75,6 @@ def test_benchmarks_import_no_test_code() -> None:
 
 def test_the_check_sees_a_cross_package_cli_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text(
-        "from api.cli import app\nimport tests.support\nfrom debate_worker.engine import config\n"
-    )
+    module.write_text("from api.cli import app\nimport tests.support\nfrom engine import config\n")
     assert offending_imports(module, "debate_worker") == ["api.cli", "tests.support"]
     assert offending_imports(module, "api") == ["tests.support"]

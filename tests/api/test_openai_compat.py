@@ -20,9 +20,9 @@ from api.openai_compat import (
     question_of,
 )
 from api.problems import Problem
-from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.registry import PROTOCOLS
-from debate_worker.engine.result import DebateResult, TranscriptRecord, Usage
+from engine.config import DebateConfig
+from engine.registry import PROTOCOLS
+from engine.result import DebateResult, TranscriptRecord, Usage
 from services.knowledge import KnowledgeItem, KnowledgePool
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
 """The evaluation tests' fixtures: replays run on folders the real harness wrote."""
 
-from tests.debate_worker.evaluation.conftest import nq_dataset, scripted
+from tests.evaluation.conftest import nq_dataset, scripted
 
 __all__ = ["nq_dataset", "scripted"]

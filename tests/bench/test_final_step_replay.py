@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from bench.final_step_replay import replay
-from debate_worker.evaluation.harness import EvalRequest, evaluate
-from tests.debate_worker.evaluation.conftest import FixedPools, models_for
+from evaluation.harness import EvalRequest, evaluate
+from tests.evaluation.conftest import FixedPools, models_for
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from debate_worker.engine.config import DebateConfig
+from engine.config import DebateConfig
 from parley_client import AsyncParleyClient, BatchResult, JobView, ParleyClient, ParleyError
 from tests.api.conftest import KEY_A, KEY_B, api_settings
 from tests.api.support import ApiServer, RedisServer, WorkerProcess, script_echo

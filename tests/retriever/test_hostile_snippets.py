@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.context import SingleModel
-from debate_worker.engine.parsing import parse_bracket_answer, parse_selection, parse_verdict
-from debate_worker.engine.prompts import robust
-from debate_worker.engine.prompts.untrusted import CLOSE, MAX_ITEM_CHARS, OPEN
-from debate_worker.engine.runner import run_debate
+from engine.config import DebateConfig
+from engine.context import SingleModel
+from engine.parsing import parse_bracket_answer, parse_selection, parse_verdict
+from engine.prompts import robust
+from engine.prompts.untrusted import CLOSE, MAX_ITEM_CHARS, OPEN
+from engine.runner import run_debate
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
 from services.embedder import Embedder

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from debate_worker.engine.answers import answers_agree
-from debate_worker.engine.config import DebateConfig
-from debate_worker.engine.runner import run_debate
+from engine.answers import answers_agree
+from engine.config import DebateConfig
+from engine.runner import run_debate
 from services.embedded_llm import (
     MODELS,
     EmbeddedLLMError,

@@ -1,9 +1,0 @@
-"""``society``: Du et al. (2023), the "MAD" baseline of the MADKE paper."""
-
-from __future__ import annotations
-
-from debate_worker.engine.protocols.society import paper, robust
-from debate_worker.engine.protocols.society.prompts import SocietyPrompts
-from debate_worker.engine.styles import ByStyle
-
-prompts_for: ByStyle[SocietyPrompts] = ByStyle(paper=paper, robust=robust)

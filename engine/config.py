@@ -1,0 +1,303 @@
+"""``DebateConfig``: the protocol and its parameters, validated once at the edge (API, CLI, batch)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from engine.prompts import get_prompts
+from engine.prompts.untrusted import quote
+from engine.registry import PROTOCOLS
+from services.settings import ENDPOINT_NAME
+
+MAX_AGENTS = 8
+MAX_ROUNDS = 10
+MAX_QUESTION_CHARS = 2000
+
+KnowledgeMode = Literal["all", "wikipedia", "web", "none"]
+PromptStyle = Literal["paper", "robust"]
+JudgeMode = Literal["llm", "rule", "both", "auto"]
+
+# Protocols that use a single agent; the others need at least two (derived from the registry).
+SINGLE_AGENT_PROTOCOLS = frozenset(name for name, spec in PROTOCOLS.items() if spec.single_agent)
+# Protocols that never look at the knowledge pool, so no pool need be built for them.
+KNOWLEDGE_FREE = frozenset(name for name, spec in PROTOCOLS.items() if not spec.uses_pool)
+
+# The registry's names, in its order: pydantic validates them and lists them as the OpenAPI enum.
+# mypy cannot read a Literal built at run time, so it sees a plain string.
+if TYPE_CHECKING:
+    ProtocolName = str
+else:
+    ProtocolName = Literal[tuple(PROTOCOLS)]
+# The order in which an agent is shown the other agents' answers (Zhang et al.).
+Ordering = Literal["fixed", "random", "madc", "truth_last"]
+SpeakingOrder = Literal["fixed", "random", "reverse"]
+MallmDecision = Literal[
+    "majority", "supermajority", "unanimity", "simple", "ranked", "cumulative", "approval"
+]
+CONSENSUS_DECISIONS = frozenset({"majority", "supermajority", "unanimity"})
+VOTING_DECISIONS = frozenset({"simple", "ranked", "cumulative", "approval"})
+
+
+class AgentSpec(BaseModel):
+    """One member of a heterogeneous team (Wu et al.): its own endpoint, model, temperature, persona.
+
+    ``endpoint`` names an endpoint the operator configured (``PARLEY_LLM_ENDPOINTS``); its key goes
+    only to its own URL. ``base_url`` is for the operator (CLI, in-process evaluation): the API refuses
+    it unless the operator allows client URLs, and no operator key is ever sent to a URL that was not
+    configured with it. There is deliberately no key field: configs travel through the API, the job
+    store and results.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str | None = Field(
+        default=None, pattern=ENDPOINT_NAME, description="name of an operator-configured LLM endpoint"
+    )
+    model: str | None = Field(default=None, max_length=200, description="model name; None = the role's")
+    base_url: str | None = Field(
+        default=None, max_length=500, description="OpenAI-compatible URL (operator use; refused over REST)"
+    )
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    persona: str | None = Field(default=None, max_length=300, description="optional role description")
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return v
+
+    @field_validator("persona")
+    @classmethod
+    def _plain_persona(cls, v: str | None) -> str | None:
+        # A persona is quoted into the agent's system prompt like a knowledge item: one line of
+        # plain text, no control characters, and the characters of chat-template tokens ([INST],
+        # </s>, <|im_start|>, <start_of_turn>) and of Parley's own answers and verdicts ([Yes],
+        # {"answer": ...}) replaced by look-alikes that tokenise and parse as nothing.
+        if v is None:
+            return None
+        return quote(v, limit=300) or None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> AgentSpec:
+        if self.endpoint is not None and self.base_url is not None:
+            raise ValueError("give an agent either endpoint (a configured name) or base_url, not both")
+        return self
+
+
+class MadSettings(BaseModel):
+    """Liang et al. (MAD): tit-for-tat level (paper Table 11), adaptive break, side swap."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tit_for_tat: int = Field(default=2, ge=0, le=3, description="0 full consensus … 3 disagree always")
+    adaptive_break: bool = Field(default=True, description="stop once the moderator has a preference")
+    swap_sides: bool = Field(default=False, description="agent 1 argues affirmative, agent 0 negative")
+
+
+class MallmSettings(BaseModel):
+    """Kaesberg et al. (MALLM) decision protocols. Ambiguities of the paper are settings (docs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decision: MallmDecision = "majority"
+    paradigm: Literal["memory", "drafting", "collective_improvement"] = Field(
+        default="memory",
+        description="memory: turn order, all messages visible; drafting: All-Agents Drafting (first "
+        "turn independent); collective_improvement: no turn order, only last turn's solutions",
+    )
+    vote_after: int = Field(default=3, ge=1, le=10, description="voting starts after this many turns")
+    memory_turns: int = Field(default=2, ge=1, le=10, description="turns of history an agent sees")
+    threshold_rule: Literal[">=", ">"] = Field(
+        default=">=", description="agreement share must be >= or > the threshold"
+    )
+    majority_threshold: float = Field(default=0.5, gt=0.0, le=1.0)
+    supermajority_threshold: float = Field(default=0.66, gt=0.0, le=1.0)
+    cumulative_points: int = Field(default=10, ge=1, le=100, description="paper prompt 10, text 25")
+    ranking_base: Literal[0, 1] = Field(default=1, description="solution numbers start at 0 or 1")
+    fallback: Literal["first_agent", "plurality"] = Field(
+        default="first_agent",
+        description="no decision by the turn limit: first agent's solution (paper) or most common answer",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> MallmSettings:
+        if self.paradigm == "collective_improvement" and self.decision in CONSENSUS_DECISIONS:
+            raise ValueError(
+                f"paradigm: collective_improvement works only with a voting decision "
+                f"({', '.join(sorted(VOTING_DECISIONS))}), not {self.decision!r}"
+            )
+        return self
+
+    def threshold(self) -> float:
+        return {"majority": self.majority_threshold, "supermajority": self.supermajority_threshold}.get(
+            self.decision, 1.0
+        )
+
+
+class DebateConfig(BaseModel):
+    """Everything that decides how a question is debated. Defaults are the MADKE paper's (§4.4)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    protocol: ProtocolName = "madke"
+    agents: int = Field(default=2, ge=1, le=MAX_AGENTS)
+    rounds: int = Field(default=3, ge=1, le=MAX_ROUNDS, description="maximum debate rounds")
+    temperature: float = Field(default=0.5, ge=0.0, le=2.0)
+    knowledge: KnowledgeMode = "all"
+    selection: bool = Field(default=True, description="adaptive knowledge selection (Prompt 3.1)")
+    max_selected: int = Field(default=3, ge=1, le=10)
+    sequential: bool = Field(default=False, description="one call at a time in speaking order")
+    k_wiki: int = Field(default=5, ge=0, le=50)
+    k_web: int = Field(default=5, ge=0, le=50)
+    samples: int = Field(default=5, ge=1, le=20, description="self_consistency: reasoning paths sampled")
+    prompt_style: PromptStyle = "paper"
+    judge: JudgeMode = Field(
+        default="auto",
+        description="llm: the LLM judge alone (the paper); rule: compare normalised answers; both: stop "
+        "only when both agree; auto: both with the robust style, llm with the paper style",
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=16, le=8192, description="per call; None = client default"
+    )
+    seed: int | None = None
+    # Protocols of the literature and the factors they vary.
+    ordering: Ordering = Field(
+        default="fixed",
+        description="order of the other agents' answers shown to an agent (society, mallm, kks); "
+        "truth_last needs the gold answer and is for evaluation only",
+    )
+    team: list[AgentSpec] | None = Field(
+        default=None, max_length=MAX_AGENTS, description="per-agent model/endpoint/temperature"
+    )
+    confidence: bool = Field(default=False, description="agents state confidence 1-10 and see others'")
+    speaking_order: SpeakingOrder = Field(default="fixed", description="who speaks first in a turn")
+    depth: int = Field(default=1, ge=1, le=3, description="kks: full player-by-player passes")
+    reasks: int = Field(default=1, ge=0, le=3, description="re-asks for an unreadable vote/verdict")
+    mad: MadSettings = Field(default_factory=MadSettings)
+    mallm: MallmSettings = Field(default_factory=MallmSettings)
+    # Budgets: the engine stops a debate that reaches either cap and answers from what it has.
+    budget_calls: int | None = Field(
+        default=None, ge=1, le=10_000, description="most LLM calls this debate may make; None = no cap"
+    )
+    budget_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=50_000_000,
+        description="most prompt + completion tokens this debate may use; None = no cap",
+    )
+
+    @field_validator("team")
+    @classmethod
+    def _no_empty_team(cls, v: list[AgentSpec] | None) -> list[AgentSpec] | None:
+        # An empty team describes no agent: the same as no team (every agent the debate's defaults).
+        return v or None
+
+    @model_validator(mode="after")
+    def _check_agents(self) -> DebateConfig:
+        spec = PROTOCOLS[self.protocol]
+        if self.agents < spec.min_agents:
+            raise ValueError(f"protocol {self.protocol!r} needs at least {spec.min_agents} agents")
+        if not spec.single_agent and spec.max_agents is not None and self.agents > spec.max_agents:
+            raise ValueError(
+                f"agents: protocol {self.protocol!r} has exactly {spec.max_agents} debaters "
+                f"({', '.join(spec.answer_roles)})"
+                if spec.max_agents == spec.min_agents
+                else f"agents: protocol {self.protocol!r} takes at most {spec.max_agents} agents"
+            )
+        if (
+            self.protocol == "mallm"
+            and self.mallm.decision in VOTING_DECISIONS
+            and self.mallm.vote_after > self.rounds
+        ):
+            raise ValueError(
+                f"rounds: {self.rounds} turns end before voting starts (mallm.vote_after="
+                f"{self.mallm.vote_after}); the turn limit is `rounds` (the paper uses 5)"
+            )
+        if self.team is not None and len(self.team) != self.agents:
+            raise ValueError(f"team: {len(self.team)} agent specs for {self.agents} agents")
+        return self
+
+    @model_validator(mode="after")
+    def _honoured_settings(self) -> DebateConfig:
+        """Refuse a setting the protocol would ignore: no value is ever silently dropped.
+
+        A field counts as set when it differs from its default, so a config that went through
+        ``model_dump``/``model_validate`` (job store, results) validates the same way again.
+        """
+        ignored = ignored_settings(self)
+        if ignored:
+            users = {f: sorted(p for p, fs in HONOURED.items() if f in fs) for f in ignored}
+            detail = "; ".join(f"{f} (used by {', '.join(users[f]) or 'no protocol'})" for f in ignored)
+            raise ValueError(f"{ignored[0]}: protocol {self.protocol!r} does not use {detail}")
+        return self
+
+    @property
+    def requires_gold(self) -> bool:
+        """True when the run needs the reference answer (evaluation only; the API must refuse it)."""
+        return self.ordering == "truth_last"
+
+    def agent_temperature(self, agent: int) -> float:
+        """The agent's own temperature in a heterogeneous team, else the debate's."""
+        if self.team is not None and 0 <= agent < len(self.team):
+            t = self.team[agent].temperature
+            if t is not None:
+                return t
+        return self.temperature
+
+    @property
+    def judge_mode(self) -> str:
+        """``judge`` with ``auto`` resolved by prompt style (what measured better, reports/styles-*)."""
+        if self.judge == "auto":
+            return get_prompts(self.prompt_style).AUTO_JUDGE
+        return self.judge
+
+    @property
+    def uses_knowledge(self) -> bool:
+        return self.knowledge != "none" and (self.k_wiki + self.k_web) > 0
+
+    @property
+    def needs_pool(self) -> bool:
+        """Whether a knowledge pool must be built (or may be brought) for this debate."""
+        return PROTOCOLS[self.protocol].uses_pool and self.uses_knowledge
+
+    def knowledge_sources(self) -> set[str]:
+        return {"all": {"wikipedia", "web"}, "wikipedia": {"wikipedia"}, "web": {"web"}, "none": set()}[
+            self.knowledge
+        ]
+
+
+# Which settings each protocol honours (its registry spec's ``settings``). A setting outside its
+# protocol's set must keep its default (``DebateConfig._honoured_settings``); the tests check each
+# listed one takes effect.
+HONOURED: dict[str, frozenset[str]] = {name: spec.settings for name, spec in PROTOCOLS.items()}
+
+
+def ignored_settings(config: DebateConfig) -> list[str]:
+    """Fields set to a non-default value that ``config.protocol`` would not use."""
+    honoured = HONOURED[config.protocol]
+    out = []
+    for name, field in DebateConfig.model_fields.items():
+        if name in honoured:
+            continue
+        default = field.get_default(call_default_factory=True)
+        value = getattr(config, name)
+        if name == "agents" and config.protocol in SINGLE_AGENT_PROTOCOLS and value == 1:
+            continue  # one agent is what a single-agent protocol runs anyway
+        if name == "knowledge" and value == "none":
+            continue  # states exactly what a protocol without knowledge does
+        if value != default:
+            out.append(name)
+    return out
+
+
+def validate_question(question: str) -> str:
+    """Strip and bound a question; raises ``ValueError`` with a message fit for users."""
+    q = question.strip()
+    if not q:
+        raise ValueError("question is empty")
+    if len(q) > MAX_QUESTION_CHARS:
+        raise ValueError(f"question is {len(q)} characters; the limit is {MAX_QUESTION_CHARS}")
+    return q

@@ -1,0 +1,376 @@
+"""The per-debate context every protocol calls the LLM through.
+
+One place does the accounting the paper comparisons rely on: each call picks the model for its role,
+is timed, parsed by the caller's parser, recorded as a ``TranscriptRecord``, added to the usage totals
+and announced as a ``turn.completed`` event. Protocols only build prompts and decide what happens next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.budget import (
+    DEFAULT_REPLY_TOKENS,
+    BudgetExhausted,
+    CallBudget,
+    Reservation,
+    prompt_token_bound,
+)
+from engine.config import DebateConfig
+from engine.registry import role_endpoints
+from engine.result import TranscriptRecord, Usage
+from services.knowledge import KnowledgePool
+from services.llm import ChatCompletion, ChatMessage, ChatModel, LLMError, LLMTimeout
+from services.metrics import observe_llm_call, observe_llm_error
+from services.telemetry import RoundSpans
+
+EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class Spend:
+    """A change to what the debate's LLM calls cost, told to the ``UsageSink`` at once (the job's owner
+    is charged call by call, not when the debate finishes).
+
+    Each call is charged twice: its worst case (``calls=1``) before it is sent, so a worker killed
+    while the call is in flight leaves it charged, and then the difference to what the server
+    reported (negative deltas, ``calls=0``), with ``settled`` = the tokens the call really used (what
+    moves out of the job's quota reservation). A call that was never served is refunded whole; a call
+    cut off in flight keeps its worst case.
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    calls: int = 1
+    settled: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+UsageSink = Callable[[Spend], Awaitable[None]]
+
+# Which configured endpoint serves which transcript role (from the protocol registry).
+ROLE_ENDPOINT = role_endpoints()
+
+
+def endpoint_for(role: str) -> str:
+    """The endpoint that plays ``role``; a role no protocol declares is a bug, never the debater's."""
+    try:
+        return ROLE_ENDPOINT[role]
+    except KeyError:
+        raise ValueError(f"role {role!r} is not declared by any protocol in the registry") from None
+
+
+class RoleModels(Protocol):
+    """Maps a role (and, for heterogeneous teams, an agent) to the model that plays it."""
+
+    def for_role(self, role: str, agent: int | None = None) -> ChatModel: ...
+
+
+class SingleModel:
+    """Every role played by one model: the common case and the test default."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self._model = model
+
+    def for_role(self, role: str, agent: int | None = None) -> ChatModel:
+        return self._model
+
+
+Parser = Callable[[ChatCompletion], dict[str, Any]]
+
+
+__all__ = ["BudgetExhausted", "DebateContext", "EventSink", "RoleModels", "SingleModel", "Spend", "UsageSink"]
+
+
+class DebateContext:
+    def __init__(
+        self,
+        question: str,
+        pool: KnowledgePool,
+        config: DebateConfig,
+        models: RoleModels,
+        on_event: EventSink | None = None,
+        transcript: Sequence[TranscriptRecord] = (),
+        *,
+        on_usage: UsageSink | None = None,
+        spent: Spend | None = None,
+    ) -> None:
+        self.question = question
+        self.pool = pool
+        self.config = config
+        self.models = models
+        self._on_event = on_event
+        self.transcript: list[TranscriptRecord] = list(transcript)
+        self._seq = itertools.count(len(self.transcript))
+        # Budget accounting survives a resume: it starts from the transcript carried over, or from
+        # what the job was charged when that is more (calls of an interrupted round were served).
+        kept_tokens = sum(r.prompt_tokens + r.completion_tokens for r in self.transcript)
+        self.budget = CallBudget(
+            config.budget_calls,
+            config.budget_tokens,
+            calls_used=max(len(self.transcript), spent.calls if spent else 0),
+            tokens_used=max(kept_tokens, spent.tokens if spent else 0),
+        )
+        self._on_usage = on_usage
+        self._event_counts: dict[str, int] = {}
+        self._order: dict[int, int] = {id(r): i for i, r in enumerate(self.transcript)}
+        # Trace spans per round (no-ops unless tracing is configured), under the caller's span.
+        self._spans = RoundSpans()
+
+    async def emit(self, event: str, data: dict[str, Any]) -> None:
+        if event == "round.completed":
+            self._spans.end_round(int(data.get("round", 0)))
+        if self._on_event is None:
+            return
+        maybe = self._on_event(event, {**data, "key": self._event_key(event, data)})
+        if inspect.isawaitable(maybe):
+            await maybe
+
+    def _event_key(self, event: str, data: dict[str, Any]) -> str:
+        """A key that names the same step in every attempt: a job resumed after an interruption
+        redoes the interrupted round, and its events carry the keys of the first try, so a client
+        replaces what it showed instead of showing the round twice."""
+        if event == "turn.completed":
+            base = f"turn/{data.get('round')}/{data.get('role')}/{data.get('agent')}"
+        elif event == "round.completed":
+            return f"round/{data.get('round')}"
+        else:
+            base = f"{event}/{data.get('round')}"
+        n = self._event_counts.get(base, 0)
+        self._event_counts[base] = n + 1
+        return f"{base}/{n}"
+
+    async def call(
+        self,
+        *,
+        round: int,
+        role: str,
+        agent: int | None,
+        messages: list[ChatMessage],
+        parse: Parser,
+        temperature: float | None = None,
+        json_schema: dict[str, Any] | None = None,
+        knowledge: Sequence[int] = (),
+    ) -> TranscriptRecord:
+        """Run one LLM call and record it; ``parse`` turns the completion into record fields.
+
+        Raises ``BudgetExhausted`` instead of calling when the call's worst case (its prompt bound
+        plus ``max_tokens``) does not fit what is left of the budget: the call is then not sent.
+        """
+        seq = next(self._seq)
+        endpoint = endpoint_for(role)
+        model = self.models.for_role(endpoint, agent)
+        reply_tokens = self._reply_tokens(model)
+        # Taken without an await between check and take, so concurrent calls cannot share the last
+        # of it; one that does not fit waits for its siblings in flight to settle, then gives up.
+        reservation = await self.budget.acquire(
+            prompt_token_bound(messages), reply_tokens or DEFAULT_REPLY_TOKENS
+        )
+        # Metrics and the call's span are labelled with the endpoint's name, never its URL.
+        with self._spans.llm_call(round, role, agent, model.model, endpoint, messages) as span:
+            completion = await self._complete(
+                model,
+                endpoint,
+                role,
+                messages,
+                reservation,
+                seq,
+                reply_tokens,
+                temperature,
+                json_schema,
+                agent,
+            )
+            observe_llm_call(
+                role,
+                model.model,
+                endpoint,
+                latency_s=completion.latency_ms / 1000,
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
+                cached_tokens=completion.cached_tokens,
+            )
+            span.record(
+                text=completion.text,
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
+                attempts=completion.attempts,
+            )
+        fields = parse(completion)
+        record = TranscriptRecord(
+            round=round,
+            role=role,
+            agent=agent,
+            model=completion.model,
+            knowledge=list(knowledge),
+            text=completion.text,
+            output_mode=completion.output_mode,
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            cached_tokens=completion.cached_tokens,
+            latency_ms=round_ms(completion.latency_ms),
+            messages=[{"role": m["role"], "content": m["content"]} for m in messages],
+            **fields,
+        )
+        self._order[id(record)] = seq
+        self.transcript.append(record)
+        await self.emit(
+            "turn.completed",
+            {
+                "round": round,
+                "role": role,
+                "agent": agent,
+                "answer": record.answer,
+                "selected": record.selected,
+                "verdict": record.verdict,
+                "parse_error": record.parse_error,
+                # What a live view shows of the call, the reply cut so a long-winded model cannot
+                # bloat the event stream; the transcript keeps the whole text.
+                "text": record.text[:2000],
+                "knowledge": record.knowledge,
+                "prompt_tokens": record.prompt_tokens,
+                "completion_tokens": record.completion_tokens,
+                "latency_ms": record.latency_ms,
+            },
+        )
+        return record
+
+    def _reply_tokens(self, model: ChatModel) -> int | None:
+        """The ``max_tokens`` a call is sent with: the config's, else (under a token budget, which
+        must know it) the model's own default; ``None`` leaves it to the client."""
+        if self.config.max_tokens is not None:
+            return self.config.max_tokens
+        if self.config.budget_tokens is None:
+            return None
+        default = getattr(model, "max_tokens", None)
+        return default if isinstance(default, int) and default > 0 else DEFAULT_REPLY_TOKENS
+
+    async def _complete(
+        self,
+        model: ChatModel,
+        endpoint: str,
+        role: str,
+        messages: list[ChatMessage],
+        reservation: Reservation,
+        seq: int,
+        reply_tokens: int | None,
+        temperature: float | None,
+        json_schema: dict[str, Any] | None,
+        agent: int | None,
+    ) -> ChatCompletion:
+        """Send the reserved call and settle the reservation, whatever way the call ends."""
+        held = Spend(reservation.prompt, reservation.reply, 1)
+        refund = Spend(-reservation.prompt, -reservation.reply, -1)
+        try:
+            await self._charge(held)  # the worst case is charged before anything is sent
+        except BaseException:
+            self.budget.cancel(reservation)
+            await self._charge(refund)
+            raise
+        try:
+            completion = await model.complete(
+                messages,
+                temperature=self.config.temperature if temperature is None else temperature,
+                max_tokens=reply_tokens,
+                json_schema=json_schema,
+                seed=None if self.config.seed is None else self.config.seed + seq,
+                cache_key=cache_key(role, agent),
+            )
+        except (asyncio.CancelledError, LLMTimeout) as exc:
+            # Cut off in flight: the server may have spent all of it, so all of it stays charged.
+            if isinstance(exc, LLMTimeout):
+                observe_llm_error(role, model.model, endpoint, exc)
+            self.budget.forfeit(reservation)
+            await self._charge(Spend(0, 0, 0, settled=reservation.tokens))
+            raise
+        except LLMError as exc:
+            # Refused or unreachable: no tokens were served.
+            observe_llm_error(role, model.model, endpoint, exc)
+            self.budget.cancel(reservation)
+            await self._charge(refund)
+            raise
+        except BaseException:
+            self.budget.cancel(reservation)
+            await self._charge(refund)
+            raise
+        used = completion.prompt_tokens + completion.completion_tokens
+        self.budget.settle(reservation, used)
+        await self._charge(
+            Spend(
+                completion.prompt_tokens - reservation.prompt,
+                completion.completion_tokens - reservation.reply,
+                0,
+                settled=used,
+            )
+        )
+        return completion
+
+    async def _charge(self, spend: Spend) -> None:
+        """Tell the usage sink, shielded so a cancellation arriving meanwhile cannot lose the charge."""
+        if self._on_usage is not None:
+            await asyncio.shield(self._on_usage(spend))
+
+    async def gather(self, calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
+        """Run independent calls concurrently, or one after another with ``sequential``."""
+        if self.config.sequential:
+            return [await c() for c in calls]
+        tasks = [asyncio.ensure_future(c()) for c in calls]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BudgetExhausted:
+            # A call that did not fit was never sent; the ones that fit are already on their way:
+            # let them finish so their answers (and the tokens they cost) are kept, then stop.
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        except BaseException:
+            # One call failed (budget reached, LLM down, cancelled): stop its siblings too, so no
+            # orphaned call keeps running and recording after the debate has ended.
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    def ordered_transcript(self) -> list[TranscriptRecord]:
+        """Calls grouped by round, agents in order within a round, then judge/summary calls."""
+
+        def key(r: TranscriptRecord) -> tuple[int, int, int, int]:
+            return (
+                r.round if r.round > 0 else 10_000,
+                r.agent is None,
+                r.agent or 0,
+                self._order.get(id(r), 0),
+            )
+
+        return sorted(self.transcript, key=key)
+
+    def usage(self) -> tuple[Usage, dict[str, Usage]]:
+        total = Usage()
+        by_role: dict[str, Usage] = {}
+        for rec in self.transcript:
+            total.add(rec)
+            by_role.setdefault(rec.role, Usage()).add(rec)
+        return total, by_role
+
+
+def cache_key(role: str, agent: int | None) -> str:
+    """The prompt family a call belongs to, for servers that keep one KV cache per family.
+
+    Every agent's selection prompt starts with the same role line and the whole pool, so selections
+    share one family (the second agent's is then almost entirely cached); each agent's own turns
+    form a family (its next turn starts with the same example and, often, the same chosen items);
+    calls without an agent (judge, summarizer, moderator) form the panel's.
+    """
+    if role == "select":
+        return "select"
+    return "panel" if agent is None else f"agent/{agent}"
+
+
+def round_ms(ms: float) -> float:
+    return float(f"{ms:.1f}")

@@ -1,0 +1,41 @@
+"""The common shape every protocol returns to the runner, and the protocol function signature."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from engine.context import DebateContext
+from engine.result import Checkpoint
+
+CheckpointSink = Callable[[Checkpoint], Awaitable[None]]
+
+
+@dataclass
+class Outcome:
+    answer: str | None
+    answer_source: str
+    rounds: int
+    consensus: bool
+    final_answers: list[str | None] = field(default_factory=list)
+
+
+class ProtocolRun:
+    """What a protocol receives besides the context: where to checkpoint and what to resume from."""
+
+    def __init__(
+        self,
+        on_checkpoint: CheckpointSink | None = None,
+        resume: Checkpoint | None = None,
+        gold: list[str] | None = None,
+    ) -> None:
+        self.on_checkpoint = on_checkpoint
+        self.resume = resume
+        self.gold = gold
+
+    async def checkpoint(self, ctx: DebateContext, round: int, state: dict[str, object]) -> None:
+        if self.on_checkpoint is not None:
+            await self.on_checkpoint(Checkpoint(round=round, transcript=list(ctx.transcript), state=state))
+
+
+ProtocolRunner = Callable[[DebateContext, ProtocolRun], Awaitable[Outcome]]

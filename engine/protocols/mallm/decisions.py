@@ -1,0 +1,262 @@
+"""MALLM's decision rules (Kaesberg et al. 2025) as pure functions, plus their tolerant vote parsers.
+
+Choices where the paper is ambiguous (each is a ``MallmSettings`` field, see docs/protocols.md):
+- thresholds: the text says "more than 50%" in one place and "requires 50%" in another; Parley
+  compares with ``>=`` by default (``threshold_rule``), so 2 of 4 agents are a majority;
+- cumulative voting: the prompt (Fig. 18) distributes 10 points, the text 25; default 10
+  (``cumulative_points``). An allocation over the budget is scaled down to it, one under it counts as
+  given ("up to"), negative or unknown entries are dropped;
+- ranked voting: Borda count; the prompt's example is 0-based while solutions are listed from 1;
+  ``ranking_base`` (default 1) decides, and invalid or repeated entries are dropped from a ranking;
+- a tie, or no valid vote at all, is "no decision": the protocol adds a turn and votes again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from engine.jsontext import first_json_object
+
+
+@dataclass(frozen=True)
+class VoteResult:
+    """Scores per candidate (0-based), the winner if unique, and how many voters abstained."""
+
+    scores: list[float]
+    winner: int | None
+    tie: bool
+    abstentions: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def decided(self) -> bool:
+        return self.winner is not None
+
+
+def _decide(scores: list[float], abstentions: int, notes: list[str]) -> VoteResult:
+    if not scores or max(scores) <= 0:
+        return VoteResult(scores, None, False, abstentions, [*notes, "no valid votes"])
+    best = max(scores)
+    leaders = [i for i, s in enumerate(scores) if s == best]
+    if len(leaders) > 1:
+        return VoteResult(scores, None, True, abstentions, [*notes, f"tie between {leaders}"])
+    return VoteResult(scores, leaders[0], False, abstentions, notes)
+
+
+def simple_vote(votes: Sequence[int | None], n: int) -> VoteResult:
+    """One vote per agent (0-based candidate or None = abstained); most votes wins."""
+    scores = [0.0] * n
+    abstentions = 0
+    notes: list[str] = []
+    for v in votes:
+        if v is None or not 0 <= v < n:
+            abstentions += 1
+            if v is not None:
+                notes.append(f"vote {v} outside the candidates")
+            continue
+        scores[v] += 1
+    return _decide(scores, abstentions, notes)
+
+
+def approval_vote(approvals: Sequence[Sequence[int] | None], n: int) -> VoteResult:
+    """Each agent approves any number of candidates; most approvals wins (ties are common)."""
+    scores = [0.0] * n
+    abstentions = 0
+    notes: list[str] = []
+    for a in approvals:
+        if a is None:
+            abstentions += 1
+            continue
+        valid = {c for c in a if 0 <= c < n}
+        if len(valid) < len(set(a)):
+            notes.append(f"ignored approvals outside the candidates: {sorted(set(a) - valid)}")
+        if not valid:
+            abstentions += 1
+        for c in valid:
+            scores[c] += 1
+    return _decide(scores, abstentions, notes)
+
+
+def clean_ranking(ranking: Sequence[int], n: int) -> list[int]:
+    """Valid entries in the order given: inside ``0..n-1`` and each candidate once."""
+    seen: list[int] = []
+    for c in ranking:
+        if 0 <= c < n and c not in seen:
+            seen.append(c)
+    return seen
+
+
+def ranked_vote(rankings: Sequence[Sequence[int] | None], n: int) -> VoteResult:
+    """Borda count: in a ranking of the ``n`` candidates, position p earns ``n - 1 - p`` points.
+
+    Candidates a voter left out earn nothing from that voter; an empty ranking is an abstention.
+    """
+    scores = [0.0] * n
+    abstentions = 0
+    notes: list[str] = []
+    for r in rankings:
+        if r is None:
+            abstentions += 1
+            continue
+        valid = clean_ranking(r, n)
+        if len(valid) != len(r):
+            notes.append(f"ranking {list(r)} had invalid or repeated entries; used {valid}")
+        if not valid:
+            abstentions += 1
+            continue
+        for pos, c in enumerate(valid):
+            scores[c] += n - 1 - pos
+    return _decide(scores, abstentions, notes)
+
+
+def normalise_allocation(
+    alloc: Mapping[int, float], n: int, budget: int
+) -> tuple[dict[int, float], str | None]:
+    """Keep entries for known candidates with positive points; scale down an over-budget allocation."""
+    valid = {c: float(p) for c, p in alloc.items() if 0 <= c < n and p > 0}
+    note = None
+    if len(valid) != len(alloc):
+        note = "dropped entries for unknown candidates or with non-positive points"
+    total = sum(valid.values())
+    if total > budget:
+        valid = {c: p * budget / total for c, p in valid.items()}
+        note = f"{note + '; ' if note else ''}allocation of {total:g} points scaled to {budget}"
+    return valid, note
+
+
+def cumulative_vote(allocations: Sequence[Mapping[int, float] | None], n: int, budget: int) -> VoteResult:
+    """Each agent spreads up to ``budget`` points; most points wins."""
+    scores = [0.0] * n
+    abstentions = 0
+    notes: list[str] = []
+    for a in allocations:
+        if a is None:
+            abstentions += 1
+            continue
+        valid, note = normalise_allocation(a, n, budget)
+        if note:
+            notes.append(note)
+        if not valid:
+            abstentions += 1
+            continue
+        for c, p in valid.items():
+            scores[c] += p
+    scores = [round(s, 6) for s in scores]
+    return _decide(scores, abstentions, notes)
+
+
+# -------------------------------------------------------------------------------- consensus rules
+def threshold_met(supporters: int, n_agents: int, threshold: float, rule: str = ">=") -> bool:
+    """Whether ``supporters`` of ``n_agents`` reach the agreement level (``>=`` or ``>``)."""
+    share = supporters / n_agents if n_agents else 0.0
+    # A small epsilon so 2/3 reaches a 0.66 threshold but float noise never decides a boundary.
+    if rule == ">":
+        return share > threshold + 1e-9
+    return share >= threshold - 1e-9
+
+
+@dataclass
+class AgreementState:
+    """MALLM's agreement counting: the current solution, who proposed it and who agreed since.
+
+    An agent that disagrees (or does not say) proposes its own solution and resets the count; an agent
+    that agrees adds itself. The proposer counts as supporting its own solution.
+    """
+
+    solution: str | None = None
+    proposer: int | None = None
+    supporters: set[int] = field(default_factory=set)
+
+    def update(self, agent: int, agreed: bool | None, answer: str | None) -> None:
+        if agreed and self.proposer is not None:
+            self.supporters.add(agent)
+            return
+        self.solution = answer
+        self.proposer = agent
+        self.supporters = {agent}
+
+    def reached(self, n_agents: int, threshold: float, rule: str = ">=") -> bool:
+        return self.proposer is not None and threshold_met(len(self.supporters), n_agents, threshold, rule)
+
+
+_AGREE = re.compile(r"\[\s*(agree|disagree)\s*\]", re.I)
+_AGREE_WORD = re.compile(r"\b(disagree|agree)\b", re.I)
+
+
+def parse_agreement(text: str) -> tuple[bool | None, str | None]:
+    """``[AGREE]``/``[DISAGREE]`` (regular expression, as MALLM extracts it); the first bracketed tag
+    wins, then the first bare word; None when the reply says neither."""
+    if not text:
+        return None, "empty reply"
+    m = _AGREE.search(text)
+    if m:
+        return m.group(1).lower() == "agree", None
+    stripped = text.strip()
+    # Only a reply that starts as JSON: an "agree" key quoted inside prose is not a decision.
+    data = first_json_object(stripped) if stripped.startswith("{") else None
+    if data is not None and isinstance(data.get("agree"), bool):
+        return bool(data["agree"]), None
+    m = _AGREE_WORD.search(text)
+    if m:
+        return m.group(1).lower() == "agree", "no [AGREE]/[DISAGREE] tag; used the first agree word"
+    return None, "no agreement stated"
+
+
+# ------------------------------------------------------------------------------ vote text parsers
+_INT = re.compile(r"-?\d+")
+
+
+def parse_simple_vote(text: str, base: int) -> int | None:
+    """A single solution number (JSON ``{"vote": n}`` or the first number), returned 0-based."""
+    data = first_json_object(text)
+    vote = data.get("vote") if data is not None else None
+    if isinstance(vote, int) and not isinstance(vote, bool):
+        return vote - base
+    found = _INT.findall(text or "")
+    return int(found[0]) - base if found else None
+
+
+def _numbers(text: str, key: str, base: int) -> list[int] | None:
+    """The JSON ``{key: [..]}`` list, else every number in the text; 0-based; None when there are none."""
+    data = first_json_object(text)
+    listed = data.get(key) if data is not None else None
+    if isinstance(listed, list):
+        return [int(x) - base for x in listed if isinstance(x, int)]
+    found = _INT.findall(text or "")
+    return [int(x) - base for x in found] if found else None
+
+
+def parse_approval(text: str, base: int) -> list[int] | None:
+    """Approved solution numbers (JSON ``{"approved": [..]}`` or comma-separated), 0-based."""
+    return _numbers(text, "approved", base)
+
+
+def parse_ranking(text: str, base: int) -> list[int] | None:
+    """A ranking, best first (JSON ``{"ranking": [..]}`` or numbers separated by spaces), 0-based."""
+    return _numbers(text, "ranking", base)
+
+
+def parse_allocation(text: str, base: int) -> dict[int, float] | None:
+    """A points allocation ``{"1": 6, "2": 4}`` (keys are solution numbers), 0-based keys.
+
+    A ``{"points": {...}}`` wrapper (robust style schema) is accepted too; non-numeric values are
+    dropped; no JSON object at all is unreadable.
+    """
+    data = first_json_object(text)
+    if data is None:
+        return None
+    inner = data.get("points")
+    if isinstance(inner, dict):
+        data = inner
+    alloc: dict[int, float] = {}
+    for k, v in data.items():
+        try:
+            key = int(str(k).strip().removeprefix("Solution").strip())
+        except ValueError:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        alloc[key - base] = alloc.get(key - base, 0.0) + float(v)
+    return alloc if alloc else None

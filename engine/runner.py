@@ -1,0 +1,109 @@
+"""``run_debate``: the engine's one entry point. Pure: no Celery, no HTTP server, no global state."""
+
+from __future__ import annotations
+
+import time
+
+from engine.answers import majority_vote
+from engine.config import DebateConfig, validate_question
+from engine.context import (
+    BudgetExhausted,
+    DebateContext,
+    EventSink,
+    RoleModels,
+    Spend,
+    UsageSink,
+)
+from engine.outcome import CheckpointSink, Outcome, ProtocolRun
+from engine.protocols.common import apply_team, require_gold
+from engine.registry import spec_for
+from engine.result import Checkpoint, DebateResult
+from services.knowledge import KnowledgePool, empty_pool
+
+
+def pool_for(config: DebateConfig, pool: KnowledgePool) -> KnowledgePool:
+    """The part of the shared pool this configuration may use, renumbered from 1."""
+    if not config.needs_pool:
+        return empty_pool(pool.question).model_copy(update={"warnings": pool.warnings})
+    return pool.restricted(config.knowledge_sources())
+
+
+async def run_debate(
+    question: str,
+    pool: KnowledgePool,
+    config: DebateConfig,
+    llm: RoleModels,
+    on_event: EventSink | None = None,
+    *,
+    on_checkpoint: CheckpointSink | None = None,
+    resume: Checkpoint | None = None,
+    gold: list[str] | None = None,
+    on_usage: UsageSink | None = None,
+    spent: Spend | None = None,
+) -> DebateResult:
+    """Debate ``question`` over ``pool`` with ``config.protocol`` and return the full record.
+
+    ``on_event`` receives ``turn.completed``/``judge.verdict``/``round.completed``; ``on_checkpoint``
+    receives the state after each completed round, and ``resume`` continues from such a state.
+    ``gold`` is only for evaluation-only settings that need the reference answer. ``on_usage`` is
+    told what each LLM call cost as it ends; ``spent`` is what the job was charged before (a resumed
+    job), which its budget starts from.
+    """
+    question = validate_question(question)
+    started = time.perf_counter()
+    used_pool = pool_for(config, pool)
+    ctx = DebateContext(
+        question,
+        used_pool,
+        config,
+        llm,
+        on_event,
+        transcript=resume.transcript if resume else (),
+        on_usage=on_usage,
+        spent=spent,
+    )
+    # Set-up every protocol shares, done once here so no protocol can skip it.
+    require_gold(ctx, gold)
+    apply_team(ctx)
+    protocol = spec_for(config.protocol).load_runner()
+    try:
+        outcome = await protocol(ctx, ProtocolRun(on_checkpoint, resume, gold))
+    except BudgetExhausted as exc:
+        outcome = answer_within_budget(ctx, exc)
+    usage, by_role = ctx.usage()
+    return DebateResult(
+        question=question,
+        protocol=config.protocol,
+        answer=outcome.answer,
+        answer_source=outcome.answer_source,
+        rounds=outcome.rounds,
+        consensus=outcome.consensus,
+        pool=used_pool,
+        transcript=ctx.ordered_transcript(),
+        usage=usage,
+        usage_by_role=by_role,
+        final_answers=outcome.final_answers,
+        wall_ms=round((time.perf_counter() - started) * 1000, 1),
+        config=config.model_dump(),
+    )
+
+
+def answer_within_budget(ctx: DebateContext, exc: BudgetExhausted) -> Outcome:
+    """The answer of a debate stopped by its budget: the majority of each agent's latest answer."""
+    # Only roles whose parsed answer is an agent's own answer to the question (not a vote or verdict).
+    answer_roles = spec_for(ctx.config.protocol).answer_roles
+    latest: dict[int, tuple[int, str | None]] = {}
+    for rec in ctx.transcript:
+        agent = rec.agent
+        if rec.role not in answer_roles or agent is None or not rec.answer:
+            continue
+        if agent not in latest or rec.round >= latest[agent][0]:
+            latest[agent] = (rec.round, rec.answer)
+    finals = [latest[a][1] for a in sorted(latest)]
+    answer, votes = majority_vote(finals)
+    rounds = max((r.round for r in ctx.transcript), default=0)
+    if answer is None:
+        source = f"budget exhausted ({exc.what}) before any agent gave a usable answer"
+    else:
+        source = f"budget exhausted ({exc.what}): majority of the agents' latest answers ({votes} votes)"
+    return Outcome(answer=answer, answer_source=source, rounds=rounds, consensus=False, final_answers=finals)

@@ -1,0 +1,102 @@
+"""Debating in this process, without the gateway: the configured or embedded LLM and the retrieval
+service or the embedded index. ``parley ask`` and ``parley mcp --in-process`` run debates this way."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+from rich.console import Console
+
+from engine.config import DebateConfig
+from engine.result import DebateResult
+from engine.runner import EventSink
+from services.embedded_llm import ServedModel
+from services.knowledge import PoolBuilder, empty_pool
+from services.settings import LLMSettings, RetrieverClientSettings
+
+
+@contextlib.contextmanager
+def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[ServedModel]:
+    """The configured server, or the embedded one started for the duration of the block."""
+    if settings.base_url:
+        yield ServedModel(settings.base_url, settings.model)
+        return
+    from services.embedded_llm import MODELS, embedded_from_settings
+
+    spec = MODELS[settings.embedded_model]
+    with console.status(f"Preparing embedded model {spec.description} …") as status:
+
+        def progress(done: int, total: int) -> None:
+            status.update(f"Assembling {spec.filename}: {done * 100 // max(total, 1)}%")
+
+        with embedded_from_settings(settings, progress) as server:
+            status.stop()
+            console.print(f"[dim]Embedded LLM {spec.name} serving at {server.base_url} ({server.kind})[/dim]")
+            yield server.served()
+
+
+@contextlib.asynccontextmanager
+async def pool_builder(console: Console) -> AsyncIterator[PoolBuilder]:
+    """The retrieval service's client, or the in-process retriever on the embedded index."""
+    client_settings = RetrieverClientSettings()
+    if client_settings.url:
+        from services.retriever_client import RetrieverClient
+
+        client = RetrieverClient(
+            client_settings.url,
+            timeout_s=client_settings.client_timeout_s,
+            max_attempts=client_settings.client_max_attempts,
+            retry_window_s=client_settings.client_retry_window_s,
+        )
+        try:
+            yield client
+        finally:
+            await client.aclose()
+        return
+    from retriever.local import LocalPoolBuilder, ensure_index
+    from retriever.settings import RetrieverSettings
+
+    settings = RetrieverSettings()
+    ensure_index(settings, progress=True)
+    builder = LocalPoolBuilder.open(settings)
+    try:
+        yield builder
+    finally:
+        close = getattr(builder, "close", None)
+        if close is not None:
+            close()
+
+
+class LocalDebater:
+    """Runs debates in this process; the LLM endpoint (the embedded server, if none is configured) is
+    started on the first debate and kept until ``close``."""
+
+    def __init__(self, llm_settings: LLMSettings, console: Console) -> None:
+        self.llm_settings = llm_settings
+        self.console = console
+        self._stack = contextlib.ExitStack()
+        self._served: ServedModel | None = None
+
+    def close(self) -> None:
+        self._stack.close()
+        self._served = None
+
+    async def debate(
+        self, question: str, config: DebateConfig, on_event: EventSink | None = None
+    ) -> DebateResult:
+        from engine.runner import run_debate
+        from services.llm_factory import build_role_models
+
+        if config.needs_pool:
+            async with pool_builder(self.console) as builder:
+                pool = await builder.build_pool(question, k_wiki=config.k_wiki, k_web=config.k_web)
+        else:
+            pool = empty_pool(question)
+        if self._served is None:
+            self._served = self._stack.enter_context(llm_endpoint(self.llm_settings, self.console))
+        models = build_role_models(self.llm_settings, served=self._served)
+        try:
+            return await run_debate(question, pool, config, models, on_event)
+        finally:
+            await models.aclose()

@@ -1,0 +1,72 @@
+"""Score one answer against one item, by the item's kind.
+
+Every kind gets EM/F1/contains (they are cheap and make runs comparable across kinds); ``correct`` is
+the kind's own accuracy: the chosen primary metric for generative QA (EM by default, or contains, or
+the LLM judge), the label for FEVER, the option for multiple choice, Strict for KKS, and numeric
+equivalence for arithmetic (``math``: ``3/2``, ``1.5`` and ``1.5 m/s`` are one answer).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from evaluation import metrics
+from evaluation.datasets import Item
+from evaluation.equivalence import numeric_match
+from evaluation.kks import score_kks
+
+PrimaryMetric = Literal["em", "contains", "judge"]
+
+
+class Scores(BaseModel):
+    em: float
+    f1: float
+    contains: float
+    correct: float
+    label: str | None = None
+    choice: str | None = None
+    strict: float | None = None
+    smooth: float | None = None
+    judge: bool | None = None
+    numeric: float | None = None
+
+
+def score_answer(
+    item: Item, answer: str | None, *, primary: PrimaryMetric = "em", judge: bool | None = None
+) -> Scores:
+    """All metrics for ``answer``; ``judge`` is the LLM judge's verdict when one was asked for."""
+    gold = item.answers
+    em = metrics.exact_match(answer, gold)
+    f1 = metrics.f1_score(answer, gold)
+    contains = metrics.contains_match(answer, gold)
+    if item.kind == "fever":
+        label = metrics.fever_label(answer)
+        return Scores(em=em, f1=f1, contains=contains, correct=float(label == gold[0]), label=label)
+    if item.kind == "mc":
+        choices = list(item.meta.get("choices", []))
+        idx = metrics.mc_choice(answer, choices)
+        letter = None if idx is None else metrics.CHOICE_LETTERS[idx]
+        return Scores(em=em, f1=f1, contains=contains, correct=float(letter == gold[0]), choice=letter)
+    if item.kind == "math":
+        numeric = numeric_match(answer, gold)
+        return Scores(em=em, f1=f1, contains=contains, correct=max(numeric, em), numeric=numeric)
+    if item.kind == "kks":
+        solution: dict[str, str] = dict(item.meta.get("solution", {}))
+        strict, smooth = score_kks(answer, solution)
+        return Scores(em=em, f1=f1, contains=contains, correct=strict, strict=strict, smooth=smooth)
+    if primary == "judge":
+        correct = float(bool(judge))
+    elif primary == "contains":
+        correct = contains
+    else:
+        correct = em
+    return Scores(em=em, f1=f1, contains=contains, correct=correct, judge=judge)
+
+
+def is_correct(item: Item, answer: str | None, primary: PrimaryMetric = "em") -> bool:
+    """Rule-based correctness of an intermediate answer (per-round curves, Co2); the judge is not
+    called for every round, so ``judge`` falls back to contains there."""
+    rule: PrimaryMetric = "contains" if primary == "judge" else primary
+    return score_answer(item, answer, primary=rule).correct >= 1.0

@@ -1,0 +1,318 @@
+"""The output folder of an evaluation: append-only JSONL files that make interrupted runs resumable.
+
+Layout::
+
+    OUT/eval.json                 manifest: dataset, runs (label, protocol, style, config), primary metric
+    OUT/items.jsonl               the items evaluated (the report can be rebuilt without the dataset),
+                                  with the pools published with them (MADKE's files)
+    OUT/pools.jsonl               one retrieved pool per item, built once, shared by every run
+    OUT/results/<label>.jsonl     one line per item: answer, gold, scores, rounds, calls, tokens, seconds
+    OUT/transcripts/<label>.jsonl the full DebateResult per item (``transcript_ref`` points here)
+    OUT/api/<label>.json          the batch id of an ``--api`` run, so a resumed run keeps polling it
+
+Every line is written and flushed as soon as its item finishes; the last line for an id wins, and a
+torn last line (a crash mid-write) is ignored. Resuming therefore redoes nothing that finished and
+retries everything that failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from engine.result import DebateResult
+from evaluation.datasets import Item
+from evaluation.judge import JudgeVerdict
+from evaluation.scoring import Scores
+from services.knowledge import KnowledgePool
+
+_SAFE_LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class RunSpec(BaseModel):
+    """One column of the report: a protocol in a prompt style with its full engine configuration."""
+
+    label: str
+    protocol: str
+    prompt_style: str
+    config: dict[str, Any]
+    budget_of: str | None = Field(
+        default=None,
+        description="same-budget vote baseline: the run whose per-question token use this run may spend",
+    )
+
+
+class Manifest(BaseModel):
+    dataset: str
+    format: str
+    limit: int | None = None
+    primary: str = "em"
+    runs: list[RunSpec]
+    judge_model: str | None = None
+    problems: list[str] = Field(default_factory=list, description="dataset lines skipped, with numbers")
+    compare: list[tuple[str, str]] = Field(default_factory=list, description="extra --compare pairs")
+    preset: str | None = Field(default=None, description="the paper preset the runs were planned from")
+    benchmark: str | None = Field(default=None, description="benchmark name for the published figures")
+    pool_source: str = Field(
+        default="retriever", description="file: the dataset's own pools; retriever: pools built by Parley"
+    )
+    pool_items_dropped: int = Field(default=0, description="published pool entries without text, dropped")
+    created_at: str = Field(default_factory=lambda: now_iso())
+    updated_at: str = Field(default_factory=lambda: now_iso())
+
+
+class ResultRecord(BaseModel):
+    """One line of ``results/<label>.jsonl``."""
+
+    id: str
+    index: int
+    run: str
+    protocol: str
+    prompt_style: str
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    question: str
+    gold: list[str]
+    kind: str = "qa"
+    answer: str | None = None
+    answer_source: str | None = None
+    final_answers: list[str | None] = Field(default_factory=list)
+    consistent: bool | None = None
+    rounds: int = 0
+    consensus: bool | None = None
+    scores: Scores | None = None
+    judge: JudgeVerdict | None = None
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    budget_tokens: int | None = Field(default=None, description="same-budget runs: the debate's tokens")
+    samples: int | None = Field(default=None, description="same-budget runs: votes sampled")
+    transcript_ref: str | None = None
+    attempt: int = 1
+    finished_at: str = Field(default_factory=lambda: now_iso())
+
+
+class WorkspaceError(RuntimeError):
+    """The output folder holds results that do not fit this command (another config for a label)."""
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def check_label(label: str) -> str:
+    if not _SAFE_LABEL.match(label):
+        raise ValueError(f"run label {label!r} may only contain letters, digits, '.', '_' and '-'")
+    return label
+
+
+def _append(path: Path, obj: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(obj, ensure_ascii=False) + "\n"
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """JSON objects of a JSONL file, skipping a torn or garbled line instead of failing the resume."""
+    if not path.exists():
+        return
+    with path.open(encoding="utf-8") as f:
+        for raw in f:
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+class Workspace:
+    """Reads and writes one evaluation's output folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    # -- manifest and items ---------------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "eval.json"
+
+    def load_manifest(self) -> Manifest | None:
+        if not self.manifest_path.exists():
+            return None
+        return Manifest.model_validate_json(self.manifest_path.read_text(encoding="utf-8"))
+
+    def save_manifest(self, manifest: Manifest) -> None:
+        _atomic_write(self.manifest_path, manifest.model_dump_json(indent=2))
+
+    def merge_manifest(self, new: Manifest) -> Manifest:
+        """Keep earlier runs, add new ones; refuse a label whose configuration changed.
+
+        Mixing answers from two configurations under one label would make its numbers meaningless,
+        so a changed config needs a fresh ``--out`` (or ``--fresh``).
+        """
+        old = self.load_manifest()
+        if old is None:
+            self.save_manifest(new)
+            return new
+        if old.primary != new.primary:
+            raise WorkspaceError(
+                f"{self.root} was scored with --primary {old.primary}; use that, or a new --out"
+            )
+        if old.pool_source != new.pool_source:
+            raise WorkspaceError(
+                f"{self.root} was run with --pool {old.pool_source}; its answers used other knowledge "
+                f"than --pool {new.pool_source} would; use that, or a new --out"
+            )
+        runs = {r.label: r for r in old.runs}
+        for spec in new.runs:
+            prev = runs.get(spec.label)
+            if prev is not None and prev.config != spec.config:
+                changed = sorted(
+                    k for k in set(prev.config) | set(spec.config) if prev.config.get(k) != spec.config.get(k)
+                )
+                raise WorkspaceError(
+                    f"{self.root} already holds run {spec.label!r} with a different configuration "
+                    f"(changed: {', '.join(changed)}); use a new --out or --fresh"
+                )
+            runs[spec.label] = spec
+        merged = new.model_copy(
+            update={"runs": list(runs.values()), "created_at": old.created_at, "updated_at": now_iso()}
+        )
+        self.save_manifest(merged)
+        return merged
+
+    @property
+    def items_path(self) -> Path:
+        return self.root / "items.jsonl"
+
+    def save_items(self, items: list[Item]) -> None:
+        """Record the evaluated items, keeping ones from earlier invocations (a larger --limit later)."""
+        known = {it.id: it for it in self.load_items()}
+        for it in items:
+            known[it.id] = it
+        _atomic_write(self.items_path, "".join(it.model_dump_json() + "\n" for it in known.values()))
+
+    def load_items(self) -> list[Item]:
+        out = []
+        for obj in _read_lines(self.items_path):
+            try:
+                out.append(Item.model_validate(obj))
+            except ValidationError:
+                continue
+        return out
+
+    # -- pools ----------------------------------------------------------------------------------
+    @property
+    def pools_path(self) -> Path:
+        return self.root / "pools.jsonl"
+
+    def load_pools(self) -> dict[str, KnowledgePool]:
+        pools: dict[str, KnowledgePool] = {}
+        for obj in _read_lines(self.pools_path):
+            try:
+                pools[str(obj["id"])] = KnowledgePool.model_validate(obj["pool"])
+            except (KeyError, ValidationError):
+                continue
+        return pools
+
+    def save_pool(self, item_id: str, pool: KnowledgePool) -> None:
+        _append(self.pools_path, {"id": item_id, "pool": pool.model_dump(mode="json")})
+
+    # -- results and transcripts ----------------------------------------------------------------
+    def results_path(self, label: str) -> Path:
+        return self.root / "results" / f"{check_label(label)}.jsonl"
+
+    def transcripts_path(self, label: str) -> Path:
+        return self.root / "transcripts" / f"{check_label(label)}.jsonl"
+
+    def load_results(self, label: str) -> dict[str, ResultRecord]:
+        """The latest record per item id."""
+        out: dict[str, ResultRecord] = {}
+        for obj in _read_lines(self.results_path(label)):
+            try:
+                rec = ResultRecord.model_validate(obj)
+            except ValidationError:
+                continue
+            out[rec.id] = rec
+        return out
+
+    def write_result(self, record: ResultRecord, result: DebateResult | None = None) -> ResultRecord:
+        """Append the transcript first, then the result line that refers to it (a crash between the
+        two leaves an orphan transcript, never a result without its transcript)."""
+        if result is not None:
+            _append(
+                self.transcripts_path(record.run), {"id": record.id, "result": result.model_dump(mode="json")}
+            )
+            record = record.model_copy(
+                update={"transcript_ref": f"transcripts/{record.run}.jsonl#{record.id}"}
+            )
+        _append(self.results_path(record.run), record.model_dump(mode="json"))
+        return record
+
+    def load_transcripts(self, label: str) -> dict[str, DebateResult]:
+        out: dict[str, DebateResult] = {}
+        for obj in _read_lines(self.transcripts_path(label)):
+            try:
+                out[str(obj["id"])] = DebateResult.model_validate(obj["result"])
+            except (KeyError, ValidationError):
+                continue
+        return out
+
+    def compact(self, label: str, order: list[str]) -> None:
+        """Rewrite a run's files with one line per item in dataset order (after a resumed run they
+        hold superseded lines). Atomic, so an interruption here loses nothing."""
+        results = self.load_results(label)
+        rank = {item_id: i for i, item_id in enumerate(order)}
+        ordered = sorted(results.values(), key=lambda r: (rank.get(r.id, len(rank)), r.index))
+        _atomic_write(self.results_path(label), "".join(r.model_dump_json() + "\n" for r in ordered))
+        path = self.transcripts_path(label)
+        if path.exists():
+            latest: dict[str, dict[str, Any]] = {}
+            for obj in _read_lines(path):
+                if "id" in obj:
+                    latest[str(obj["id"])] = obj
+            keep = [latest[r.id] for r in ordered if r.id in latest and r.status == "ok"]
+            _atomic_write(path, "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in keep))
+
+    # -- API batches ----------------------------------------------------------------------------
+    def batch_state_path(self, label: str) -> Path:
+        return self.root / "api" / f"{check_label(label)}.json"
+
+    def load_batch_state(self, label: str) -> dict[str, Any] | None:
+        path = self.batch_state_path(label)
+        if not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    def save_batch_state(self, label: str, state: dict[str, Any] | None) -> None:
+        path = self.batch_state_path(label)
+        if state is None:
+            path.unlink(missing_ok=True)
+        else:
+            _atomic_write(path, json.dumps(state, indent=2))

@@ -1,0 +1,109 @@
+"""``mad`` (Liang et al.) end to end: tit for tat, adaptive break, extractive judge, bad verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import DebateConfig
+from engine.protocols.mad import parse_mad_verdict
+from tests.engine.protocols.helpers import debate, texts
+from tests.support.scripted_llm import ScriptedLLM
+
+pytestmark = pytest.mark.unit
+
+JUDGE2 = "Please summarize your reasons and give the final answer"
+JUDGE1 = "what answer candidates do we have"
+MODERATOR = "You, as the moderator"
+NO = '{"Whether there is a preference": "No", "Supported Side": "", "Reason": "", "debate_answer": ""}'
+YES_NEG = (
+    '```json\n{"Whether there is a preference": "Yes", "Supported Side": "Negative", '
+    '"Reason": "Paris is the seat of government.", "debate_answer": "Paris"}\n```'
+)
+
+
+def script(
+    server: ScriptedLLM, moderator: str | list[str], judge: str = '{"Reason": "r", "debate_answer": "Paris"}'
+) -> None:
+    server.on(JUDGE2, judge)
+    server.on(JUDGE1, "Candidates: Lyon, Paris")
+    server.on(MODERATOR, moderator)
+    server.on("You are negative side", "I disagree. The answer is [Paris].")
+    server.on("You are affirmative side", "The answer is [Lyon].")
+
+
+async def test_adaptive_break_on_moderator_preference(scripted: ScriptedLLM) -> None:
+    script(scripted, [NO, YES_NEG])
+    result, events = await debate(scripted, protocol="mad", rounds=3)
+    assert result.rounds == 2 and result.consensus is True
+    assert (
+        result.answer == "Paris" and "moderator (round 2, supported side: negative)" in result.answer_source
+    )
+    roles = [(r.round, r.role, r.agent) for r in result.transcript]
+    assert roles == [
+        (1, "affirmative", 0), (1, "negative", 1), (1, "moderator", None),
+        (2, "affirmative", 0), (2, "negative", 1), (2, "moderator", None),
+    ]  # fmt: skip
+    # the tit-for-tat level 2 sentence is in the meta prompt; round 2 answers the opponent
+    assert "It's not necessary to fully agree" in texts(scripted, "You are affirmative side")[0]
+    assert "Do you agree with my perspective?" in texts(scripted, "You are affirmative side")[1]
+    assert "You disagree with my answer" in texts(scripted, "You are negative side")[0]
+    assert [e for e, _ in events].count("judge.verdict") == 2
+
+
+async def test_round_limit_uses_the_two_step_judge(scripted: ScriptedLLM) -> None:
+    script(scripted, NO)
+    result, _ = await debate(scripted, protocol="mad", rounds=2, mad={"tit_for_tat": 3})
+    assert result.rounds == 2 and result.answer == "Paris"
+    assert result.answer_source == "extractive judge (round limit)"
+    judge_calls = [r for r in result.transcript if r.role == "judge"]
+    assert len(judge_calls) == 2
+    step2 = texts(scripted, JUDGE2)[0]
+    assert "Candidates: Lyon, Paris" in step2  # the second step sees the first step's reply
+    assert (
+        "Both sides must disagree with each other on every point"
+        in texts(scripted, "You are negative side")[0]
+    )
+
+
+async def test_unreadable_verdicts_are_reasked_then_abstain(scripted: ScriptedLLM) -> None:
+    script(scripted, "Both sides have a point.", judge="I cannot decide.")
+    result, _ = await debate(scripted, protocol="mad", rounds=1, reasks=1)
+    mods = [r for r in result.transcript if r.role == "moderator"]
+    assert len(mods) == 2 and mods[-1].extra.get("abstained") is True
+    assert result.answer == "Paris"
+    assert "negative side's last answer" in result.answer_source and "abstained" in result.answer_source
+    assert len([r for r in result.transcript if r.role == "judge"]) == 1 + 2  # candidates + final and re-ask
+    assert "could not be read" in texts(scripted, JUDGE2)[-1]
+
+
+async def test_swap_sides_and_robust_style_sends_schema(scripted: ScriptedLLM) -> None:
+    scripted.on(
+        "Is one side clearly correct?",
+        "x",
+        json_reply='{"preference": true, "supported_side": "negative", "debate_answer": "Paris"}',
+    )
+    scripted.on("You are the negative side", "Final answer: [Paris]")
+    scripted.on("You are the affirmative side", "Final answer: [Lyon]")
+    result, _ = await debate(scripted, protocol="mad", prompt_style="robust", mad={"swap_sides": True})
+    assert result.answer == "Paris" and result.rounds == 1
+    sides = {r.role: r.agent for r in result.transcript if r.agent is not None}
+    assert sides == {"affirmative": 1, "negative": 0}
+    mod = next(b for b in scripted.requests if "Is one side clearly correct?" in str(b["messages"]))
+    assert "response_format" in mod
+    assert result.final_answers == ["Paris", "Lyon"]
+
+
+def test_verdict_parser_never_evaluates_code() -> None:
+    v = parse_mad_verdict('{"Whether there is a preference": "__import__(\'os\')", "debate_answer": "x"}')
+    assert v.preference is None and v.parse_error
+    v = parse_mad_verdict('preference: yes, debate_answer: "Paris"')
+    assert v.preference is True
+    v = parse_mad_verdict('Sure! {"Reason": "r", "debate_answer": "Paris"} done', require_preference=False)
+    assert v.answer == "Paris"
+
+
+def test_mad_needs_two_debaters() -> None:
+    with pytest.raises(ValueError, match="agents"):
+        DebateConfig(protocol="mad", agents=3)
+    with pytest.raises(ValueError, match="tit_for_tat"):
+        DebateConfig(protocol="mad", mad={"tit_for_tat": 4})

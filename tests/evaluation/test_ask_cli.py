@@ -1,0 +1,104 @@
+"""``parley ask`` as a user runs it: a real process, the in-process retriever, a real HTTP LLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluation.ask_cli import resolve_style
+from tests.retriever.support import build_slice_index
+from tests.support.scripted_llm import ScriptedLLM
+
+QUESTION = "On what date in 1969 did Neil Armstrong first set foot on the moon?"
+
+
+def run_parley(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    full_env.update(env, HF_HUB_OFFLINE="1")
+    return subprocess.run(
+        [sys.executable, "-m", "parley_cli", *args],
+        env=full_env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.unit
+def test_auto_style_is_robust_on_the_embedded_model_only() -> None:
+    assert resolve_style("auto", "auto", embedded=True) == ("robust", "both")
+    assert resolve_style("auto", "auto", embedded=False) == ("paper", "llm")
+    assert resolve_style("paper", "auto", embedded=True) == ("paper", "llm")
+    assert resolve_style("robust", "rule", embedded=False) == ("robust", "rule")
+
+
+@pytest.mark.integration
+def test_ask_json_with_in_process_retrieval(tmp_path: Path) -> None:
+    settings = build_slice_index(tmp_path / "index", titles=["Apollo 11", "Neil Armstrong", "Moon", "Paris"])
+    with ScriptedLLM() as llm:
+        llm.on("select knowledge", "The most helpful knowledge is [1], [42].")
+        llm.on("respond with [Yes]", "[Yes]")
+        llm.on("summarize the final answer", "The final answer is [July 20, 1969].")
+        llm.on("Question:", "Therefore, the answer is [July 20, 1969].")
+        proc = run_parley(
+            ["ask", QUESTION, "--json"],
+            {
+                "PARLEY_LLM_BASE_URL": llm.base_url,
+                "PARLEY_LLM_MODEL": "scripted",
+                "PARLEY_RETRIEVER_DATA_DIR": str(settings.data_dir),
+            },
+            tmp_path,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["answer"] == "July 20, 1969" and result["rounds"] == 1 and result["consensus"] is True
+    assert set(result["usage"]) >= {"calls", "prompt_tokens", "completion_tokens"}
+    items = result["pool"]["items"]
+    assert len(items) == 5 and [i["n"] for i in items] == [1, 2, 3, 4, 5]
+    assert all(i["source"] == "wikipedia" and i["title"] and i["text"] for i in items)
+    assert any(i["title"] in ("Apollo 11", "Neil Armstrong") for i in items[:2])
+    assert any("web search provider" in w for w in result["pool"]["warnings"])
+    select = [t for t in result["transcript"] if t["role"] == "select"]
+    assert select and all(t["selected"] == [1] and t["ignored_selection"] == [42] for t in select)
+    keys = {
+        "round",
+        "role",
+        "agent",
+        "selected",
+        "text",
+        "answer",
+        "parse_error",
+        "prompt_tokens",
+        "completion_tokens",
+        "latency_ms",
+    }
+    assert all(keys <= set(t) for t in result["transcript"])
+
+
+@pytest.mark.integration
+def test_ask_reports_bad_input_and_unreachable_llm(tmp_path: Path) -> None:
+    proc = run_parley(
+        ["ask", "  ", "--knowledge", "none"], {"PARLEY_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, tmp_path
+    )
+    assert proc.returncode == 2 and "question is empty" in proc.stderr
+    proc = run_parley(
+        ["ask", "Why?", "--rounds", "0"], {"PARLEY_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, tmp_path
+    )
+    assert proc.returncode == 2 and "rounds" in proc.stderr
+    proc = run_parley(
+        ["ask", "Why is the sky blue?", "--knowledge", "none"],
+        {
+            "PARLEY_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+            "PARLEY_LLM_MAX_ATTEMPTS": "2",
+            "PARLEY_LLM_BACKOFF_BASE_S": "0.01",
+        },
+        tmp_path,
+    )
+    assert proc.returncode == 1
+    assert "LLMUnavailable" in proc.stderr and "127.0.0.1:9" in proc.stderr
