@@ -22,17 +22,17 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from retriever.indexer import IndexMissing
+from retriever.jvm import JVMUnavailable
 from retriever.pools import MAX_K, InvalidRequest
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings, SearchMode
+from retriever.vector_store import VectorStoreError
 from services import telemetry
-from services.jvm import JVMUnavailable
 from services.knowledge import KnowledgePool
 from services.logging_setup import configure_logging
 from services.metrics import instrument_app, observe_pool
 from services.problem_details import problem_response, validation_errors
 from services.settings import ObservabilitySettings
-from services.vector_store import VectorStoreError
 
 log = logging.getLogger("parley.retriever")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from retriever.corpus import Passage
-from services.jvm import import_pyserini_indexer, import_pyserini_searcher, pyserini_available
+from retriever.jvm import import_pyserini_indexer, import_pyserini_searcher, pyserini_available
 
 
 def bm25_index_exists(index_dir: Path) -> bool:

@@ -74,9 +74,9 @@ def build(
     from retriever.encoders import EncoderError
     from retriever.indexer import build_index, checkpoint_status
     from retriever.ingest import FileSource, ListSource
+    from retriever.jvm import pyserini_available
     from retriever.settings import RetrieverSettings
-    from services.jvm import pyserini_available
-    from services.vector_store import VectorStoreError
+    from retriever.vector_store import VectorStoreError
 
     if dpr_tsv is not None and jsonl is not None:
         raise typer.BadParameter("give at most one of --dpr-tsv and --jsonl")
@@ -183,7 +183,7 @@ def stats(
     """Passages, vector size, embedding model, store location and disk use."""
     from retriever.indexer import index_stats
     from retriever.settings import RetrieverSettings
-    from services.vector_store import VectorStoreError
+    from retriever.vector_store import VectorStoreError
 
     s = _settings(data_dir)
     assert isinstance(s, RetrieverSettings)

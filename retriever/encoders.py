@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from services.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_path
+from retriever.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_path
 
 if TYPE_CHECKING:
     from retriever.settings import RetrieverSettings

@@ -22,6 +22,7 @@ from typing import Any
 
 from retriever.bm25 import Bm25Writer, bm25_index_exists
 from retriever.corpus import Passage, read_vital
+from retriever.embedder import Embedder
 from retriever.encoders import make_embedder
 from retriever.ingest import (
     CorpusSource,
@@ -33,6 +34,7 @@ from retriever.ingest import (
     checkpoint_path,
     rejects_path,
 )
+from retriever.jvm import pyserini_available
 from retriever.passage_store import (
     EDGE_VERSION,
     PassageStore,
@@ -40,9 +42,7 @@ from retriever.passage_store import (
 )
 from retriever.settings import RetrieverSettings
 from retriever.stores import open_passages, open_stores
-from services.embedder import Embedder
-from services.jvm import pyserini_available
-from services.vector_store import VectorStoreError, dir_size
+from retriever.vector_store import VectorStoreError, dir_size
 
 __all__ = [
     "BUILD_HINT",

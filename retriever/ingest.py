@@ -39,10 +39,10 @@ import numpy as np
 from tqdm import tqdm
 
 from retriever.corpus import Passage, passages_of, wikipedia_url
+from retriever.embedder import Embedder
 from retriever.passage_store import PassageStore
 from retriever.settings import RetrieverSettings
-from services.embedder import Embedder
-from services.vector_store import VectorStoreError, point_id
+from retriever.vector_store import VectorStoreError, point_id
 
 # Batches read ahead of the one being written (encoding and Lucene work on them meanwhile).
 AHEAD = 2

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from services.vector_store import Hit, StoreLocked, VectorStoreError, dir_size
+from retriever.vector_store import Hit, StoreLocked, VectorStoreError, dir_size
 
 # The Qdrant Edge release this code and its on-disk format are tested with (pyproject pins the same).
 EDGE_VERSION = "0.9.0"

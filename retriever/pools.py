@@ -39,9 +39,9 @@ import numpy as np
 from retriever.search import PassageHit, WikiRetriever, elapsed_ms
 from retriever.settings import RetrieverSettings
 from retriever.stores import PoolBackend
+from retriever.vector_store import point_id
+from retriever.websearch import WebResult, WebSearch, WebSearchError
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.vector_store import point_id
-from services.websearch import WebResult, WebSearch, WebSearchError
 
 MAX_K = 50
 log = logging.getLogger("parley.retriever")

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import httpx
 
 from retriever.bm25 import Bm25Index
+from retriever.embedder import Embedder
 from retriever.indexer import make_embedder, open_stores
 from retriever.passage_store import PassageStore
 from retriever.pools import PoolBackend, PoolService, PoolStore
 from retriever.search import WikiRetriever
 from retriever.settings import RetrieverSettings
-from services.embedder import Embedder
-from services.websearch import BraveSearch, SearxngSearch, SerperSearch, WebSearch
+from retriever.websearch import BraveSearch, SearxngSearch, SerperSearch, WebSearch
 
 # all-MiniLM-L6-v2's size; used to create the pools collection without loading the model first.
 _KNOWN_DIMS = {"all-MiniLM-L6-v2": 384}

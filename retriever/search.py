@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from retriever.bm25 import Bm25Index
+from retriever.embedder import Embedder
 from retriever.indexer import BUILD_HINT, IndexMissing, outdated_index_hint
 from retriever.passage_store import PassageStore
 from retriever.settings import RetrieverSettings, SearchMode
-from services.embedder import Embedder
-from services.vector_store import Hit, point_id
+from retriever.vector_store import Hit, point_id
 
 
 @dataclass(frozen=True)

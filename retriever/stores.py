@@ -10,7 +10,7 @@ import numpy as np
 
 from retriever.passage_store import EdgePassageStore, PassageStore, ServerPassageStore, StoreLayout
 from retriever.settings import RetrieverSettings
-from services.vector_store import Hit, VectorStore
+from retriever.vector_store import Hit, VectorStore
 
 
 class PoolBackend(Protocol):

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from retriever.embedder import Embedder
 from retriever.settings import RetrieverSettings
-from services.embedder import Embedder
 from tests.retriever.support import build_slice_index, copy_index, slice_settings
 
 

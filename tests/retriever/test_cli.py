@@ -13,7 +13,7 @@ from retriever.cli import index_app
 from retriever.passage_store import EdgePassageStore, StoreLayout
 from retriever.runtime import ConfigError, make_web_search
 from retriever.settings import RetrieverSettings
-from services.websearch import BraveSearch, SearxngSearch, SerperSearch
+from retriever.websearch import BraveSearch, SearxngSearch, SerperSearch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

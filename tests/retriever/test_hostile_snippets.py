@@ -21,11 +21,11 @@ from engine.parsing import parse_bracket_answer, parse_selection, parse_verdict
 from engine.prompts import robust
 from engine.prompts.untrusted import CLOSE, MAX_ITEM_CHARS, OPEN
 from engine.runner import run_debate
+from retriever.embedder import Embedder
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
-from services.embedder import Embedder
+from retriever.websearch import SearxngSearch
 from services.llm import OpenAIChatClient
-from services.websearch import SearxngSearch
 from tests.retriever.support import ReplayServer, searxng_body
 from tests.support.scripted_llm import ScriptedLLM, request_text
 

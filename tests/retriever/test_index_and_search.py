@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from retriever.corpus import read_jsonl
+from retriever.embedder import Embedder
 from retriever.indexer import build_index, ensure_index, index_ready, index_stats
 from retriever.search import rrf_fuse
 from retriever.settings import RetrieverSettings
-from services.embedder import Embedder
 from tests.retriever.support import KNOWN_QUESTIONS, SLICE_TITLES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -20,10 +20,10 @@ from retriever.cli import index_app
 from retriever.encoders import make_embedder
 from retriever.indexer import index_stats
 from retriever.ingest import Checkpoint, checkpoint_path, rejects_path
+from retriever.jvm import import_pyserini_searcher
 from retriever.passage_store import EdgePassageStore, StoreLayout
 from retriever.settings import RetrieverSettings
-from services.jvm import import_pyserini_searcher
-from services.vector_store import point_id
+from retriever.vector_store import point_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

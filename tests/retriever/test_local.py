@@ -6,8 +6,8 @@ import pytest
 
 from retriever.local import LocalPoolBuilder, ensure_index
 from retriever.settings import RetrieverSettings
+from retriever.vector_store import StoreLocked
 from services.knowledge import PoolBuilder
-from services.vector_store import StoreLocked
 
 pytestmark = [pytest.mark.integration]
 

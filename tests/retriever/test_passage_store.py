@@ -12,7 +12,7 @@ import pytest
 from qdrant_client import QdrantClient
 
 from retriever.passage_store import EdgePassageStore, ServerPassageStore, StoreLayout
-from services.vector_store import StoreLocked, VectorStoreError, point_id
+from retriever.vector_store import StoreLocked, VectorStoreError, point_id
 from tests.retriever.support import ReplayServer
 
 pytestmark = pytest.mark.unit

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from retriever.embedder import Embedder
 from retriever.pools import InvalidRequest, _Candidate, dedupe, normalize_question
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
-from services.embedder import Embedder
-from services.websearch import SearxngSearch
+from retriever.websearch import SearxngSearch
 from tests.retriever.support import WEB_RESULTS, ReplayServer, searxng_body
 
 pytestmark = [pytest.mark.integration]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.websearch import (
+from retriever.websearch import (
     BraveSearch,
     SearxngSearch,
     SerperSearch,

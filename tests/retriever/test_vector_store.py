@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.vector_store import StoreLocked, VectorStore, point_id
+from retriever.vector_store import StoreLocked, VectorStore, point_id
 
 pytestmark = pytest.mark.unit
 
