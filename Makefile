@@ -66,6 +66,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # The configuration reference is generated from the settings classes so it cannot drift from them.
 docs: install

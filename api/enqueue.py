@@ -12,7 +12,7 @@ from typing import Protocol
 from anyio import to_thread
 from celery import Celery
 
-from debate_worker.worker_settings import TASK_RUN_DEBATE
+from services.task_queue import TASK_RUN_DEBATE
 
 
 class Enqueuer(Protocol):

@@ -38,9 +38,9 @@ from api.problems import Problem
 from api.schemas import BatchAccepted, BatchItem, BatchView
 from api.settings import ApiSettings
 from api.submission import fingerprint, idempotent, submit_jobs
-from debate_worker.worker_settings import QUEUE_BATCH
 from engine.config import DebateConfig
 from services.jobstore import ACTIVE, TERMINAL, BatchRecord, JobRecord, new_id
+from services.task_queue import QUEUE_BATCH
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 

@@ -19,10 +19,10 @@ from api.deps import ApiState
 from api.guards import StoredResponse
 from api.problems import Problem
 from api.schemas import DebateRequest, JobView, Progress
-from debate_worker.worker_settings import QUEUE_INTERACTIVE
 from engine.config import DebateConfig
 from services.jobstore import ACTIVE, BatchRecord, JobFull, JobRecord, new_id, usage_day
 from services.metrics import REFUSALS
+from services.task_queue import QUEUE_INTERACTIVE
 
 
 def fingerprint(body: bytes, *parts: str) -> str:

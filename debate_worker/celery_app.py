@@ -10,8 +10,8 @@ Fairness: single debates go to ``parley.interactive``, batch items to ``parley.b
 consumes both, and kombu's Redis transport rotates the queue order after every message it takes, so
 a 10,000-item batch delays a single request by at most one debate per worker process.
 
-The API uses ``create_publisher`` (the same message format, no task code); workers use
-``create_worker_app``. Celery settings never come from ``os.environ`` here, only from the settings
+The API uses ``services.task_queue.create_publisher`` (the same message format, no task code);
+workers use ``create_worker_app``. Celery settings never come from ``os.environ`` here, only from the settings
 objects passed in.
 """
 
@@ -21,45 +21,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
-from kombu import Exchange, Queue
 
-from debate_worker.worker_settings import QUEUE_BATCH, QUEUE_INTERACTIVE, WorkerSettings
+from debate_worker.worker_settings import WorkerSettings
+from services.task_queue import COMMON_CONF, QUEUE_INTERACTIVE, TASK_RUN_DEBATE, queue
 
 if TYPE_CHECKING:
     from debate_worker.tasks import WorkerRuntime
-
-
-def queue(name: str) -> Queue:
-    """A queue with its own direct exchange and routing key, so a message lands in exactly one queue."""
-    return Queue(name, Exchange(name, type="direct"), routing_key=name)
-
-
-COMMON_CONF: dict[str, Any] = {
-    "task_serializer": "json",
-    "accept_content": ["json"],
-    # Results live in Parley's job store; Celery's backend would answer PENDING for unknown ids.
-    "task_ignore_result": True,
-    "task_default_queue": QUEUE_INTERACTIVE,
-    "task_queues": (queue(QUEUE_INTERACTIVE), queue(QUEUE_BATCH)),
-    "broker_connection_retry_on_startup": True,
-    "worker_hijack_root_logger": False,
-    "worker_send_task_events": False,
-    "enable_utc": True,
-}
-
-
-def create_publisher(broker_url: str, *, connection_timeout_s: float = 3.0) -> Celery:
-    """A Celery app that only sends ``parley.run_debate`` messages (the API's side of the queue)."""
-    app = Celery("parley-api", set_as_current=False)
-    app.conf.update(
-        COMMON_CONF,
-        broker_url=broker_url,
-        broker_connection_timeout=connection_timeout_s,
-        # Fail fast when Redis is down: the API answers 503 with Retry-After instead of hanging.
-        task_publish_retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.2},
-        broker_transport_options={"socket_connect_timeout": connection_timeout_s},
-    )
-    return app
 
 
 def create_worker_app(settings: WorkerSettings, runtime: WorkerRuntime | None = None) -> Celery:
@@ -86,7 +53,6 @@ def install_lifecycle(app: Celery, settings: WorkerSettings) -> None:
     from celery import signals
 
     from debate_worker.sweeper import start_sweeping
-    from debate_worker.worker_settings import TASK_RUN_DEBATE
     from services.jobstore import draining_key
 
     stoppers: list[Any] = []

@@ -33,8 +33,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from debate_worker.worker_settings import QUEUE_BATCH, QUEUE_INTERACTIVE, WorkerSettings
+from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import RedisJobStore
+from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE
 
 log = logging.getLogger("parley.worker.sweep")
 

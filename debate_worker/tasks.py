@@ -36,7 +36,7 @@ from opentelemetry import trace
 from pydantic import ValidationError
 
 from debate_worker.pool_timing import PoolTiming
-from debate_worker.worker_settings import TASK_RUN_DEBATE, WorkerSettings
+from debate_worker.worker_settings import WorkerSettings
 from engine.config import DebateConfig
 from engine.context import RoleModels, Spend
 from engine.result import Checkpoint
@@ -49,6 +49,7 @@ from services.llm import LLMContextExceeded, LLMError, LLMProtocolError, LLMRate
 from services.logging_setup import job_log_context
 from services.metrics import observe_debate, observe_job, observe_started
 from services.settings import LLMSettings, RetrieverClientSettings
+from services.task_queue import TASK_RUN_DEBATE
 
 log = logging.getLogger("parley.worker")
 

@@ -14,10 +14,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.settings import ParleySettings
-
-QUEUE_INTERACTIVE = "parley.interactive"
-QUEUE_BATCH = "parley.batch"
-TASK_RUN_DEBATE = "parley.run_debate"
+from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE
 
 
 class WorkerSettings(ParleySettings):
