@@ -1,0 +1,193 @@
+"""Every command in every snippet of README.md and docs/*.md exists as written, marked or not.
+
+``parley …`` (also ``.venv/bin/parley``, ``python -m parley_cli``): each sub-command and each
+``--option`` is looked up in the real command tree (typer's click commands, no process started).
+``make TARGET``: a target of the Makefile. ``python -m MODULE`` and ``python FILE.py``: the module or
+file is in the repository (or installed). Python blocks must compile. A snippet that drifts from the
+code fails here in a second; ``test_markers`` checks that each snippet says how it is tested.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+import pytest
+import typer
+
+from tests.docs.pages import ROOT, Block, snippets
+
+pytestmark = pytest.mark.unit
+
+PARLEY_PROGRAMS = {"parley", ".venv/bin/parley", "$(PARLEY)", "venv/bin/parley"}
+PYTHON_PROGRAMS = {"python", "python3", ".venv/bin/python", "python3.11", "$(PY)"}
+SHELL_BLOCKS = {"bash", "sh", "shell", "console"}
+OPERATORS = {"&&", "||", "|", ";", "&", "(", ")", "|&", ";;"}
+
+
+@cache
+def parley_command() -> Any:
+    """The root command as typer builds it (its own vendored click: groups have ``commands``)."""
+    from parley_cli import build_app
+
+    return typer.main.get_command(build_app())
+
+
+@cache
+def make_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", text, re.MULTILINE))
+
+
+def shell_lines(code: str) -> Iterator[str]:
+    """Logical lines: continuations joined, heredoc bodies and prompts dropped."""
+    lines = code.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        while line.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            line = line[:-1] + " " + lines[i]
+        i += 1
+        heredoc = re.search(r"<<-?\s*['\"]?(\w+)['\"]?", line)
+        if heredoc:
+            while i < len(lines) and lines[i].strip() != heredoc.group(1):
+                i += 1
+            i += 1
+        if line.lstrip().startswith("$ "):
+            line = line.lstrip()[2:]
+        yield line
+
+
+def commands(code: str) -> Iterator[list[str]]:
+    """Simple commands of a shell snippet, with command substitutions' commands too."""
+    for line in shell_lines(code):
+        for inner in re.findall(r"\$\(([^()]*)\)", line):
+            if inner.strip() not in ("PARLEY", "PY"):
+                yield from commands(inner)
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        try:
+            tokens = list(lexer)
+        except ValueError:
+            tokens = line.split()
+        current: list[str] = []
+        for token in tokens:
+            if token in OPERATORS:
+                if current:
+                    yield current
+                current = []
+            else:
+                current.append(token)
+        if current:
+            yield current
+
+
+def strip_env(cmd: list[str]) -> list[str]:
+    """Drop leading ``VAR=value`` assignments and wrappers (sudo, env, timeout N, nohup, exec)."""
+    while cmd:
+        head = cmd[0]
+        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", head) or head in ("sudo", "env", "nohup", "exec", "time"):
+            cmd = cmd[1:]
+        elif head == "timeout" and len(cmd) > 1:
+            cmd = cmd[2:]
+        else:
+            break
+    return cmd
+
+
+def check_parley(args: list[str]) -> list[str]:
+    """Problems with ``parley ARGS``: unknown sub-commands or options."""
+    command = parley_command()
+    path = ["parley"]
+    rest = list(args)
+    while isinstance(getattr(command, "commands", None), dict) and rest:
+        token = rest[0]
+        if token.startswith("-"):
+            break
+        sub = command.commands.get(token)
+        if sub is None:
+            if token in ("…", "...") or token.startswith("<"):
+                return []
+            return [f"`{' '.join(path)}` has no sub-command {token!r}"]
+        command, path, rest = sub, [*path, token], rest[1:]
+    known = {"--help"}
+    for param in command.params:
+        known.update(param.opts)
+        known.update(param.secondary_opts)
+    problems = []
+    for token in rest:
+        if token.startswith("--") and len(token) > 2:
+            name = token.split("=", 1)[0]
+            if name not in known:
+                problems.append(f"`{' '.join(path)}` has no option {name}")
+    return problems
+
+
+def check_command(cmd: list[str]) -> list[str]:
+    cmd = strip_env(cmd)
+    if not cmd:
+        return []
+    program, args = cmd[0], cmd[1:]
+    if program in PARLEY_PROGRAMS:
+        return check_parley(args)
+    if program in PYTHON_PROGRAMS and args[:1] == ["-m"] and len(args) > 1:
+        module = args[1]
+        if module == "parley_cli":
+            return check_parley(args[2:])
+        if module == "pytest":
+            paths = [a.split("::")[0] for a in args[2:] if a.startswith("tests")]
+            return [f"no test path {p}" for p in paths if not (ROOT / p).exists()]
+        if module in ("pip", "venv", "http.server", "json.tool"):
+            return []
+        found = importlib.util.find_spec(module.split(".")[0]) is not None
+        local = ROOT / (module.replace(".", "/") + ".py")
+        package = ROOT / module.replace(".", "/") / "__init__.py"
+        if not (local.exists() or package.exists() or (found and "." not in module)):
+            return [f"no module {module}"]
+        return []
+    if program in PYTHON_PROGRAMS and args and args[0].endswith(".py"):
+        return [] if (ROOT / args[0]).exists() else [f"no file {args[0]}"]
+    if program == "make":
+        targets = [a for a in args if not a.startswith("-") and "=" not in a]
+        return [f"no make target {t}" for t in targets if t not in make_targets()]
+    return []
+
+
+def test_snippets_are_found() -> None:
+    found = snippets()
+    assert len(found) > 30
+    assert any("parley up" in b.code for b in found)
+
+
+@pytest.mark.parametrize("block", snippets(), ids=lambda b: b.where)
+def test_every_command_exists(block: Block) -> None:
+    if block.lang == "python":
+        compile(block.code, block.where, "exec")
+        return
+    problems = [p for cmd in commands(block.code) for p in check_command(cmd)]
+    assert problems == [], f"{block.where}: {problems}"
+
+
+@pytest.mark.parametrize(
+    ("snippet", "problem"),
+    [
+        ("parley ask 'q' --rounds 2", None),
+        ("parley ask 'q' --no-such-flag", "`parley ask` has no option --no-such-flag"),
+        ("parley nonsense", "`parley` has no sub-command 'nonsense'"),
+        (".venv/bin/parley index build --dpr-tsv x.tsv", None),
+        ('make demo QUESTION="x"', None),
+        ("make no-such-target", "no make target no-such-target"),
+        ('X="$(parley hash-key --bogus k)"', "`parley hash-key` has no option --bogus"),
+        ("cd /tmp && parley up --host 0.0.0.0 --keys generate &", None),
+        ("python -m pytest tests/nowhere -q", "no test path tests/nowhere"),
+    ],
+)
+def test_the_checker_finds_drift(snippet: str, problem: str | None) -> None:
+    problems = [p for cmd in commands(snippet) for p in check_command(cmd)]
+    assert problems == ([problem] if problem else [])

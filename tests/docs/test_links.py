@@ -1,0 +1,120 @@
+"""Every link of README.md and docs/*.md resolves: relative files exist in the repository, ``#anchors``
+name a heading of the target page (GitHub's slugs), and nothing points outside the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from tests.docs.pages import ROOT, Link, anchors, links, pages
+
+pytestmark = pytest.mark.unit
+
+
+def all_links() -> list[Link]:
+    return [link for page in pages() for link in links(page)]
+
+
+def broken(link: Link) -> str | None:
+    target = link.target
+    parsed = urlparse(target)
+    if parsed.scheme in ("http", "https"):
+        host = parsed.hostname or ""
+        # Links to the running service are examples, not documents.
+        return None if host else f"no host in {target}"
+    if parsed.scheme in ("mailto",):
+        return None
+    if parsed.scheme:
+        return f"unexpected scheme {parsed.scheme}"
+    path, _, fragment = target.partition("#")
+    file = link.page if not path else (link.page.parent / unquote(path)).resolve()
+    try:
+        file.relative_to(ROOT)
+    except ValueError:
+        return "points outside the repository"
+    if not file.exists():
+        return "no such file"
+    if fragment:
+        if file.suffix != ".md":
+            return None
+        if fragment not in anchors(file):
+            return f"no heading #{fragment} in {file.relative_to(ROOT)}"
+    return None
+
+
+def test_there_are_pages_and_links() -> None:
+    assert len(pages()) >= 10
+    assert len(all_links()) > 100
+
+
+def test_every_relative_link_and_anchor_resolves() -> None:
+    problems = [f"{link.where}: {why}" for link in all_links() if (why := broken(link))]
+    assert problems == []
+
+
+def test_no_document_script_or_report_points_outside_the_repository() -> None:
+    outside = re.compile(r"\.\./shared\b")
+    hits = []
+    for folder in ("docs", "bench", "scripts", "reports", "data", "deploy"):
+        for path in (ROOT / folder).rglob("*"):
+            readable = path.is_file() and path.suffix in {
+                ".md",
+                ".py",
+                ".json",
+                ".sh",
+                ".yml",
+                ".yaml",
+                ".txt",
+            }
+            if readable and outside.search(path.read_text(encoding="utf-8", errors="replace")):
+                hits.append(str(path.relative_to(ROOT)))
+    for path in (ROOT / "README.md", ROOT / "Makefile"):
+        if outside.search(path.read_text(encoding="utf-8")):
+            hits.append(path.name)
+    assert hits == []
+
+
+@pytest.mark.parametrize(
+    ("heading", "slug"),
+    [
+        ("`ApiClientSettings` — `PARLEY_API_`", "apiclientsettings--parley_api_"),
+        (
+            "Choosing the embedded default: 0.5B or 1.5B, paper or robust prompts",
+            "choosing-the-embedded-default-05b-or-15b-paper-or-robust-prompts",
+        ),
+        ("MCP (`parley mcp`)", "mcp-parley-mcp"),
+    ],
+)
+def test_github_slugs(heading: str, slug: str) -> None:
+    from tests.docs.pages import github_slug
+
+    assert github_slug(heading) == slug
+
+
+def test_a_missing_anchor_is_found(tmp_path: Path) -> None:
+    page = ROOT / "README.md"
+    assert broken(Link(page, "docs/configuration.md#no-such-heading"))
+    assert broken(Link(page, "docs/no-such-page.md"))
+    assert broken(Link(page, "../shared/data/x.jsonl")) == "points outside the repository"
+    assert broken(Link(page, "docs/configuration.md")) is None
+
+
+# Paths the pages quote from other repositories (where a published benchmark file lives there).
+UPSTREAM_PATHS = {"data/CounterintuitiveQA/CIAR.json"}
+
+
+def test_every_repository_path_in_inline_code_exists() -> None:
+    """`engine/runner.py`, `tests/api/test_flow.py`, `data/formats/`: files the pages name are there
+    (a module that moves must take its mentions with it)."""
+    tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    missing = []
+    for page in pages():
+        for m in re.finditer(r"`([A-Za-z0-9_./-]+)`", page.read_text(encoding="utf-8")):
+            path = m.group(1).split("::")[0]
+            ours = "/" in path and path.split("/")[0] in tops and path not in UPSTREAM_PATHS
+            if ours and not (ROOT / path).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    assert missing == []
