@@ -243,6 +243,7 @@ class Plan:
     api_url: str
     key: str | None
     messages: list[str]
+    retriever_url: str | None = None
 
 
 def plan(
@@ -329,10 +330,15 @@ def plan(
             "worker", argv, "(Celery, no port)", worker_log, lambda: _celery_ready(worker_log), worker_env
         )
     )
-    if api.metrics_port:
-        messages.append(f"gateway /metrics: http://{api.metrics_host}:{api.metrics_port}/metrics")
-    messages.append("worker /metrics: PARLEY_WORKER_METRICS_PORT (default 9101, loopback)")
-    return Plan(components, api_url, key, messages)
+    from debate_worker.worker_settings import WorkerSettings
+
+    worker = WorkerSettings()
+    for name, host, port in (
+        ("gateway", api.metrics_host, api.metrics_port),
+        ("worker", worker.metrics_host, worker.metrics_port),
+    ):
+        messages.append(f"{name} /metrics: http://{host}:{port}/metrics" if port else f"{name} /metrics: off")
+    return Plan(components, api_url, key, messages, retriever_url)
 
 
 def _add_redis(
@@ -345,6 +351,8 @@ def _add_redis(
 ) -> str:
     """The Redis URL gateway and worker share: the one given, or a redis-server of its own."""
     if settings.redis_url is not None:
+        if not redis_ok(settings.redis_url):
+            raise UpError(f"no Redis answers at {settings.redis_url} (--redis-url / PARLEY_UP_REDIS_URL)")
         messages.append(f"reusing Redis at {settings.redis_url}")
         return settings.redis_url
     binary = redis_binary or shutil.which("redis-server")
@@ -408,6 +416,16 @@ def _retriever_at(port: int) -> bool:
     return isinstance(body, dict) and "index_ready" in body
 
 
+def index_ready(retriever_url: str) -> bool:
+    """Whether the retriever reports a built index (``index_ready`` of its ``/healthz``)."""
+    import httpx
+
+    try:
+        return bool(httpx.get(retriever_url + "/healthz", timeout=5.0).json().get("index_ready"))
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+
+
 def _celery_ready(log: Path) -> bool:
     try:
         text = log.read_bytes()
@@ -467,10 +485,20 @@ def run(settings: UpSettings, environ: Mapping[str, str], echo: Callable[[str], 
     code = 0
     try:
         stack.start()
+        if p.retriever_url and not index_ready(p.retriever_url):
+            echo(
+                "the retriever has no index: debates that need knowledge fail until you stop parley up "
+                "and run `parley index build` (or ask with config knowledge=none)"
+            )
         echo(f"\nParley is up: {p.api_url}  (web page {p.api_url}/ui, API reference {p.api_url}/docs)")
+        auth = ""
         if p.key:
             echo(f"API key (shown once, not stored): {p.key}")
-            echo(f'  curl -H "Authorization: Bearer {p.key}" {p.api_url}/v1/debates ...')
+            auth = f"-H 'Authorization: Bearer {p.key}' "
+        echo(
+            f"try: curl -s -X POST {p.api_url}/v1/debates {auth}-H 'content-type: application/json' "
+            """-d '{"question": "Who painted the Mona Lisa?"}'"""
+        )
         echo("Ctrl-C stops everything.")
         exited = stack.watch()
         if exited is not None:
