@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# Paths the pages quote from other repositories: published benchmark files a reader brings.
+UPSTREAM_PATHS = {"data/CounterintuitiveQA/CIAR.json", "data/nq/test_all_retrieval_500.json"}
 SNIPPET_LANGS = {"bash", "sh", "shell", "console", "python"}
 MARKER = re.compile(r"^<!--\s*snippet:\s*(live|tested-by\s+\S+|not-run\s*\((?P<reason>[^)]+)\))\s*-->\s*$")
 PAGE_MARKER = re.compile(r"^<!--\s*snippets:\s*not-run\s*\((?P<reason>[^)]+)\)\s*-->\s*$", re.MULTILINE)

@@ -10,6 +10,7 @@ code fails here in a second; ``test_markers`` checks that each snippet says how 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 import shlex
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import typer
 
-from tests.docs.pages import ROOT, Block, snippets
+from tests.docs.pages import ROOT, UPSTREAM_PATHS, Block, snippets
 
 pytestmark = pytest.mark.unit
 
@@ -129,8 +130,28 @@ def check_parley(args: list[str]) -> list[str]:
     return problems
 
 
+# Options whose value is a file the command reads: one in the repository must be there.
+INPUT_OPTIONS = {"--dataset", "--pools", "--questions"}
+
+
+def check_inputs(args: list[str]) -> list[str]:
+    tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    problems = []
+    for option, value in itertools.pairwise(args):
+        ours = option in INPUT_OPTIONS and value.split("/")[0] in tops and value not in UPSTREAM_PATHS
+        if ours and not (ROOT / value).exists():
+            problems.append(f"no input file {value}")
+    return problems
+
+
 def check_command(cmd: list[str]) -> list[str]:
     cmd = strip_env(cmd)
+    if cmd:
+        return check_inputs(cmd) + _check_program(cmd)
+    return []
+
+
+def _check_program(cmd: list[str]) -> list[str]:
     if not cmd:
         return []
     program, args = cmd[0], cmd[1:]
@@ -186,6 +207,7 @@ def test_every_command_exists(block: Block) -> None:
         ('X="$(parley hash-key --bogus k)"', "`parley hash-key` has no option --bogus"),
         ("cd /tmp && parley up --host 0.0.0.0 --keys generate &", None),
         ("python -m pytest tests/nowhere -q", "no test path tests/nowhere"),
+        ("parley eval --dataset data/missing.jsonl --out reports/x", "no input file data/missing.jsonl"),
     ],
 )
 def test_the_checker_finds_drift(snippet: str, problem: str | None) -> None:

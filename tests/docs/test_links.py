@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from tests.docs.pages import ROOT, Link, anchors, links, pages
+from tests.docs.pages import ROOT, UPSTREAM_PATHS, Link, anchors, links, pages
 
 pytestmark = pytest.mark.unit
 
@@ -100,10 +100,6 @@ def test_a_missing_anchor_is_found(tmp_path: Path) -> None:
     assert broken(Link(page, "docs/no-such-page.md"))
     assert broken(Link(page, "../shared/data/x.jsonl")) == "points outside the repository"
     assert broken(Link(page, "docs/configuration.md")) is None
-
-
-# Paths the pages quote from other repositories (where a published benchmark file lives there).
-UPSTREAM_PATHS = {"data/CounterintuitiveQA/CIAR.json"}
 
 
 def test_every_repository_path_in_inline_code_exists() -> None:
