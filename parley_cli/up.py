@@ -320,9 +320,10 @@ def plan(
     worker_env["PARLEY_RETRIEVER_URL"] = retriever_url
     worker_env["PARLEY_LLM_BASE_URL"] = llm_url
     if environ.get("PARLEY_LLM_BASE_URL") is None and llm.base_url is None:
-        # The embedded server takes JSON schemas and serves 4 slots (as the worker's own would).
+        # The embedded server takes JSON schemas and serves 4 slots: 2 requests in flight per worker
+        # process, as in the compose deployment.
         worker_env.setdefault("PARLEY_LLM_STRUCTURED_OUTPUT", "json_schema")
-        worker_env.setdefault("PARLEY_LLM_MAX_CONCURRENCY", "4")
+        worker_env.setdefault("PARLEY_LLM_MAX_CONCURRENCY", "2")
     worker_log = logs / "worker.log"
     argv = [*parley, "worker", "--loglevel", "INFO"]
     components.append(
