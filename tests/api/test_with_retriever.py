@@ -67,3 +67,42 @@ def test_debate_uses_the_pool_built_by_the_retriever(
     assert debater_prompts and all(json.dumps(first)[1:-1] in p for p in debater_prompts)
     events = alice.get(f"/v1/debates/{job_id}/events", timeout=30).text
     assert "event: pool.ready" in events and '"items": ' in events
+
+
+def test_openai_route_cites_the_wikipedia_pages_the_agents_selected(
+    knowledge_worker: WorkerProcess, alice: httpx.Client, scripted: ScriptedLLM
+) -> None:
+    """Through the OpenAI SDK, with a pool built by the real retriever: the answer's ``url_citation``
+    annotations are the Wikipedia pages of the items the agents selected, and nothing else."""
+    import openai
+
+    scripted.reset()
+    scripted.on(SELECT, "The most helpful knowledge is [1] and [2].")
+    scripted.on("respond with [Yes]", "[Yes]")
+    scripted.on("summarize the final answer", "The final answer is [Leonardo da Vinci].")
+    scripted.on("Question:", "The knowledge says so: the answer is [Leonardo da Vinci].")
+    key = alice.headers["Authorization"].removeprefix("Bearer ")
+    with openai.OpenAI(
+        base_url=f"{str(alice.base_url).rstrip('/')}/v1", api_key=key, max_retries=0, timeout=120
+    ) as client:
+        out = client.chat.completions.create(
+            model="parley-madke",
+            messages=[{"role": "user", "content": QUESTION}],
+            extra_body={"parley": {"knowledge": "wikipedia", "k_wiki": 3, "k_web": 0}},
+        )
+    message = out.choices[0].message
+    assert message.content == "Leonardo da Vinci"
+    annotations = [a.model_dump() for a in message.annotations or []]
+    assert annotations, "the selected pool items carry Wikipedia URLs"
+    pool = out.model_dump()["parley"]
+    job = alice.get(f"/v1/debates/{pool['job_id']}").json()["result"]
+    by_n = {item["n"]: item for item in job["pool"]["items"]}
+    selected = {n for rec in job["transcript"] for n in (rec.get("selected") or [])}
+    assert selected and selected <= {1, 2}
+    expected = [by_n[n]["url"] for n in sorted(selected)]
+    assert sorted(a["url_citation"]["url"] for a in annotations) == sorted(expected)
+    for a in annotations:
+        assert a["type"] == "url_citation"
+        assert a["url_citation"]["url"].startswith("https://en.wikipedia.org/wiki/")
+        assert a["url_citation"]["title"] in TITLES
+        assert (a["url_citation"]["start_index"], a["url_citation"]["end_index"]) == (0, len(message.content))
