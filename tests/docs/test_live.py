@@ -68,6 +68,8 @@ def test_live_snippet_runs(block: Block, gateway: ApiServer, tmp_path: Path) -> 
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
     env.update({"PARLEY_API_URL": gateway.url, "HF_HUB_OFFLINE": "1"})
+    # `parley` as the pages write it: the virtualenv's command on the PATH.
+    env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     code = DEFAULT_GATEWAY.sub(gateway.url.removeprefix("http://"), block.code)
     out = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", code],

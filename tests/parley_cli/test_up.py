@@ -153,3 +153,25 @@ def test_parley_up_answers_a_debate_and_ctrl_c_stops_everything(llm: ScriptedLLM
     assert code == 0, out.read_text()
     assert "stopped" in out.read_text()
     assert _group_members(children) == []
+
+
+@pytest.mark.integration
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
+    from parley_cli.up import Component, Stack
+
+    stubborn = Component(
+        "stubborn",
+        ["bash", "-c", "trap '' TERM; echo up; sleep 60 & wait"],
+        "(none)",
+        tmp_path / "stubborn.log",
+        lambda: (tmp_path / "stubborn.log").exists() and b"up" in (tmp_path / "stubborn.log").read_bytes(),
+    )
+    lines: list[str] = []
+    stack = Stack([stubborn], echo=lines.append, grace_s=1.0, ready_timeout_s=20)
+    stack.start()
+    proc = stack.procs["stubborn"]
+    started = time.monotonic()
+    stack.stop()
+    assert proc.poll() is not None and time.monotonic() - started < 10
+    assert _group_members({proc.pid}) == []  # its `sleep` child went with it
+    assert any("stubborn" in line and "ready" in line for line in lines)
