@@ -98,7 +98,7 @@ def test_a_missing_anchor_is_found(tmp_path: Path) -> None:
     page = ROOT / "README.md"
     assert broken(Link(page, "docs/configuration.md#no-such-heading"))
     assert broken(Link(page, "docs/no-such-page.md"))
-    assert broken(Link(page, "../shared/data/x.jsonl")) == "points outside the repository"
+    assert broken(Link(page, "../elsewhere/x.jsonl")) == "points outside the repository"
     assert broken(Link(page, "docs/configuration.md")) is None
 
 
