@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import typer
 
-from tests.docs.pages import ROOT, UPSTREAM_PATHS, Block, snippets
+from tests.docs.pages import ROOT, UPSTREAM_PATHS, Block, pages, snippets
 
 pytestmark = pytest.mark.unit
 
@@ -175,7 +175,7 @@ def _check_program(cmd: list[str]) -> list[str]:
     if program in PYTHON_PROGRAMS and args and args[0].endswith(".py"):
         return [] if (ROOT / args[0]).exists() else [f"no file {args[0]}"]
     if program == "make":
-        targets = [a for a in args if not a.startswith("-") and "=" not in a]
+        targets = [a for a in args if not a.startswith("-") and "=" not in a and a not in ("…", "...")]
         return [f"no make target {t}" for t in targets if t not in make_targets()]
     return []
 
@@ -193,6 +193,33 @@ def test_every_command_exists(block: Block) -> None:
         return
     problems = [p for cmd in commands(block.code) for p in check_command(cmd)]
     assert problems == [], f"{block.where}: {problems}"
+
+
+INLINE_COMMAND = re.compile(r"^(\S+=\S+ )*(\.venv/bin/)?(parley|make) ")
+
+
+def inline_commands() -> Iterator[tuple[str, str]]:
+    """``parley …`` and ``make …`` in inline code of the prose (tables of commands, one-liners), with
+    their synopsis brackets and alternatives (``[--pool prefork\\|threads]``) flattened."""
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        text = re.sub(r"^([ \t]*)(```+|~~~+).*?^\1\2[ \t]*$", "", text, flags=re.MULTILINE | re.DOTALL)
+        for m in re.finditer(r"`([^`\n]+)`", text):
+            if INLINE_COMMAND.match(m.group(1)):
+                code = re.sub(r"[\[\]]", " ", m.group(1).replace("\\|", "|"))
+                yield str(page.relative_to(ROOT)), code
+
+
+def test_every_inline_command_exists() -> None:
+    found = list(inline_commands())
+    assert len(found) > 100
+    problems = [
+        f"{where}: `{code}`: {p}"
+        for where, code in found
+        for cmd in commands(code)
+        for p in check_command(cmd)
+    ]
+    assert problems == []
 
 
 @pytest.mark.parametrize(
