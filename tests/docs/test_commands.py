@@ -206,8 +206,20 @@ def inline_commands() -> Iterator[tuple[str, str]]:
         text = re.sub(r"^([ \t]*)(```+|~~~+).*?^\1\2[ \t]*$", "", text, flags=re.MULTILINE | re.DOTALL)
         for m in re.finditer(r"`([^`\n]+)`", text):
             if INLINE_COMMAND.match(m.group(1)):
-                code = re.sub(r"[\[\]]", " ", m.group(1).replace("\\|", "|"))
-                yield str(page.relative_to(ROOT)), code
+                yield str(page.relative_to(ROOT)), flatten_synopsis(m.group(1))
+
+
+def flatten_synopsis(code: str) -> str:
+    """``parley worker [--pool prefork\\|threads]`` → ``parley worker  --pool prefork ``."""
+    code = re.sub(r"[\[\]]", " ", code.replace("\\|", "|"))
+    return re.sub(r"(?<=\S)\|\S+", "", code)  # `a|b|c` alternatives: the first
+
+
+def test_a_synopsis_with_an_unknown_option_is_found() -> None:
+    code = flatten_synopsis(r"parley worker [--pool prefork\|threads\|solo] [--nope]")
+    assert [p for cmd in commands(code) for p in check_command(cmd)] == [
+        "`parley worker` has no option --nope"
+    ]
 
 
 def test_every_inline_command_exists() -> None:
