@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.answers import answer_key, answers_agree, normalize_answer
 from engine.prompts import paper
-from evaluation.datasets import CHOICE_LETTERS, FEVER_LABELS
+from evaluation.datasets import CHOICE_LETTERS
 
 # --------------------------------------------------------------------------------------------- text
 
@@ -111,11 +111,6 @@ def fever_label(answer: str | None) -> str | None:
             if text == phrase or re.search(rf"\b{re.escape(phrase)}\b", text):
                 return label
     return None
-
-
-def label_match(answer: str | None, gold_label: str) -> float:
-    assert gold_label in FEVER_LABELS
-    return float(fever_label(answer) == gold_label)
 
 
 def mc_choice(answer: str | None, choices: Sequence[str]) -> int | None:

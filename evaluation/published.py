@@ -246,8 +246,6 @@ _PATH_HINTS: tuple[tuple[str, str], ...] = (
     (r"(?:^|[/_.-])nq(?:[/_.-]|$)|natural[_-]?questions", "nq"),
 )
 
-BENCHMARKS = tuple(sorted({f.benchmark for f in FIGURES}))
-
 
 def guess_benchmark(dataset: str | Path, items: Iterable[Any] = (), fmt: str = "") -> str | None:
     """The benchmark a dataset file is, from its path (MADKE's ``data/nq/…``, ``CIAR.json``) or, for

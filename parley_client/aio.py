@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -360,8 +360,3 @@ def _bar(show: bool) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=0, unit="item", desc="debates")
-
-
-def as_items(questions: Iterable[str]) -> list[dict[str, Any]]:
-    """Plain questions as batch items (ids are their positions)."""
-    return [{"id": str(i), "question": q} for i, q in enumerate(questions)]

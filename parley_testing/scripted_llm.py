@@ -246,15 +246,6 @@ class ScriptedLLM:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def roles_seen(self) -> list[str]:
-        """The system prompts' first words of every request, in order (for ordering assertions)."""
-        out = []
-        for body in self.requests:
-            msgs = body.get("messages", [])
-            sys_msgs = [m for m in msgs if m.get("role") == "system"]
-            out.append(str(sys_msgs[0]["content"])[:40] if sys_msgs else "")
-        return out
-
 
 @contextlib.contextmanager
 def scripted_llm(**kwargs: Any) -> Iterator[ScriptedLLM]:

@@ -14,7 +14,6 @@ unique marker word so a search can be checked. Vectors, two kinds:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -95,12 +94,3 @@ def vectors_like(real: np.ndarray, n: int, *, start: int = 0, seed: int = 7) -> 
     vecs += 0.5 * scale * rng.normal(size=vecs.shape).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     return vecs.astype(np.float32)
-
-
-def vector_shards(n: int, folder: Path, shard: int = 100_000, **kw: int) -> Iterator[Path]:
-    """Write ``clustered_vectors`` for ``n`` passages as ``.npy`` shards; yields each file written."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for i, start in enumerate(range(0, n, shard)):
-        path = folder / f"part-{i:05d}.npy"
-        np.save(path, clustered_vectors(min(shard, n - start), start=start, **kw))
-        yield path

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -79,51 +79,6 @@ class Bm25Index:
 
         self._executor.submit(_close).result()
         self._executor.shutdown(wait=True)
-
-
-def build_bm25_index(
-    index_dir: Path,
-    docs: Iterable[tuple[str, str]],
-    *,
-    threads: int = 1,
-    batch: int = 2000,
-    on_batch: Callable[[int], None] | None = None,
-) -> int:
-    """(Re)build the BM25 index from ``(id, contents)`` pairs; returns the number of documents.
-
-    Builds into a sibling folder and swaps it in at the end, so a failed build never leaves a half
-    index where the service would open it.
-    """
-    indexer_cls = import_pyserini_indexer()
-    tmp = index_dir.with_name(index_dir.name + ".building")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    indexer = indexer_cls(str(tmp), threads=threads)
-    n = 0
-    buf: list[dict[str, str]] = []
-    try:
-        for doc_id, contents in docs:
-            buf.append({"id": doc_id, "contents": contents})
-            if len(buf) >= batch:
-                indexer.add_batch_dict(buf)
-                n += len(buf)
-                if on_batch:
-                    on_batch(len(buf))
-                buf = []
-        if buf:
-            indexer.add_batch_dict(buf)
-            n += len(buf)
-            if on_batch:
-                on_batch(len(buf))
-    finally:
-        indexer.close()
-    old = index_dir.with_name(index_dir.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if index_dir.exists():
-        os.replace(index_dir, old)
-    os.replace(tmp, index_dir)
-    shutil.rmtree(old, ignore_errors=True)
-    return n
 
 
 class Bm25Writer:

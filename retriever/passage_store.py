@@ -348,10 +348,6 @@ class ServerPassageStore:
         params = self._client.get_collection(self.name).config.params.vectors
         return int(params.size) if isinstance(params, qm.VectorParams) else None
 
-    def collection_config(self) -> Any:
-        """The server's view of the collection's configuration (layout checks and ``index stats``)."""
-        return self._client.get_collection(self.name).config
-
     def count(self) -> int:
         if not self._client.collection_exists(self.name):
             return 0

@@ -110,9 +110,6 @@ class VectorStore:
             c.close()
 
     # Collections -----------------------------------------------------------------------------------
-    def has_collection(self, name: str) -> bool:
-        with self._guard() as c:
-            return bool(c.collection_exists(name))
 
     def ensure_collection(self, name: str, dim: int, *, keyword_indexes: Sequence[str] = ()) -> None:
         """Create a cosine collection of ``dim`` if it is missing; refuse a collection of another size."""
@@ -203,17 +200,6 @@ class VectorStore:
             if n:
                 c.delete(name, points_selector=qm.FilterSelector(filter=flt), wait=True)
             return n
-
-    def scroll_payloads(self, name: str, *, batch: int = 1024) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Every point's id and payload (for re-deriving the BM25 index and for stats)."""
-        offset: Any = None
-        while True:
-            with self._guard() as c:
-                recs, offset = c.scroll(name, limit=batch, offset=offset, with_payload=True)
-            for r in recs:
-                yield str(r.id), dict(r.payload or {})
-            if offset is None:
-                return
 
     def disk_bytes(self) -> int | None:
         """Bytes on disk of the embedded store; None for a server (it lives elsewhere)."""

@@ -612,10 +612,6 @@ class RedisJobStore:
         """Take (or renew) the job's lease; only the holder may run it, so two workers never overlap."""
         return bool(await self._lease(keys=[self.k_lease(job_id)], args=[token, str(ttl_ms)]))
 
-    async def lease_holder(self, job_id: str) -> str | None:
-        value = await self.redis.get(self.k_lease(job_id))
-        return str(value) if value is not None else None
-
     async def release_lease(self, job_id: str, token: str) -> None:
         if await self.redis.get(self.k_lease(job_id)) == token:
             await self.redis.delete(self.k_lease(job_id))

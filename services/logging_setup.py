@@ -50,10 +50,6 @@ def job_log_context(job_id: str, batch_id: str | None = None) -> Iterator[None]:
         _current_job.reset(token)
 
 
-def current_job() -> JobLogContext | None:
-    return _current_job.get()
-
-
 def bind_celery_task_logs() -> None:
     """Celery's own lines about a task (its result, its errors) carry the job id too: the task's only
     argument is the job id, set as the log context from ``task_prerun`` to ``task_postrun``."""

@@ -3,7 +3,9 @@
 Each process owns one frozen settings class (``PARLEY_API_``, ``PARLEY_WORKER_``, ``PARLEY_RETRIEVER_``)
 that is read once at start-up and injected. The classes here are the pieces several processes share:
 how to reach the LLM servers (``PARLEY_LLM_``) and the retrieval service (``PARLEY_RETRIEVER_URL``).
-Nothing else in the code base reads ``os.environ``.
+Besides these classes only plumbing touches ``os.environ``: the Prometheus multiprocess directory
+(``services.metrics``), the JVM set-up for pyserini (``retriever.jvm``) and the environments handed
+to child processes (``parley up``, the test helpers).
 """
 
 from __future__ import annotations

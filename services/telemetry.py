@@ -89,10 +89,6 @@ def configure_tracing(
     return True
 
 
-def tracing_enabled() -> bool:
-    return _state.provider is not None
-
-
 def tracer() -> trace.Tracer:
     return trace.get_tracer(TRACER_NAME)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.api.support import RedisServer, running_redis
 from tests.support.scripted_llm import ScriptedLLM
 
 # Model weights and data must come from installed packages, never a hub download.
@@ -20,6 +21,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def scripted() -> Iterator[ScriptedLLM]:
     with ScriptedLLM() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server per test module (the one definition; modules that need it just ask)."""
+    yield from running_redis(tmp_path_factory.mktemp("redis"))
 
 
 # ``make test-unit`` runs the tests marked ``unit`` and promises they start no process: a unit test

@@ -36,7 +36,6 @@ STATEMENT_TYPES: dict[int, str] = {
     14: "Among group G, there are exactly K Rs",
     15: "Exactly one of two statements (types 1-14) is true",
 }
-TRUTH_TYPES = frozenset({3, 4, 7, 11, 13})
 
 Statement = dict[str, Any]
 

@@ -8,17 +8,12 @@ import pytest
 
 from api.guards import hash_key
 from api.settings import ApiSettings
-from tests.api.support import ApiServer, RedisServer, running_redis, script_agreeing
+from tests.api.support import ApiServer, RedisServer, script_agreeing
 from tests.support.scripted_llm import ScriptedLLM
 
 KEY_A = "alice-secret-key"
 KEY_B = "bob-secret-key"
 KEYS = {"alice": hash_key(KEY_A), "bob": hash_key(KEY_B)}
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path_factory.mktemp("redis"))
 
 
 @pytest.fixture(scope="module")

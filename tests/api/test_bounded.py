@@ -28,7 +28,7 @@ from api.guards import Idempotency
 from api.jsonlimits import json_shape, parse_batch_json
 from api.routes_debates import fingerprint
 from tests.api.conftest import KEY_A, KEY_B, KEYS, api_settings
-from tests.api.support import ROOT, ApiServer, RedisServer, running_redis
+from tests.api.support import ROOT, ApiServer, RedisServer
 from tests.support.scripted_llm import free_port
 
 pytestmark = pytest.mark.integration
@@ -49,11 +49,6 @@ def assert_problem(resp: httpx.Response, status: int, type_: str | None = None) 
     if type_ is not None:
         assert body["type"] == type_, body
     return body
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path_factory.mktemp("redis-bounded"))
 
 
 # -- JSON depth --------------------------------------------------------------------------------------
@@ -336,6 +331,7 @@ async def _claim(url: str, key: str) -> None:
 # -- Redis that hangs or is full ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_hung_redis_answers_503_promptly(tmp_path: Path) -> None:
     redis = RedisServer(tmp_path / "hung").start()
     assert redis.proc is not None
@@ -415,6 +411,7 @@ def wait_for(predicate: Any, timeout_s: float = 10) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_streams_are_capped_per_key_and_per_process(redis_server: RedisServer) -> None:
     prefix = "streamcap"
     settings = api_settings(
@@ -475,6 +472,7 @@ def test_streams_are_capped_per_key_and_per_process(redis_server: RedisServer) -
         wait_for(lambda: stream_count(redis_server, prefix, "alice") == 0)
 
 
+@pytest.mark.slow
 def test_150_open_streams_leave_requests_served(redis_server: RedisServer) -> None:
     settings = api_settings(redis_server.url, key_prefix="sse150", max_streams_per_key=200)
     with ApiServer(settings) as api:

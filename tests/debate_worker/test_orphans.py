@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,7 +23,6 @@ from tests.api.support import (
     ApiServer,
     RedisServer,
     WorkerProcess,
-    running_redis,
     script_agreeing,
     wait_status,
     worker_env,
@@ -34,11 +32,6 @@ from tests.support.scripted_llm import ScriptedLLM
 pytestmark = pytest.mark.integration
 
 Q = "What is the capital of France?"
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path_factory.mktemp("redis"))
 
 
 def lose_messages(redis_server: RedisServer) -> int:

@@ -8,7 +8,6 @@ takes 0.6 s for a fresh pool and answers a repeated question from its cache at o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,7 +15,7 @@ from debate_worker.pool_timing import PoolTiming
 from debate_worker.tasks import JobRunner
 from services.jobstore import RedisJobStore, new_id
 from services.knowledge import KnowledgeItem, KnowledgePool
-from tests.api.support import RedisServer, running_redis
+from tests.api.support import RedisServer
 from tests.debate_worker.test_tasks import Models, new_job, runtime
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -41,11 +40,6 @@ class CachingBuilder:
 
     async def aclose(self) -> None:
         return None
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path_factory.mktemp("redis"))
 
 
 async def pool_delay(store: RedisJobStore, job_id: str) -> float:

@@ -19,7 +19,7 @@ from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import JobRecord, RedisJobStore, new_id
 from services.llm import ChatCompletion, ChatMessage, OpenAIChatClient
 from services.settings import LLMSettings, RetrieverClientSettings
-from tests.api.support import JUDGE, RedisServer, running_redis, script_agreeing
+from tests.api.support import JUDGE, RedisServer, script_agreeing
 from tests.support.scripted_llm import ScriptedLLM, free_port
 
 pytestmark = pytest.mark.integration
@@ -56,11 +56,6 @@ class Models:
 
     async def aclose(self) -> None:
         await self.client.aclose()
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path_factory.mktemp("redis"))
 
 
 @pytest.fixture

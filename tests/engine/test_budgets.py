@@ -132,6 +132,7 @@ async def test_every_call_is_reported_to_the_usage_sink_as_it_ends(scripted: Scr
     assert len(holds) == result.usage.calls and all(s.tokens > 0 and s.settled == 0 for s in holds)
 
 
+@pytest.mark.slow
 async def test_a_call_cancelled_in_flight_is_charged_its_reservation(scripted: ScriptedLLM) -> None:
     """A cancelled debate's calls in flight may have been served in full: they count as reserved."""
     script(scripted)

@@ -12,16 +12,10 @@ from tests.api.support import (
     ApiServer,
     RedisServer,
     WorkerProcess,
-    running_redis,
     script_agreeing,
     worker_env,
 )
 from tests.support.scripted_llm import ScriptedLLM, free_port
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path_factory.mktemp("redis"))
 
 
 @pytest.fixture(scope="module")

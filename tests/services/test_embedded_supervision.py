@@ -87,6 +87,7 @@ def fake_llama_server(tmp_path: Path) -> Path:
     return script
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 async def test_a_dead_server_is_restarted_once_then_calls_fail_cleanly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

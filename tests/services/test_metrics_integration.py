@@ -29,7 +29,6 @@ from tests.api.support import (
     ApiServer,
     RedisServer,
     WorkerProcess,
-    running_redis,
     script_agreeing,
     wait_status,
     worker_env,
@@ -73,11 +72,6 @@ class Scrape:
 
     def delta(self, before: Scrape, name: str, **labels: str) -> float:
         return self.value(name, **labels) - before.value(name, **labels)
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path_factory.mktemp("redis"))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from services.metrics import (
     worker_metrics_dir,
 )
 from services.settings import ObservabilitySettings
-from tests.api.support import RedisServer, running_redis
+from tests.api.support import RedisServer
 
 pytestmark = pytest.mark.unit
 
@@ -81,11 +81,7 @@ def test_json_formatter_keeps_tracebacks_inside_the_one_line(
     assert JsonFormatter().format(logging.makeLogRecord({"msg": "x"})).count("\n") == 0
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path_factory.mktemp("redis"))
-
-
+@pytest.mark.slow
 def test_queue_depth_sums_priority_lists_and_survives_a_dead_broker(redis_server: RedisServer) -> None:
     client = redis.Redis(port=redis_server.port)
     client.delete("q.one", "q.one\x06\x163", "q.two")
