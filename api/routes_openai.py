@@ -88,7 +88,7 @@ class OpenAIRoute(APIRoute):
 
 
 # Not in the gateway's OpenAPI document: these routes follow OpenAI's API and error objects, not
-# the problem+json contract that document (and the fuzzing against it) promises; docs/openai.md
+# the problem+json contract that document (and the fuzzing against it) promises; docs/clients.md
 # describes them.
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute, include_in_schema=False)
 

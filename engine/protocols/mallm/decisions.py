@@ -1,6 +1,6 @@
 """MALLM's decision rules (Kaesberg et al. 2025) as pure functions, plus their tolerant vote parsers.
 
-Choices where the paper is ambiguous (each is a ``MallmSettings`` field, see docs/protocols.md):
+Choices where the paper is ambiguous (each is a ``MallmSettings`` field, see docs/engine-and-protocols.md):
 - thresholds: the text says "more than 50%" in one place and "requires 50%" in another; Parley
   compares with ``>=`` by default (``threshold_rule``), so 2 of 4 agents are a majority;
 - cumulative voting: the prompt (Fig. 18) distributes 10 points, the text 25; default 10
