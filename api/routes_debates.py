@@ -1,9 +1,11 @@
-"""``/v1/debates``: submit one debate, read its status and result, stream its events, cancel it."""
+"""``/v1/debates``: submit one debate, read its status and result, stream its events, cancel it.
+
+Each route is HTTP in, a call into ``api/submission.py`` (intake, idempotency, ownership, cancel) or
+``api/streams.py`` (events), HTTP out.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
@@ -14,17 +16,17 @@ from api.deps import Owner, State
 from api.guards import StoredResponse
 from api.problems import Problem
 from api.schemas import Accepted, DebateRequest, JobView
-from api.streams import SlottedEventSource
+from api.streams import SlottedEventSource, job_events, valid_stream_id
 from api.submission import (
     admit_debate,
-    cancel_job,
+    cancel_owned_debate,
     fingerprint,
     idempotent,
     job_view,
     owned_job,
     submit_debate,
 )
-from services.jobstore import TERMINAL, TERMINAL_EVENTS, JobFull
+from services.jobstore import JobFull
 
 router = APIRouter(prefix="/v1/debates", tags=["debates"])
 
@@ -83,16 +85,7 @@ async def get_debate(job_id: str, state: State, owner: Owner) -> Response:
 )
 async def cancel_debate(job_id: str, state: State, owner: Owner) -> Response:
     """Cancel a queued or running debate; a running worker notices within a second and stops."""
-    await owned_job(state, owner, job_id)
-    ok = await cancel_job(state, job_id, "cancelled by the client")
-    found = await owned_job(state, owner, job_id, with_result=True)
-    if not ok and found.job.status != "cancelled":
-        raise Problem(
-            409,
-            f"debate {job_id!r} already {found.job.status}; nothing to cancel",
-            type_="/problems/finished",
-        )
-    return job_response(found)
+    return job_response(await cancel_owned_debate(state, owner, job_id))
 
 
 @router.get(
@@ -119,33 +112,15 @@ async def debate_events(
     """
     await owned_job(state, owner, job_id)
     start = last_event_id or after or "0-0"
-    if not _valid_stream_id(start):
+    if not valid_stream_id(start):
         raise Problem(400, f"Last-Event-ID {start!r} is not an event id of this API")
     # The stream reads through the event streams' own Redis pool; a slot per stream caps them.
-    store = state.event_store
-    block_ms = state.settings.sse_block_ms
     slot = await state.streams.acquire(owner)
-
-    async def stream() -> AsyncIterator[dict[str, str]]:
-        cursor = start
-        while True:
-            events = await store.read_events(job_id, cursor, block_ms=block_ms)
-            for ev in events:
-                cursor = ev.id
-                yield {"id": ev.id, "event": ev.type, "data": json.dumps(ev.data)}
-                if ev.type in TERMINAL_EVENTS:
-                    return
-            if not events:
-                job = await store.get_job(job_id)
-                if job is None or job.status in TERMINAL:
-                    # Resumed after the terminal event (or the job expired): nothing more will come.
-                    return
-                if await request.is_disconnected():
-                    return
-
-    return SlottedEventSource(stream(), ping=int(state.settings.sse_ping_s), slots=state.streams, slot=slot)
-
-
-def _valid_stream_id(value: str) -> bool:
-    head, _, tail = value.partition("-")
-    return head.isdigit() and (tail == "" or tail.isdigit())
+    events = job_events(
+        state.event_store,
+        job_id,
+        start,
+        block_ms=state.settings.sse_block_ms,
+        disconnected=request.is_disconnected,
+    )
+    return SlottedEventSource(events, ping=int(state.settings.sse_ping_s), slots=state.streams, slot=slot)

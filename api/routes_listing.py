@@ -12,8 +12,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from api.batches import batch_status
 from api.deps import Owner, State
-from api.routes_batches import batch_status
 from services.jobstore import TERMINAL, JobStatus
 
 router = APIRouter(tags=["listing"])

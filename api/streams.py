@@ -11,9 +11,11 @@ and are swept by the next stream that opens, so a crash never leaks a key's slot
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -25,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from api.problems import Problem
 from api.settings import ApiSettings
+from services.jobstore import TERMINAL, TERMINAL_EVENTS, JobStore
 from services.metrics import REFUSALS
 
 log = logging.getLogger("parley.api")
@@ -186,3 +189,36 @@ class SlottedEventSource(EventSourceResponse):
             keeper.cancel()
             with anyio.CancelScope(shield=True):
                 await self._slots.release(self._slot)
+
+
+def valid_stream_id(value: str) -> bool:
+    """Whether ``value`` is a Redis stream id (``ms`` or ``ms-seq``), the only ``Last-Event-ID`` we issue."""
+    head, _, tail = value.partition("-")
+    return head.isdigit() and (tail == "" or tail.isdigit())
+
+
+async def job_events(
+    store: JobStore,
+    job_id: str,
+    start: str,
+    *,
+    block_ms: int,
+    disconnected: Callable[[], Awaitable[bool]],
+) -> AsyncIterator[dict[str, str]]:
+    """A job's events after ``start`` as SSE fields, ending after its terminal event (or when the job
+    is already finished or gone, or the client left)."""
+    cursor = start
+    while True:
+        events = await store.read_events(job_id, cursor, block_ms=block_ms)
+        for ev in events:
+            cursor = ev.id
+            yield {"id": ev.id, "event": ev.type, "data": json.dumps(ev.data)}
+            if ev.type in TERMINAL_EVENTS:
+                return
+        if not events:
+            job = await store.get_job(job_id)
+            if job is None or job.status in TERMINAL:
+                # Resumed after the terminal event (or the job expired): nothing more will come.
+                return
+            if await disconnected():
+                return

@@ -156,6 +156,21 @@ async def cancel_job(state: ApiState, job_id: str, reason: str) -> bool:
     )
 
 
+async def cancel_owned_debate(state: ApiState, owner: str, job_id: str) -> JobFull:
+    """Cancel ``owner``'s debate and return it as it stands; 404 for another key's or a missing job,
+    409 when it had already finished (a completed result is never overwritten)."""
+    await owned_job(state, owner, job_id)
+    ok = await cancel_job(state, job_id, "cancelled by the client")
+    found = await owned_job(state, owner, job_id, with_result=True)
+    if not ok and found.job.status != "cancelled":
+        raise Problem(
+            409,
+            f"debate {job_id!r} already {found.job.status}; nothing to cancel",
+            type_="/problems/finished",
+        )
+    return found
+
+
 def job_view(job: JobRecord, result: dict[str, Any] | None) -> JobView:
     return JobView(
         job_id=job.job_id,

@@ -26,7 +26,7 @@ import pytest
 
 from api.guards import Idempotency
 from api.jsonlimits import json_shape, parse_batch_json
-from api.routes_debates import fingerprint
+from api.submission import fingerprint
 from tests.api.conftest import KEY_A, KEY_B, KEYS, api_settings
 from tests.api.support import ROOT, ApiServer, RedisServer
 from tests.support.scripted_llm import free_port

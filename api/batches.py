@@ -1,0 +1,92 @@
+"""Reading and cancelling a batch (the service layer under ``GET``/``DELETE /v1/batches/{id}``).
+
+Results stream as JSONL in input order straight from the job store, a chunk of jobs at a time, so a
+10,000-item batch never sits in memory as one document. Errors are ``Problem``s; this module reads no
+request and builds no response.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from api.deps import ApiState
+from api.problems import Problem
+from api.schemas import BatchView
+from services.jobstore import ACTIVE, TERMINAL, BatchRecord, JobStore
+
+
+async def owned_batch(state: ApiState, owner: str, batch_id: str) -> BatchRecord:
+    """The batch, if it exists and belongs to ``owner``; another key's batch is a 404 like a missing one."""
+    batch = await state.store.get_batch(batch_id)
+    if batch is None or batch.owner != owner:
+        raise Problem(404, f"no batch {batch_id!r}", type_="/problems/not-found")
+    return batch
+
+
+def batch_status(counts: dict[str, int], total: int) -> str:
+    finished = sum(counts[s] for s in TERMINAL)
+    if finished >= total:
+        return "completed"
+    if counts["queued"] == total:
+        return "queued"
+    return "running"
+
+
+async def batch_view(state: ApiState, owner: str, batch_id: str) -> BatchView:
+    """Counts per status and the share of items finished."""
+    batch = await owned_batch(state, owner, batch_id)
+    counts = await state.store.batch_counts(batch_id)
+    finished = sum(counts[s] for s in TERMINAL)
+    return BatchView(
+        batch_id=batch_id,
+        status=batch_status(counts, batch.total),
+        total=batch.total,
+        counts=counts,
+        progress=round(finished / batch.total, 4) if batch.total else 1.0,
+        created_at=batch.created_at,
+        config=batch.config,
+    )
+
+
+async def result_lines(store: JobStore, batch_id: str) -> AsyncIterator[bytes]:
+    """One JSON line per item in input order; the stored result JSON goes out as is (see ``JobFull``):
+    no parse, no re-serialisation."""
+    index = 0
+    async for job_id, found in store.iter_batch_jobs(batch_id, with_result=True):
+        result_json = None
+        if found is None:
+            row: dict[str, Any] = {
+                "id": None,
+                "index": index,
+                "job_id": job_id,
+                "status": "failed",
+                "question": None,
+                "answers": None,
+                "error": "job record expired",
+            }
+        else:
+            job = found.job
+            result_json = found.result_json
+            row = {
+                "id": job.item_id,
+                "index": job.index if job.index is not None else index,
+                "job_id": job_id,
+                "status": job.status,
+                "question": job.question,
+                "answers": job.answers,
+                "error": job.error,
+            }
+        index += 1
+        head = json.dumps(row, ensure_ascii=False)
+        yield f'{head[:-1]}, "result": {result_json or "null"}}}\n'.encode()
+
+
+async def cancel_unfinished(state: ApiState, batch_id: str) -> None:
+    """Cancel every unfinished item of the batch; finished items keep their results."""
+    async for job_id, found in state.store.iter_batch_jobs(batch_id):
+        if found is not None and found.job.status in ACTIVE:
+            await state.store.transition(
+                job_id, "cancelled", ACTIVE, event="job.cancelled", data={"reason": "batch cancelled"}
+            )
