@@ -31,7 +31,16 @@ from services import telemetry
 from services.knowledge import KnowledgePool
 from services.logging_setup import configure_logging
 from services.metrics import instrument_app, observe_pool
-from services.problem_details import problem_response, validation_errors
+from services.problem_details import (
+    BM25_UNAVAILABLE,
+    INDEX_MISSING,
+    INTERNAL,
+    INVALID_REQUEST,
+    NOT_FOUND,
+    STORE_UNAVAILABLE,
+    problem_response,
+    validation_errors,
+)
 from services.settings import ObservabilitySettings
 
 log = logging.getLogger("parley.retriever")
@@ -126,9 +135,11 @@ def _lifespan(
     return lifespan
 
 
-def _problem(status: int, title: str, detail: str) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+def _problem(
+    status: int, type_: str, title: str, detail: str
+) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
     async def handler(request: Request, exc: Exception) -> JSONResponse:
-        return problem_response(request, status, detail.format(exc=exc), title=title)
+        return problem_response(request, status, detail.format(exc=exc), type_=type_, title=title)
 
     return handler
 
@@ -146,15 +157,33 @@ def install_problem_handlers(app: FastAPI) -> None:
             extra={"errors": validation_errors(exc)},
         )
 
-    app.add_exception_handler(InvalidRequest, _problem(422, "Invalid request", "{exc}"))
-    app.add_exception_handler(IndexMissing, _problem(503, "Index not built", "{exc}"))
-    app.add_exception_handler(VectorStoreError, _problem(503, "Store unavailable", "{exc}"))
-    app.add_exception_handler(JVMUnavailable, _problem(503, "BM25 unavailable", "{exc}; use mode=dense"))
+    # Clients tell these apart by ``type`` (services.retriever_client), never by the title.
+    app.add_exception_handler(InvalidRequest, _problem(422, INVALID_REQUEST, "Invalid request", "{exc}"))
+    app.add_exception_handler(IndexMissing, _problem(503, INDEX_MISSING, "Index not built", "{exc}"))
+
+    @app.exception_handler(VectorStoreError)
+    async def _store(request: Request, exc: VectorStoreError) -> JSONResponse:
+        # Its text names the store's URL or folder and the driver's error: the log's, not the caller's.
+        log.error("vector store unavailable on %s: %s", request.url.path, exc)
+        return problem_response(
+            request,
+            503,
+            "the vector store is unavailable",
+            type_=STORE_UNAVAILABLE,
+            title="Store unavailable",
+        )
+
+    app.add_exception_handler(
+        JVMUnavailable, _problem(503, BM25_UNAVAILABLE, "BM25 unavailable", "{exc}; use mode=dense")
+    )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # The exception's text stays in the log: it can name hosts, paths or credentials.
         log.exception("unhandled error on %s", request.url.path)
-        return problem_response(request, 500, f"{type(exc).__name__}: {exc}", title="Internal error")
+        return problem_response(
+            request, 500, "internal error; see the retriever's log", type_=INTERNAL, title="Internal error"
+        )
 
 
 pools_router = APIRouter()
@@ -174,7 +203,7 @@ async def get_pool(pool_id: str, request: Request) -> Any:
     pool = await _runtime(request).pools.get_pool(pool_id)
     if pool is None:
         return problem_response(
-            request, 404, f"no pool {pool_id!r} (unknown or expired)", title="Pool not found"
+            request, 404, f"no pool {pool_id!r} (unknown or expired)", type_=NOT_FOUND, title="Pool not found"
         )
     return pool
 

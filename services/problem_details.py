@@ -14,6 +14,14 @@ from fastapi.responses import JSONResponse
 
 PROBLEM_JSON = "application/problem+json"
 
+# Problem types of the retriever, shared with its client (which tells errors apart by type).
+INDEX_MISSING = "/problems/index-missing"
+STORE_UNAVAILABLE = "/problems/store-unavailable"
+BM25_UNAVAILABLE = "/problems/bm25-unavailable"
+INVALID_REQUEST = "/problems/invalid-request"
+NOT_FOUND = "/problems/not-found"
+INTERNAL = "/problems/internal"
+
 STATUS_TITLES = {
     400: "Bad Request",
     401: "Unauthorized",

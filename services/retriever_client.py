@@ -1,21 +1,21 @@
 """HTTP client of the retrieval service: how workers (and ``parley ask`` with a URL) get knowledge pools.
 
-It implements ``services.knowledge.PoolBuilder``. Retries live here, bounded: connection errors,
-timeouts and 5xx are retried with exponential backoff and jitter; 4xx fail at once. A 503 whose problem
-title says the index is not built is not retried either — waiting does not build an index — and
-surfaces as ``RetrieverIndexMissing`` with the service's how-to-build message.
+It implements ``services.knowledge.PoolBuilder``. Retries are the shared loop of
+``services.http_client``, bounded: connection errors, timeouts and 5xx are retried with exponential
+backoff and jitter (a ``Retry-After`` wins); 4xx fail at once. A 503 whose problem ``type`` is
+``/problems/index-missing`` is not retried either (waiting does not build an index) and surfaces as
+``RetrieverIndexMissing`` with the service's how-to-build message.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
-import time
 from typing import Any
 
 import httpx
 
+from services.http_client import RetryPolicy, Unreachable, read_problem, send_with_retries
 from services.knowledge import KnowledgePool
+from services.problem_details import INDEX_MISSING
 
 
 class RetrieverError(Exception):
@@ -31,21 +31,11 @@ class RetrieverUnavailable(RetrieverError):
 
 
 class RetrieverIndexMissing(RetrieverError):
-    """The retriever runs but has no index yet (HTTP 503 "Index not built")."""
+    """The retriever runs but has no index yet (HTTP 503, problem type ``/problems/index-missing``)."""
 
 
 class RetrieverBadRequest(RetrieverError):
     """The request was rejected (HTTP 4xx, e.g. 422 for an empty question or k out of range)."""
-
-
-def _problem_detail(resp: httpx.Response) -> tuple[str, str]:
-    try:
-        body = resp.json()
-    except ValueError:
-        return "", resp.text[:300]
-    if isinstance(body, dict):
-        return str(body.get("title", "")), str(body.get("detail", body))[:500]
-    return "", str(body)[:300]
 
 
 class RetrieverClient:
@@ -64,10 +54,13 @@ class RetrieverClient:
         retry_window_s: float = 300.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._max_attempts = max(1, max_attempts)
         # A restart of the retriever (about a minute) is waited out; only a longer outage fails.
-        self._window_s = retry_window_s
-        self._backoff = (backoff_base_s, backoff_max_s)
+        self._policy = RetryPolicy(
+            max_attempts=max(1, max_attempts),
+            backoff_base_s=backoff_base_s,
+            backoff_max_s=backoff_max_s,
+            window_s=retry_window_s,
+        )
         self._own = client is None
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)), transport=transport
@@ -83,37 +76,39 @@ class RetrieverClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def _retryable(self, resp: httpx.Response) -> bool:
+        if resp.status_code < 500:
+            return False
+        problem = read_problem(resp)
+        if problem.type == INDEX_MISSING:
+            raise RetrieverIndexMissing(f"retriever at {self.base_url}: {problem.detail}", status=503)
+        return True
+
     async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         url = self.base_url + path
-        last = ""
-        first = time.monotonic()
-        attempt = 0
-        for attempt in range(1, self._max_attempts + 1):
-            try:
-                resp = await self._client.request(method, url, **kw)
-            except httpx.TransportError as exc:  # connect refused, reset, timeouts
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if resp.status_code < 500:
-                    return resp
-                title, detail = _problem_detail(resp)
-                if resp.status_code == 503 and title == "Index not built":
-                    raise RetrieverIndexMissing(f"retriever at {self.base_url}: {detail}", status=503)
-                last = f"HTTP {resp.status_code}: {detail}"
-            base, cap = self._backoff
-            delay = random.uniform(0, min(cap, base * 2 ** (attempt - 1)))
-            if attempt >= self._max_attempts or time.monotonic() - first + delay > self._window_s:
-                break
-            await asyncio.sleep(delay)
-        raise RetrieverUnavailable(
-            f"retriever at {self.base_url} unavailable after {attempt} attempts over "
-            f"{time.monotonic() - first:.0f}s ({last})"
-        )
+        try:
+            sent = await send_with_retries(
+                lambda: self._client.request(method, url, **kw),
+                policy=self._policy,
+                retryable=self._retryable,
+            )
+        except Unreachable as exc:
+            raise RetrieverUnavailable(
+                f"retriever at {self.base_url} unavailable after {exc.attempts} attempts over "
+                f"{exc.elapsed_s:.0f}s ({exc})"
+            ) from exc
+        resp = sent.response
+        if resp.status_code >= 500:
+            raise RetrieverUnavailable(
+                f"retriever at {self.base_url} unavailable after {sent.attempts} attempts over "
+                f"{sent.elapsed_s:.0f}s (HTTP {resp.status_code}: {read_problem(resp).detail})"
+            )
+        return resp
 
     @staticmethod
     def _raise_for_4xx(resp: httpx.Response, base_url: str) -> None:
         if resp.status_code >= 400:
-            _, detail = _problem_detail(resp)
+            detail = read_problem(resp).detail
             raise RetrieverBadRequest(
                 f"retriever at {base_url} rejected the request (HTTP {resp.status_code}): {detail}",
                 status=resp.status_code,

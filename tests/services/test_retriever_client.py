@@ -34,8 +34,8 @@ POOL = {
 }
 
 
-def problem(status: int, title: str, detail: str) -> dict[str, Any]:
-    return {"type": "about:blank", "title": title, "status": status, "detail": detail}
+def problem(status: int, title: str, detail: str, type_: str = "about:blank") -> dict[str, Any]:
+    return {"type": type_, "title": title, "status": status, "detail": detail}
 
 
 def sequence(*answers: tuple[int, Any]) -> Any:
@@ -91,7 +91,13 @@ async def test_4xx_fails_at_once_with_detail() -> None:
 
 
 async def test_index_missing_is_not_retried() -> None:
-    body = problem(503, "Index not built", "the Wikipedia index is empty: run `parley index build`")
+    # Told apart by its type: a different title (a translated one, say) changes nothing.
+    body = problem(
+        503,
+        "Index fehlt",
+        "the Wikipedia index is empty: run `parley index build`",
+        "/problems/index-missing",
+    )
     with ReplayServer(sequence((503, body))) as srv:
         async with client(srv.url) as c:
             with pytest.raises(RetrieverIndexMissing, match="parley index build"):
@@ -105,3 +111,13 @@ async def test_get_pool_404_is_none_and_malformed_pool_is_an_error() -> None:
             assert await c.get_pool("missing") is None
             with pytest.raises(RetrieverError, match="malformed"):
                 await c.get_pool("p1")
+
+
+async def test_a_title_alone_is_not_an_index_missing() -> None:
+    # An "Index not built" title without the problem type is an ordinary 503: retried, then unavailable.
+    body = problem(503, "Index not built", "the index is empty")
+    with ReplayServer(sequence((503, body))) as srv:
+        async with client(srv.url, attempts=2) as c:
+            with pytest.raises(RetrieverUnavailable):
+                await c.build_pool("q")
+    assert len(srv.requests) == 2
