@@ -1,17 +1,15 @@
 """Async client for OpenAI-compatible ``/v1/chat/completions`` endpoints.
 
 Every model Parley talks to (the embedded llama.cpp server, vLLM, Ollama, TGI, OpenAI, LiteLLM) is
-reached through this one client. Retries live here and nowhere else: connection errors, 408, 409,
-429 and 5xx are retried with exponential backoff and full jitter (``Retry-After`` wins when the server
-sends it); other 4xx fail at once. A per-endpoint semaphore bounds in-flight requests so that a batch
-cannot flood a server that serves one request at a time.
+reached through this one client. Retries are the shared loop of ``services.http_client`` and nowhere
+else: connection errors, 408, 409, 429 and 5xx are retried with exponential backoff and full jitter
+(``Retry-After`` wins when the server sends it); other 4xx fail at once. A per-endpoint semaphore
+bounds in-flight requests so that a batch cannot flood a server that serves one request at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -22,7 +20,12 @@ import httpx
 
 from services.errors import ParleyError
 
+# RetryPolicy is the shared retry layer's; LLM callers import it from here.
+from services.http_client import RetryPolicy as RetryPolicy
+from services.http_client import Unreachable, parse_retry_after, send_with_retries
+
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+
 # "json_schema": OpenAI form; "json_object": llama-cpp-python's form; "off": never send a schema.
 StructuredMode = Literal["json_schema", "json_object", "off"]
 
@@ -163,46 +166,6 @@ class ChatModel(Protocol):
         seed: int | None = None,
         cache_key: str | None = None,
     ) -> ChatCompletion: ...
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Transient failures are retried until ``max_attempts`` or the ``window_s`` of time since the first
-    attempt runs out, whichever comes first: an outage shorter than the window delays the call, a
-    longer one fails it with the last error."""
-
-    max_attempts: int = 4
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 20.0
-    # A Retry-After beyond this is treated as "give up now" rather than stalling a debate for minutes.
-    retry_after_cap_s: float = 60.0
-    window_s: float = 300.0
-
-    def gives_up(self, attempt: int, elapsed_s: float, delay_s: float) -> bool:
-        return attempt >= self.max_attempts or elapsed_s + delay_s > self.window_s
-
-    def backoff(self, attempt: int, retry_after: float | None) -> float:
-        """Delay before retry number ``attempt`` (1-based): full jitter, unless the server said when."""
-        if retry_after is not None:
-            return min(retry_after, self.retry_after_cap_s)
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2 ** (attempt - 1)))
-        return random.uniform(0, ceiling)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header, which may be delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def retryable_failure(
@@ -420,36 +383,41 @@ class OpenAIChatClient:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         sem = ENDPOINT_LIMITS.get(self._base_url, self._max_concurrency)
-        attempt = 0
-        first = time.monotonic()
-        while True:
-            attempt += 1
-            retry_after: float | None = None
-            failure: LLMError
-            async with sem:
+        asked_schema = "response_format" in body
+        latency_ms = 0.0
+
+        async def send() -> httpx.Response:
+            nonlocal latency_ms
+            async with sem:  # held per attempt, never while waiting to retry
                 started = time.perf_counter()
                 try:
                     resp = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
                 except httpx.ReadTimeout as exc:
                     # The server is alive but slow; retrying would double its load, so fail now.
                     raise LLMTimeout(f"no reply within {self._timeout.read}s", url=url) from exc
-                except httpx.TransportError as exc:
-                    failure = LLMUnavailable(f"cannot reach LLM server: {exc.__class__.__name__}", url=url)
-                else:
-                    latency_ms = (time.perf_counter() - started) * 1000
-                    if resp.status_code == 200:
-                        completion = self._parse(resp, url, latency_ms, attempt, output_mode)
-                        if output_mode == "schema":
-                            self._schema_supported = True
-                        return completion
-                    retry_after = parse_retry_after(resp.headers.get("retry-after"))
-                    failure = retryable_failure(resp, url, "response_format" in body, retry_after)
-            if retry_after is not None and retry_after > self._retry.retry_after_cap_s:
-                raise failure
-            delay = self._retry.backoff(attempt, retry_after)
-            if self._retry.gives_up(attempt, time.monotonic() - first, delay):
-                raise failure
-            await self._sleep(delay)
+                latency_ms = (time.perf_counter() - started) * 1000
+                return resp
+
+        def retryable(resp: httpx.Response) -> bool:
+            if resp.status_code == 200:
+                return False
+            retryable_failure(resp, url, asked_schema, None)  # raises what retrying cannot help
+            return True
+
+        try:
+            sent = await send_with_retries(send, policy=self._retry, retryable=retryable, sleep=self._sleep)
+        except Unreachable as exc:
+            raise LLMUnavailable(
+                f"cannot reach LLM server: {exc.error.__class__.__name__}", url=url
+            ) from None
+        resp = sent.response
+        if resp.status_code != 200:
+            retry_after = parse_retry_after(resp.headers.get("retry-after"))
+            raise retryable_failure(resp, url, asked_schema, retry_after)
+        completion = self._parse(resp, url, latency_ms, sent.attempts, output_mode)
+        if output_mode == "schema":
+            self._schema_supported = True
+        return completion
 
     def _parse(
         self,
