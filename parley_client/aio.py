@@ -24,6 +24,7 @@ from parley_client.models import (
     finished_count,
 )
 from parley_client.settings import ClientSettings
+from services.http_client import RetryPolicy, Unreachable, send_with_retries
 from services.jobstore import TERMINAL, TERMINAL_EVENTS
 
 Config = Mapping[str, Any] | BaseModel | None
@@ -89,7 +90,15 @@ class AsyncParleyClient:
         )
         if client is not None and api_key:
             self._client.headers.update(headers)
-        self._max_waits = max_waits
+        # A 429/503 is waited out after its Retry-After (1 s without one, at most MAX_WAIT_S at a
+        # time), up to ``max_waits`` times per request.
+        self._policy = RetryPolicy(
+            max_attempts=max_waits + 1,
+            retry_after_cap_s=MAX_WAIT_S,
+            over_cap="clamp",
+            fixed_delay_s=1.0,
+            window_s=float("inf"),
+        )
         self._sleep = sleep
         self._on_retry = on_retry
         self.retries = 0
@@ -119,51 +128,54 @@ class AsyncParleyClient:
 
     # -- transport -------------------------------------------------------------------------------
 
-    async def _wait_before_retry(self, resp: httpx.Response, attempt: int) -> bool:
-        """Sleep before repeating a 429/503 request; False once ``max_waits`` is used up."""
-        if resp.status_code not in RETRIED or attempt >= self._max_waits:
-            return False
-        try:
-            wait = min(MAX_WAIT_S, max(0.0, float(resp.headers.get("retry-after", "1"))))
-        except ValueError:
-            wait = 1.0
+    def _retried(self, resp: httpx.Response | None, wait: float) -> None:
         self.retries += 1
-        if self._on_retry is not None:
+        if self._on_retry is not None and resp is not None:
             self._on_retry(resp.status_code, wait)
-        await self._sleep(wait)
-        return True
+
+    async def _send(
+        self, send: Callable[[], Awaitable[httpx.Response]], method: str, path: str
+    ) -> httpx.Response:
+        """The answer of ``send`` after the 429/503 waits (the shared retry loop); an error answer
+        raises its typed ``ParleyError``. Transport errors are not retried: the caller sees them."""
+        try:
+            sent = await send_with_retries(
+                send,
+                policy=self._policy,
+                retryable=lambda r: r.status_code in RETRIED,
+                retry_transport_errors=False,
+                sleep=self._sleep,
+                on_retry=self._retried,
+            )
+        except Unreachable as exc:
+            raise ParleyError(
+                None, f"cannot reach the Parley API ({type(exc.error).__name__})"
+            ) from exc.error
+        resp = sent.response
+        if resp.status_code >= 400:
+            await resp.aread()
+            await resp.aclose()
+            raise error_from(resp, method, path)
+        return resp
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        attempt = 0
-        while True:
-            try:
-                resp = await self._client.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
-                raise ParleyError(None, f"cannot reach the Parley API ({type(exc).__name__})") from exc
-            if await self._wait_before_retry(resp, attempt):
-                attempt += 1
-                continue
-            if resp.status_code >= 400:
-                raise error_from(resp, method, path)
-            return resp
+        return await self._send(lambda: self._client.request(method, path, **kwargs), method, path)
 
     async def _lines(self, path: str, headers: dict[str, str] | None = None) -> AsyncIterator[str]:
         """The lines of a streamed response, with the same retries as ``_request`` before it starts."""
-        attempt = 0
-        while True:
-            try:
-                async with self._client.stream("GET", path, headers=headers, timeout=None) as resp:
-                    if resp.status_code >= 400:
-                        await resp.aread()
-                        if await self._wait_before_retry(resp, attempt):
-                            attempt += 1
-                            continue
-                        raise error_from(resp, "GET", path)
-                    async for line in resp.aiter_lines():
-                        yield line
-                    return
-            except httpx.TransportError as exc:
-                raise ParleyError(None, f"cannot reach the Parley API ({type(exc).__name__})") from exc
+
+        def send() -> Awaitable[httpx.Response]:
+            request = self._client.build_request("GET", path, headers=headers, timeout=None)
+            return self._client.send(request, stream=True)
+
+        resp = await self._send(send, "GET", path)
+        try:
+            async for line in resp.aiter_lines():
+                yield line
+        except httpx.TransportError as exc:
+            raise ParleyError(None, f"cannot reach the Parley API ({type(exc).__name__})") from exc
+        finally:
+            await resp.aclose()
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return (await self._request(method, path, **kwargs)).json()

@@ -22,8 +22,13 @@ class ParleyNotFound(ParleyError):
     """The gateway does not know the job or batch (wrong id, another key's, or its store was wiped)."""
 
 
+# The gateway's problem types with an exception of their own (told apart by type, never by title).
+BY_TYPE: dict[str, type[ParleyError]] = {"/problems/not-found": ParleyNotFound}
+
+
 def error_from(resp: httpx.Response, method: str, path: str) -> ParleyError:
-    """The exception for an error response (its body must have been read)."""
+    """The exception for an error response (its body must have been read): the class its problem
+    ``type`` names; a 404 that is no problem document (a proxy's) is a ``ParleyNotFound`` too."""
     problem: dict[str, Any] | None = None
     try:
         body = resp.json()
@@ -31,5 +36,8 @@ def error_from(resp: httpx.Response, method: str, path: str) -> ParleyError:
         detail = str((problem or {}).get("detail") or (problem or {}).get("title") or resp.text[:300])
     except ValueError:
         detail = resp.text[:300] or f"{method} {path} failed"
-    cls = ParleyNotFound if resp.status_code == 404 else ParleyError
+    kind = str((problem or {}).get("type") or "about:blank")
+    cls = BY_TYPE.get(kind) or (
+        ParleyNotFound if resp.status_code == 404 and kind == "about:blank" else ParleyError
+    )
     return cls(resp.status_code, detail, problem)
