@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from engine.prompts import get_prompts
 from engine.prompts.untrusted import quote
 from engine.registry import PROTOCOLS
+from engine.styles import PromptStyle
 from services.settings import ENDPOINT_NAME
 
 MAX_AGENTS = 8
@@ -16,7 +17,6 @@ MAX_ROUNDS = 10
 MAX_QUESTION_CHARS = 2000
 
 KnowledgeMode = Literal["all", "wikipedia", "web", "none"]
-PromptStyle = Literal["paper", "robust"]
 JudgeMode = Literal["llm", "rule", "both", "auto"]
 
 # Protocols that use a single agent; the others need at least two (derived from the registry).

@@ -2,14 +2,19 @@
 
 Every protocol keeps one implementation of its prompt interface per style (``paper.py``,
 ``robust.py``) and names them once in a ``ByStyle`` table; runners then ask the table for the
-configured style and never test the style themselves. Adding a style adds a field here, and mypy
-names every protocol that has no implementation for it.
+configured style and never test the style themselves. ``PromptStyle`` is the one list of style
+names (the config's field, the OpenAPI enum and ``STYLE_NAMES`` read it); adding a style adds it there
+and a field of ``ByStyle`` (checked at import), and mypy names every protocol that has no
+implementation for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
+
+PromptStyle = Literal["paper", "robust"]
+STYLE_NAMES: tuple[str, ...] = get_args(PromptStyle)
 
 T = TypeVar("T")
 
@@ -28,4 +33,5 @@ class ByStyle(Generic[T]):
         return found
 
 
-STYLE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ByStyle))
+if tuple(f.name for f in fields(ByStyle)) != STYLE_NAMES:
+    raise RuntimeError(f"ByStyle's fields must be the prompt styles {STYLE_NAMES}, in that order")
