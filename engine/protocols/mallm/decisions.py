@@ -14,8 +14,9 @@ Choices where the paper is ambiguous (each is a ``MallmSettings`` field, see doc
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.jsontext import first_json_object
 
@@ -260,3 +261,41 @@ def parse_allocation(text: str, base: int) -> dict[int, float] | None:
             continue
         alloc[key - base] = alloc.get(key - base, 0.0) + float(v)
     return alloc if alloc else None
+
+
+def _as_stored(ballot: Any) -> Any:
+    return ballot
+
+
+@dataclass(frozen=True)
+class VotingRule:
+    """One voting decision protocol as an object: how a ballot is read from a reply, how a ballot
+    comes back from a checkpoint (JSON keys are strings), and how ballots are counted. The runner
+    asks ``VOTING_RULES`` for the configured rule and never tests the rule's name itself."""
+
+    name: str
+    parse: Callable[[str, int], Any]
+    count: Callable[[Sequence[Any], int, int], VoteResult]
+    restore: Callable[[Any], Any] = _as_stored
+
+    def read(self, text: str, base: int) -> Any:
+        """The ballot in a reply (None: unreadable, counted as an abstention)."""
+        return self.parse(text, base)
+
+
+def _allocation_ballot(text: str, base: int) -> dict[str, float] | None:
+    alloc = parse_allocation(text, base)
+    return {str(k): v for k, v in alloc.items()} if alloc is not None else None
+
+
+VOTING_RULES: dict[str, VotingRule] = {
+    "simple": VotingRule("simple", parse_simple_vote, lambda b, n, _points: simple_vote(b, n)),
+    "approval": VotingRule("approval", parse_approval, lambda b, n, _points: approval_vote(b, n)),
+    "ranked": VotingRule("ranked", parse_ranking, lambda b, n, _points: ranked_vote(b, n)),
+    "cumulative": VotingRule(
+        "cumulative",
+        _allocation_ballot,
+        cumulative_vote,
+        restore=lambda b: {int(k): float(v) for k, v in b.items()},
+    ),
+}

@@ -74,40 +74,17 @@ def candidates_from(answers: Sequence[str | None]) -> tuple[list[str], list[list
     return solutions, owners
 
 
-def tally(decision: str, ballots: Sequence[Any], n: int, points: int) -> dr.VoteResult:
-    """Apply the decision rule to parsed ballots (None = abstained)."""
-    if decision == "simple":
-        return dr.simple_vote(ballots, n)
-    if decision == "approval":
-        return dr.approval_vote(ballots, n)
-    if decision == "ranked":
-        return dr.ranked_vote(ballots, n)
-    return dr.cumulative_vote(ballots, n, points)
-
-
-def ballot_parser(decision: str, base: int) -> Any:
+def ballot_parser(rule: dr.VotingRule, base: int) -> Any:
     def parse(c: ChatCompletion) -> dict[str, Any]:
-        text = c.text
-        ballot: Any
-        if decision == "simple":
-            ballot = dr.parse_simple_vote(text, base)
-        elif decision == "approval":
-            ballot = dr.parse_approval(text, base)
-        elif decision == "ranked":
-            ballot = dr.parse_ranking(text, base)
-        else:
-            alloc = dr.parse_allocation(text, base)
-            ballot = {str(k): v for k, v in alloc.items()} if alloc is not None else None
+        ballot = rule.read(c.text, base)
         return {"extra": {"ballot": ballot}, "parse_error": None if ballot is not None else "unreadable vote"}
 
     return parse
 
 
-def _ballot(record: TranscriptRecord, decision: str) -> Any:
+def _ballot(record: TranscriptRecord, rule: dr.VotingRule) -> Any:
     b = record.extra.get("ballot")
-    if b is None or decision != "cumulative":
-        return b
-    return {int(k): float(v) for k, v in b.items()}
+    return None if b is None else rule.restore(b)
 
 
 async def run_mallm(ctx: DebateContext, run: ProtocolRun) -> Outcome:
@@ -327,8 +304,9 @@ class MallmDebate:
         records = await self.ctx.gather(
             [functools.partial(self.vote, t, i, solutions) for i in range(self.n)]
         )
-        ballots = [_ballot(r, ms.decision) for r in sorted(records, key=lambda r: r.agent or 0)]
-        result = tally(ms.decision, ballots, len(solutions), ms.cumulative_points)
+        rule = dr.VOTING_RULES[ms.decision]
+        ballots = [_ballot(r, rule) for r in sorted(records, key=lambda r: r.agent or 0)]
+        result = rule.count(ballots, len(solutions), ms.cumulative_points)
         await self.ctx.emit(
             "judge.verdict",
             {
@@ -364,7 +342,7 @@ class MallmDebate:
                 persona=persona(self.cfg, i),
                 agent=i,
             ),
-            parse=ballot_parser(ms.decision, ms.ranking_base),
+            parse=ballot_parser(dr.VOTING_RULES[ms.decision], ms.ranking_base),
             readable=lambda r: r.extra.get("ballot") is not None,
             temperature=0.0,
             json_schema=self.prompts.VOTE_SCHEMAS[ms.decision],

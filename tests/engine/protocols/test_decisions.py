@@ -112,3 +112,11 @@ def test_parse_agreement() -> None:
     assert dr.parse_agreement("[DISAGREE] it is Lyon")[0] is False
     assert dr.parse_agreement("I disagree, it is Lyon")[0] is False
     assert dr.parse_agreement("It is Paris.")[0] is None
+
+
+def test_every_voting_decision_has_its_rule_object() -> None:
+    from engine.config import VOTING_DECISIONS
+    from engine.protocols.mallm.decisions import VOTING_RULES
+
+    assert set(VOTING_RULES) == VOTING_DECISIONS
+    assert all(rule.name == name for name, rule in VOTING_RULES.items())
