@@ -8,6 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from engine.prompts import get_prompts
 from engine.prompts.untrusted import quote
+from engine.protocols.mad.settings import MadSettings as MadSettings
+from engine.protocols.mallm.settings import CONSENSUS_DECISIONS as CONSENSUS_DECISIONS
+from engine.protocols.mallm.settings import VOTING_DECISIONS as VOTING_DECISIONS
+from engine.protocols.mallm.settings import MallmDecision as MallmDecision
+from engine.protocols.mallm.settings import MallmSettings as MallmSettings
 from engine.registry import PROTOCOLS
 from engine.styles import PromptStyle
 from services.settings import ENDPOINT_NAME
@@ -33,11 +38,6 @@ else:
 # The order in which an agent is shown the other agents' answers (Zhang et al.).
 Ordering = Literal["fixed", "random", "madc", "truth_last"]
 SpeakingOrder = Literal["fixed", "random", "reverse"]
-MallmDecision = Literal[
-    "majority", "supermajority", "unanimity", "simple", "ranked", "cumulative", "approval"
-]
-CONSENSUS_DECISIONS = frozenset({"majority", "supermajority", "unanimity"})
-VOTING_DECISIONS = frozenset({"simple", "ranked", "cumulative", "approval"})
 
 
 class AgentSpec(BaseModel):
@@ -85,56 +85,6 @@ class AgentSpec(BaseModel):
         if self.endpoint is not None and self.base_url is not None:
             raise ValueError("give an agent either endpoint (a configured name) or base_url, not both")
         return self
-
-
-class MadSettings(BaseModel):
-    """Liang et al. (MAD): tit-for-tat level (paper Table 11), adaptive break, side swap."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tit_for_tat: int = Field(default=2, ge=0, le=3, description="0 full consensus … 3 disagree always")
-    adaptive_break: bool = Field(default=True, description="stop once the moderator has a preference")
-    swap_sides: bool = Field(default=False, description="agent 1 argues affirmative, agent 0 negative")
-
-
-class MallmSettings(BaseModel):
-    """Kaesberg et al. (MALLM) decision protocols. Ambiguities of the paper are settings (docs)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    decision: MallmDecision = "majority"
-    paradigm: Literal["memory", "drafting", "collective_improvement"] = Field(
-        default="memory",
-        description="memory: turn order, all messages visible; drafting: All-Agents Drafting (first "
-        "turn independent); collective_improvement: no turn order, only last turn's solutions",
-    )
-    vote_after: int = Field(default=3, ge=1, le=10, description="voting starts after this many turns")
-    memory_turns: int = Field(default=2, ge=1, le=10, description="turns of history an agent sees")
-    threshold_rule: Literal[">=", ">"] = Field(
-        default=">=", description="agreement share must be >= or > the threshold"
-    )
-    majority_threshold: float = Field(default=0.5, gt=0.0, le=1.0)
-    supermajority_threshold: float = Field(default=0.66, gt=0.0, le=1.0)
-    cumulative_points: int = Field(default=10, ge=1, le=100, description="paper prompt 10, text 25")
-    ranking_base: Literal[0, 1] = Field(default=1, description="solution numbers start at 0 or 1")
-    fallback: Literal["first_agent", "plurality"] = Field(
-        default="first_agent",
-        description="no decision by the turn limit: first agent's solution (paper) or most common answer",
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> MallmSettings:
-        if self.paradigm == "collective_improvement" and self.decision in CONSENSUS_DECISIONS:
-            raise ValueError(
-                f"paradigm: collective_improvement works only with a voting decision "
-                f"({', '.join(sorted(VOTING_DECISIONS))}), not {self.decision!r}"
-            )
-        return self
-
-    def threshold(self) -> float:
-        return {"majority": self.majority_threshold, "supermajority": self.supermajority_threshold}.get(
-            self.decision, 1.0
-        )
 
 
 class DebateConfig(BaseModel):
@@ -207,15 +157,8 @@ class DebateConfig(BaseModel):
                 if spec.max_agents == spec.min_agents
                 else f"agents: protocol {self.protocol!r} takes at most {spec.max_agents} agents"
             )
-        if (
-            self.protocol == "mallm"
-            and self.mallm.decision in VOTING_DECISIONS
-            and self.mallm.vote_after > self.rounds
-        ):
-            raise ValueError(
-                f"rounds: {self.rounds} turns end before voting starts (mallm.vote_after="
-                f"{self.mallm.vote_after}); the turn limit is `rounds` (the paper uses 5)"
-            )
+        if spec.check is not None:
+            spec.load_check()(self)  # the protocol's own rules, kept in its folder
         if self.team is not None and len(self.team) != self.agents:
             raise ValueError(f"team: {len(self.team)} agent specs for {self.agents} agents")
         return self

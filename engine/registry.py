@@ -10,11 +10,12 @@ config can read the specs without importing the protocols, which import the conf
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from engine.config import DebateConfig
     from engine.outcome import ProtocolRunner
 
 # Settings every protocol honours; ``sequential`` holds in every protocol: those with one call at a
@@ -55,6 +56,9 @@ class ProtocolSpec:
     min_agents: int = 2
     max_agents: int | None = None
     uses_pool: bool = True
+    # ``"module:function"`` checking a whole ``DebateConfig`` for this protocol (raises ValueError);
+    # it lives in the protocol's folder with its settings.
+    check: str | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.answer_roles) - set(self.roles)
@@ -62,6 +66,13 @@ class ProtocolSpec:
             raise ValueError(
                 f"protocol {self.name!r}: answer roles {sorted(unknown)} are not among its roles"
             )
+
+    def load_check(self) -> Callable[[DebateConfig], None]:
+        """The protocol's config check, imported on first use (the config cannot import protocols
+        before it exists)."""
+        assert self.check is not None
+        module, _, function = self.check.partition(":")
+        return cast("Callable[[DebateConfig], None]", getattr(importlib.import_module(module), function))
 
     def load_runner(self) -> ProtocolRunner:
         """The protocol's runner, imported now (the first debate with this protocol pays for it)."""
@@ -125,6 +136,7 @@ SPECS: tuple[ProtocolSpec, ...] = (
     ProtocolSpec(
         name="mallm",
         runner="engine.protocols.mallm.runner:run_mallm",
+        check="engine.protocols.mallm.settings:check_config",
         roles={**_SELECT, "debater": DEBATER, "extract": DEBATER, "vote": DEBATER},
         answer_roles=("debater",),
         settings=COMMON_SETTINGS

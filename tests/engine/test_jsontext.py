@@ -7,7 +7,7 @@ import pytest
 from engine.jsontext import first_json_object, json_objects
 from engine.prompts import robust
 from engine.protocols.kks import parse_assignment, parse_role
-from engine.protocols.mad import parse_mad_verdict
+from engine.protocols.mad.verdict import parse_mad_verdict
 from engine.protocols.mallm import decisions
 
 pytestmark = pytest.mark.unit

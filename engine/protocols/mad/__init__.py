@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from engine.protocols.mad import paper, robust
 from engine.protocols.mad.prompts import MadPrompts
-from engine.protocols.mad.verdict import parse_mad_verdict as parse_mad_verdict
 from engine.styles import ByStyle
 
 prompts_for: ByStyle[MadPrompts] = ByStyle(paper=paper, robust=robust)

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.answers import majority_vote, normalize_answer
-from engine.config import CONSENSUS_DECISIONS
 from engine.context import DebateContext
 from engine.outcome import Outcome, ProtocolRun
 from engine.prompts import get_prompts
@@ -35,6 +34,7 @@ from engine.protocols.common import (
 )
 from engine.protocols.mallm import decisions as dr
 from engine.protocols.mallm import prompts_for
+from engine.protocols.mallm.settings import CONSENSUS_DECISIONS
 from engine.result import TranscriptRecord
 from services.llm import ChatCompletion
 

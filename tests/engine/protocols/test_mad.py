@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import DebateConfig
-from engine.protocols.mad import parse_mad_verdict
+from engine.protocols.mad.verdict import parse_mad_verdict
 from tests.engine.protocols.helpers import debate, texts
 from tests.support.scripted_llm import ScriptedLLM
 

@@ -1,0 +1,70 @@
+"""``mallm``'s own settings (``DebateConfig.mallm``) and the rules a config must meet for it, kept with
+the protocol (the registry's spec names ``check_config``; ``DebateConfig`` calls it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.protocols.mallm.decisions import VOTING_RULES
+
+if TYPE_CHECKING:
+    from engine.config import DebateConfig
+
+MallmDecision = Literal[
+    "majority", "supermajority", "unanimity", "simple", "ranked", "cumulative", "approval"
+]
+CONSENSUS_DECISIONS = frozenset({"majority", "supermajority", "unanimity"})
+# The voting decisions are the ones with a rule object (decisions.VOTING_RULES).
+VOTING_DECISIONS = frozenset(VOTING_RULES)
+
+
+class MallmSettings(BaseModel):
+    """Kaesberg et al. (MALLM) decision protocols. Ambiguities of the paper are settings (docs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decision: MallmDecision = "majority"
+    paradigm: Literal["memory", "drafting", "collective_improvement"] = Field(
+        default="memory",
+        description="memory: turn order, all messages visible; drafting: All-Agents Drafting (first "
+        "turn independent); collective_improvement: no turn order, only last turn's solutions",
+    )
+    vote_after: int = Field(default=3, ge=1, le=10, description="voting starts after this many turns")
+    memory_turns: int = Field(default=2, ge=1, le=10, description="turns of history an agent sees")
+    threshold_rule: Literal[">=", ">"] = Field(
+        default=">=", description="agreement share must be >= or > the threshold"
+    )
+    majority_threshold: float = Field(default=0.5, gt=0.0, le=1.0)
+    supermajority_threshold: float = Field(default=0.66, gt=0.0, le=1.0)
+    cumulative_points: int = Field(default=10, ge=1, le=100, description="paper prompt 10, text 25")
+    ranking_base: Literal[0, 1] = Field(default=1, description="solution numbers start at 0 or 1")
+    fallback: Literal["first_agent", "plurality"] = Field(
+        default="first_agent",
+        description="no decision by the turn limit: first agent's solution (paper) or most common answer",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> MallmSettings:
+        if self.paradigm == "collective_improvement" and self.decision in CONSENSUS_DECISIONS:
+            raise ValueError(
+                f"paradigm: collective_improvement works only with a voting decision "
+                f"({', '.join(sorted(VOTING_DECISIONS))}), not {self.decision!r}"
+            )
+        return self
+
+    def threshold(self) -> float:
+        return {"majority": self.majority_threshold, "supermajority": self.supermajority_threshold}.get(
+            self.decision, 1.0
+        )
+
+
+def check_config(config: DebateConfig) -> None:
+    """What a ``mallm`` debate needs of the whole config: voting must start within the turn limit."""
+    ms = config.mallm
+    if ms.decision in VOTING_DECISIONS and ms.vote_after > config.rounds:
+        raise ValueError(
+            f"rounds: {config.rounds} turns end before voting starts (mallm.vote_after="
+            f"{ms.vote_after}); the turn limit is `rounds` (the paper uses 5)"
+        )
