@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter
 
 from engine.context import DebateContext
 from engine.result import Checkpoint
 
 CheckpointSink = Callable[[Checkpoint], Awaitable[None]]
+S = TypeVar("S")
 
 
 @dataclass
@@ -33,9 +37,18 @@ class ProtocolRun:
         self.resume = resume
         self.gold = gold
 
-    async def checkpoint(self, ctx: DebateContext, round: int, state: dict[str, object]) -> None:
+    def resume_state(self, kind: type[S]) -> S | None:
+        """The state to resume from, validated as the protocol's state type (its ``state.py``), or
+        None for a fresh debate; a stored state of the wrong shape fails here, not deep in a round."""
+        if self.resume is None:
+            return None
+        return TypeAdapter(kind).validate_python(self.resume.state)
+
+    async def checkpoint(self, ctx: DebateContext, round: int, state: Mapping[str, Any]) -> None:
         if self.on_checkpoint is not None:
-            await self.on_checkpoint(Checkpoint(round=round, transcript=list(ctx.transcript), state=state))
+            await self.on_checkpoint(
+                Checkpoint(round=round, transcript=list(ctx.transcript), state=dict(state))
+            )
 
 
 ProtocolRunner = Callable[[DebateContext, ProtocolRun], Awaitable[Outcome]]

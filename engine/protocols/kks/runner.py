@@ -33,6 +33,7 @@ from engine.protocols.kks.parsing import (
     team_answer,
 )
 from engine.protocols.kks.prompts import Position, agent_name
+from engine.protocols.kks.state import KksState
 from engine.result import TranscriptRecord
 from services.llm import ChatCompletion
 
@@ -82,8 +83,8 @@ class KksDebate:
         self.conf: list[int | None] = [None] * n
         self.abstentions = 0
         self.done = 0
-        if run.resume is not None:
-            st = run.resume.state
+        st = run.resume_state(KksState)
+        if st is not None:
             self.assign, self.expl, self.conf = st["assign"], st["expl"], st["conf"]
             self.done, self.abstentions = st["done"], st["abstentions"]
 
@@ -111,7 +112,7 @@ class KksDebate:
             await self.run_info.checkpoint(ctx, r, self.state(index + 1))
         return self.outcome()
 
-    def state(self, done: int) -> dict[str, Any]:
+    def state(self, done: int) -> KksState:
         return {
             "assign": self.assign,
             "expl": self.expl,

@@ -20,6 +20,7 @@ from engine.prompts import get_prompts
 from engine.protocols.common import answer_parser, call_with_reasks, select_knowledge
 from engine.protocols.mad import prompts_for
 from engine.protocols.mad.prompts import conversation
+from engine.protocols.mad.state import MadState
 from engine.protocols.mad.verdict import verdict_parser
 
 
@@ -35,8 +36,8 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     mod_turns: list[list[str]] = []
     answers: list[list[str | None]] = []
     verdict_state: dict[str, Any] | None = None
-    if run.resume is not None:
-        st = run.resume.state
+    st = run.resume_state(MadState)
+    if st is not None:
         aff_turns, neg_turns, mod_turns = st["aff"], st["neg"], st["mod"]
         answers = [list(a) for a in st["answers"]]
         verdict_state = st.get("verdict")

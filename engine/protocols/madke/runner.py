@@ -26,6 +26,7 @@ from engine.protocols.common import (
 )
 from engine.protocols.madke import prompts_for
 from engine.protocols.madke.prompts import MadkePrompts
+from engine.protocols.madke.state import MadkeState
 from engine.result import TranscriptRecord
 from services.llm import ChatCompletion
 
@@ -106,8 +107,8 @@ async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     responses: list[list[str]] = []
     answers: list[list[str | None]] = []
     consensus = False
-    if run.resume is not None:
-        state = run.resume.state
+    state = run.resume_state(MadkeState)
+    if state is not None:
         responses = [list(r) for r in state["responses"]]
         answers = [list(a) for a in state["answers"]]
         consensus = bool(state["consensus"])

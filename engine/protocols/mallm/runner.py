@@ -35,6 +35,7 @@ from engine.protocols.common import (
 from engine.protocols.mallm import decisions as dr
 from engine.protocols.mallm import prompts_for
 from engine.protocols.mallm.settings import CONSENSUS_DECISIONS
+from engine.protocols.mallm.state import MallmState
 from engine.result import TranscriptRecord
 from services.llm import ChatCompletion
 
@@ -109,8 +110,8 @@ class MallmDebate:
         self.agreement = dr.AgreementState()
         self.decided: dict[str, Any] | None = None
         self.next_vote = self.ms.vote_after
-        if run.resume is not None:
-            st = run.resume.state
+        st = run.resume_state(MallmState)
+        if st is not None:
             self.turns = st["turns"]
             ag = st["agreement"]
             self.agreement = dr.AgreementState(ag["solution"], ag["proposer"], set(ag["supporters"]))

@@ -25,6 +25,7 @@ from engine.protocols.common import (
 )
 from engine.protocols.society import prompts_for
 from engine.protocols.society.prompts import View
+from engine.protocols.society.state import SocietyState
 from engine.result import TranscriptRecord
 
 
@@ -53,8 +54,8 @@ async def run_society(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     responses: list[list[str]] = []
     answers: list[list[str | None]] = []
     confidences: list[list[int | None]] = []
-    if run.resume is not None:
-        state = run.resume.state
+    state = run.resume_state(SocietyState)
+    if state is not None:
         responses = [list(r) for r in state["responses"]]
         answers = [list(a) for a in state["answers"]]
         confidences = [list(c) for c in state["confidences"]]

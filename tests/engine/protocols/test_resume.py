@@ -76,3 +76,19 @@ async def test_kks_resume(scripted: ScriptedLLM) -> None:
     resumed, _ = await run(scripted, cfg, record["question"], resume=checkpoints[2])
     assert len(scripted.requests) == full.usage.calls - len(checkpoints[2].transcript)
     assert resumed.usage.calls == full.usage.calls
+
+
+def test_a_stored_state_of_the_wrong_shape_fails_before_any_round() -> None:
+    from pydantic import ValidationError
+
+    from engine.outcome import ProtocolRun
+    from engine.protocols.madke.state import MadkeState
+    from engine.result import Checkpoint
+
+    assert ProtocolRun().resume_state(MadkeState) is None
+    good = {"responses": [["r"]], "answers": [["a", None]], "consensus": False}
+    assert ProtocolRun(resume=Checkpoint(round=1, transcript=[], state=good)).resume_state(MadkeState) == good
+    with pytest.raises(ValidationError):
+        ProtocolRun(resume=Checkpoint(round=1, transcript=[], state={"responses": "x"})).resume_state(
+            MadkeState
+        )
