@@ -11,7 +11,7 @@ from tests.evaluation.conftest import write_jsonl
 
 pytestmark = pytest.mark.unit
 
-SHARED_NQ = Path(__file__).resolve().parents[3] / "shared" / "data" / "nq_open_vital_dev.jsonl"
+SHARED_NQ = Path(__file__).resolve().parents[2] / "data" / "nq_open_vital_dev.jsonl"
 
 
 def test_nq_autodetected_with_aliases(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from tests.evaluation.conftest import write_jsonl
 
 pytestmark = pytest.mark.unit
 
-FORMATS = Path(__file__).resolve().parents[3] / "shared" / "data" / "formats"
+FORMATS = Path(__file__).resolve().parents[2] / "data" / "formats"
 needs_examples = pytest.mark.skipif(not FORMATS.exists(), reason="shared format examples not present")
 
 
