@@ -3,7 +3,8 @@
 Builds the images (scripts/build_images.sh), starts the stack with two workers and the scripted LLM in
 a container from the Parley image, waits for every health check, then works through the published
 gateway only while faults are injected with docker: a key-less request, a 50-item batch, a worker
-killed mid-batch, redis restarted mid-batch, ``down`` then ``up``, a rolling restart of the workers.
+killed mid-batch, redis restarted mid-batch, ``down`` then ``up``, a rolling restart of the workers,
+then the day-two operations as docs/deployment.md writes them: a redis backup and restore, and an upgrade.
 Every step's seconds go to var/compose-test/timings.json (docs/deployment.md carries them).
 
 Environment: BASE_IMAGE, PARLEY_BUILD_CA, PARLEY_OFFLINE (see scripts/build_images.sh);
@@ -266,3 +267,89 @@ def test_a_rolling_restart_of_the_workers_loses_no_job(stack: Stack) -> None:
     stack.wait_batch(batch)
     TIMINGS["batch_50_rolling_restart_s"] = time.monotonic() - start
     stack.check_results(batch, 50)
+
+
+# Day-two operations exactly as docs/deployment.md writes them (the volume carries the project name).
+
+
+def _redis_volume_command(stack: Stack, backup_dir: Path, *command: str) -> None:
+    """One of the documented backup/restore commands: the parley-redis image over the redis volume."""
+    stack.docker(
+        "run", "--rm", "--user", "root", "--entrypoint", command[0],
+        "-v", f"{PROJECT}_redis-data:/data", "-v", f"{backup_dir}:/backup",
+        "parley-redis:latest", *command[1:],
+    )  # fmt: skip
+
+
+def test_redis_backup_then_restore_brings_back_exactly_the_backed_up_jobs(
+    stack: Stack, tmp_path: Path
+) -> None:
+    batch = stack.submit_batch(5, "backup")
+    stack.wait_batch(batch)
+    before = stack.check_results(batch, 5)
+    start = time.monotonic()
+    stack.compose("stop", "redis")
+    _redis_volume_command(stack, tmp_path, "tar", "-C", "/data", "-czf", "/backup/redis-backup.tgz", ".")
+    stack.compose("start", "redis")
+    stack.wait_healthy()
+    TIMINGS["redis_backup_s"] = time.monotonic() - start
+    assert (tmp_path / "redis-backup.tgz").stat().st_size > 0
+
+    later = stack.submit_batch(3, "after-backup")
+    stack.wait_batch(later)
+    later_jobs = [row["job_id"] for row in stack.check_results(later, 3)]
+
+    start = time.monotonic()
+    stack.compose("stop", "redis")
+    _redis_volume_command(
+        stack, tmp_path, "sh", "-c", "rm -rf /data/* && tar -C /data -xzf /backup/redis-backup.tgz"
+    )
+    stack.compose("start", "redis")
+    stack.wait_healthy()
+    TIMINGS["redis_restore_s"] = time.monotonic() - start
+
+    after = stack.check_results(batch, 5)  # the gateway reconnects to the restored redis
+    assert [(r["id"], r["job_id"], r["result"]["answer"]) for r in after] == [
+        (r["id"], r["job_id"], r["result"]["answer"]) for r in before
+    ]
+    assert stack.http.get(f"/v1/batches/{later}").status_code == 404
+    for job in later_jobs:
+        assert stack.http.get(f"/v1/debates/{job}").status_code == 404
+    assert stack.http.get(f"/v1/debates/{before[0]['job_id']}").status_code == 200
+
+
+def _wait_container_healthy(stack: Stack, container: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while stack.docker("inspect", "--format", "{{.State.Health.Status}}", container).strip() != "healthy":
+        assert time.monotonic() < deadline, f"{container} did not become healthy"
+        time.sleep(2)
+
+
+def test_an_upgrade_as_documented_loses_and_repeats_no_job(stack: Stack) -> None:
+    if os.environ.get("PARLEY_COMPOSE_SKIP_BUILD") != "1":  # the rebuild: every layer cached
+        start = time.monotonic()
+        subprocess.run(["bash", "scripts/build_images.sh"], cwd=ROOT, check=True, timeout=3600)
+        TIMINGS["upgrade_rebuild_s"] = time.monotonic() - start
+
+    start = time.monotonic()
+    batch = stack.submit_batch(50, "upgrade")
+    stack.wait_progress(batch, 0.1)
+    stack.compose("up", "-d", "--no-deps", "--no-build", "api", "retriever")
+    for worker in stack.containers("worker"):
+        stack.docker("restart", "--time", "180", worker)
+        _wait_container_healthy(stack, worker)
+    stack.wait_batch(batch)
+    stack.wait_healthy()
+    TIMINGS["upgrade_restart_one_at_a_time_s"] = time.monotonic() - start
+    stack.check_results(batch, 50)
+
+    # The alternative: recreate every worker replica at once (--force-recreate stands in for a new image).
+    start = time.monotonic()
+    batch = stack.submit_batch(50, "recreate")
+    stack.wait_progress(batch, 0.1)
+    stack.compose("up", "-d", "--no-deps", "--no-build", "--force-recreate", "--scale", "worker=2", "worker")
+    stack.wait_batch(batch)
+    stack.wait_healthy()
+    TIMINGS["upgrade_recreate_workers_s"] = time.monotonic() - start
+    stack.check_results(batch, 50)
+    assert stack.http.get("/v1/batches").status_code == 200
