@@ -182,6 +182,28 @@ class AgreementState:
         return self.proposer is not None and threshold_met(len(self.supporters), n_agents, threshold, rule)
 
 
+@dataclass(frozen=True)
+class ConsensusRule:
+    """One consensus decision protocol as an object: the share of agents that must agree, read from
+    the settings (``majority_threshold``, ``supermajority_threshold``) or fixed (unanimity: all).
+    The runner asks ``CONSENSUS_RULES`` for the configured rule and never tests the rule's name."""
+
+    name: str
+    threshold_of: Callable[[Any], float]
+
+    def reached(self, agreement: AgreementState, n_agents: int, settings: Any) -> bool:
+        """Whether the agreement counted so far decides the debate under this rule and ``settings``
+        (a ``MallmSettings``: its threshold and whether the share must be ``>=`` or ``>`` it)."""
+        return agreement.reached(n_agents, self.threshold_of(settings), settings.threshold_rule)
+
+
+CONSENSUS_RULES: dict[str, ConsensusRule] = {
+    "majority": ConsensusRule("majority", lambda s: s.majority_threshold),
+    "supermajority": ConsensusRule("supermajority", lambda s: s.supermajority_threshold),
+    "unanimity": ConsensusRule("unanimity", lambda _s: 1.0),
+}
+
+
 _AGREE = re.compile(r"\[\s*(agree|disagree)\s*\]", re.I)
 _AGREE_WORD = re.compile(r"\b(disagree|agree)\b", re.I)
 

@@ -34,7 +34,6 @@ from engine.protocols.common import (
 )
 from engine.protocols.mallm import decisions as dr
 from engine.protocols.mallm import prompts_for
-from engine.protocols.mallm.settings import CONSENSUS_DECISIONS
 from engine.protocols.mallm.state import MallmState
 from engine.result import TranscriptRecord
 from services.llm import ChatCompletion
@@ -104,7 +103,9 @@ class MallmDebate:
         self.prompts = prompts_for(self.cfg.prompt_style)
         self.parse_msg = discussion_parser(self.style)
         self.n = self.cfg.agents
-        self.consensus_mode = self.ms.decision in CONSENSUS_DECISIONS
+        # A consensus rule decides by agreement after every turn; None means a voting rule decides.
+        self.consensus_rule = dr.CONSENSUS_RULES.get(self.ms.decision)
+        self.consensus_mode = self.consensus_rule is not None
         # turns[t] = list of {"agent", "text", "answer", "agreed"} in speaking order
         self.turns: list[list[dict[str, Any]]] = []
         self.agreement = dr.AgreementState()
@@ -275,7 +276,7 @@ class MallmDebate:
             agreed = m["agreed"] if any_before else None
             answer = m["answer"] or (self.agreement.solution if agreed else None)
             self.agreement.update(i, agreed, answer)
-            if self.consensus_mode and self.agreement.reached(n, ms.threshold(), ms.threshold_rule):
+            if self.consensus_rule is not None and self.consensus_rule.reached(self.agreement, n, ms):
                 return current, True
         return current, False
 

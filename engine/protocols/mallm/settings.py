@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.protocols.mallm.decisions import VOTING_RULES
+from engine.protocols.mallm.decisions import CONSENSUS_RULES, VOTING_RULES
 
 if TYPE_CHECKING:
     from engine.config import DebateConfig
@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 MallmDecision = Literal[
     "majority", "supermajority", "unanimity", "simple", "ranked", "cumulative", "approval"
 ]
-CONSENSUS_DECISIONS = frozenset({"majority", "supermajority", "unanimity"})
-# The voting decisions are the ones with a rule object (decisions.VOTING_RULES).
+# Each decision is a rule object: consensus (decisions.CONSENSUS_RULES) or voting (decisions.VOTING_RULES).
+CONSENSUS_DECISIONS = frozenset(CONSENSUS_RULES)
 VOTING_DECISIONS = frozenset(VOTING_RULES)
 
 
@@ -55,9 +55,9 @@ class MallmSettings(BaseModel):
         return self
 
     def threshold(self) -> float:
-        return {"majority": self.majority_threshold, "supermajority": self.supermajority_threshold}.get(
-            self.decision, 1.0
-        )
+        """The agreement share a consensus decision needs (1.0 for a voting decision: never by agreement)."""
+        rule = CONSENSUS_RULES.get(self.decision)
+        return rule.threshold_of(self) if rule is not None else 1.0
 
 
 def check_config(config: DebateConfig) -> None:

@@ -120,3 +120,38 @@ def test_every_voting_decision_has_its_rule_object() -> None:
 
     assert set(VOTING_RULES) == VOTING_DECISIONS
     assert all(rule.name == name for name, rule in VOTING_RULES.items())
+
+
+def test_every_decision_is_a_consensus_or_a_voting_rule_object() -> None:
+    from typing import get_args
+
+    from engine.protocols.mallm.settings import MallmDecision
+
+    names = set(get_args(MallmDecision))
+    assert set(dr.CONSENSUS_RULES) | set(dr.VOTING_RULES) == names
+    assert not set(dr.CONSENSUS_RULES) & set(dr.VOTING_RULES)
+    assert all(rule.name == name for name, rule in dr.CONSENSUS_RULES.items())
+
+
+def test_consensus_rules_read_their_threshold_from_the_settings() -> None:
+    from engine.protocols.mallm.settings import MallmSettings
+
+    agreement = dr.AgreementState()
+    agreement.update(0, None, "Paris")
+    agreement.update(1, True, None)  # 2 of 4 agree
+    ms = MallmSettings(decision="majority")
+    assert dr.CONSENSUS_RULES["majority"].reached(agreement, 4, ms)
+    assert not dr.CONSENSUS_RULES["majority"].reached(
+        agreement, 4, ms.model_copy(update={"threshold_rule": ">"})
+    )
+    assert not dr.CONSENSUS_RULES["supermajority"].reached(
+        agreement, 4, MallmSettings(decision="supermajority")
+    )
+    loose = MallmSettings(decision="supermajority", supermajority_threshold=0.5)
+    assert dr.CONSENSUS_RULES["supermajority"].reached(agreement, 4, loose)
+    assert not dr.CONSENSUS_RULES["unanimity"].reached(agreement, 4, MallmSettings(decision="unanimity"))
+    agreement.update(2, True, None)
+    agreement.update(3, True, None)
+    assert dr.CONSENSUS_RULES["unanimity"].reached(agreement, 4, MallmSettings(decision="unanimity"))
+    assert ms.threshold() == 0.5 and MallmSettings(decision="unanimity").threshold() == 1.0
+    assert MallmSettings(decision="ranked").threshold() == 1.0
