@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from api.problems import Problem
 from api.settings import ApiSettings
 from engine.config import DebateConfig
+from services.egress import address_allowed, local_name
 from services.jobstore import BatchRecord, JobRecord, JobStore, stored_size
 from services.metrics import REFUSALS
 
@@ -35,21 +36,20 @@ def refused(field: str, msg: str) -> Problem:
 
 def private_target(url: str, allowed: Sequence[str]) -> str | None:
     """Why a client URL may not be called (a loopback, private, link-local or otherwise non-public
-    address the operator did not list), or None. Checked on the URL as written: a name that only
-    resolves to such an address is not caught here (the workers' egress rules must hold that line)."""
+    address the operator did not list, or a local name), or None. Checked on the URL as written, for a
+    clear 422 at once; a name that resolves to such an address is refused by the worker, which checks
+    the address it dials (``services.egress``)."""
     try:
         host = (urlsplit(url).hostname or "").rstrip(".").lower()
     except ValueError:
         return None  # not a URL httpx can call either: the job fails at the worker, naming it
-    if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
+    if local_name(host):
         return f"{host!r} names this network; clients may call public addresses only"
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         return None
-    if address.is_global:
-        return None
-    if any(address in ipaddress.ip_network(net, strict=False) for net in allowed):
+    if address_allowed(address, allowed):
         return None
     return (
         f"{host} is not a public address; clients may call public addresses only "

@@ -45,7 +45,13 @@ from services import telemetry
 from services.embedded_llm import ServedModel
 from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
 from services.knowledge import GivenKnowledge, KnowledgePool, PoolBuilder, empty_pool, pool_from_items
-from services.llm import LLMContextExceeded, LLMError, LLMProtocolError, LLMRateLimited
+from services.llm import (
+    LLMContextExceeded,
+    LLMEgressRefused,
+    LLMError,
+    LLMProtocolError,
+    LLMRateLimited,
+)
 from services.logging_setup import job_log_context
 from services.metrics import observe_debate, observe_job, observe_started
 from services.settings import LLMSettings, RetrieverClientSettings
@@ -77,10 +83,15 @@ class WorkerDraining(Exception):
     """This worker is shutting down: the job went back to the queue and resumes elsewhere."""
 
 
-def _default_models(llm: LLMSettings, served: ServedModel | None) -> ClosableRoleModels:
+def _default_models(
+    llm: LLMSettings, served: ServedModel | None, client_url_networks: list[str]
+) -> ClosableRoleModels:
+    from services.egress import PublicOnlyTransport
     from services.llm_factory import build_role_models
 
-    return build_role_models(llm, served=served)
+    # A job's config comes from a client: a URL its team gives reaches public addresses only.
+    guard = PublicOnlyTransport(client_url_networks)
+    return build_role_models(llm, served=served, client_url_transport=guard)
 
 
 def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBuilder:
@@ -127,8 +138,10 @@ class WorkerRuntime:
             return self.models_factory()
         if self.served is None and self.llm_base_url and self.llm_base_url != self.llm.base_url:
             # ``parley worker --llm-url``: that server for every role, the configured model name.
-            return _default_models(self.llm, ServedModel(self.llm_base_url, self.llm.model))
-        return _default_models(self.llm, self.served)
+            served: ServedModel | None = ServedModel(self.llm_base_url, self.llm.model)
+        else:
+            served = self.served
+        return _default_models(self.llm, served, self.settings.client_url_networks)
 
     def pool_builder(self) -> ClosablePoolBuilder:
         if self.pool_factory is not None:
@@ -437,8 +450,8 @@ async def _stop(task: asyncio.Task[Any]) -> None:
 def shown_reason(exc: LLMError) -> str:
     """What a client is told of an LLM failure: never the server's reply body, which a client URL
     pointed at an internal service would otherwise read back (the log keeps the whole reason)."""
-    if isinstance(exc, LLMContextExceeded):
-        return exc.reason  # Parley's own words, with token counts
+    if isinstance(exc, LLMContextExceeded | LLMEgressRefused):
+        return exc.reason  # Parley's own words: token counts, or the host the client gave
     if isinstance(exc, LLMProtocolError):
         return "the server's reply is not a chat completion"
     status = getattr(exc, "status", None)

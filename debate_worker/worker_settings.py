@@ -52,6 +52,11 @@ class WorkerSettings(ParleySettings):
     store_retry_delay_s: float = Field(
         default=5.0, ge=0, description="pause before requeueing a job the store refused to update"
     )
+    client_url_networks: list[str] = Field(
+        default_factory=list,
+        description="non-public networks (CIDR) an agent's client-given base_url may reach, checked on "
+        "the address dialled; list the same as PARLEY_API_CLIENT_URL_NETWORKS",
+    )
 
     # Prometheus: the main process serves /metrics for all its pool processes, which write their
     # values to files in metrics_dir (emptied at start); 0 turns the endpoint off.

@@ -101,6 +101,8 @@ class ScriptedLLM:
         self._outage: tuple[float, Failure] | None = None
         # The Authorization header of each request, in the same order (None when absent).
         self.authorizations: list[str | None] = []
+        # The Host header of each request, in the same order.
+        self.hosts: list[str | None] = []
         self.failures: list[Failure] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -156,6 +158,7 @@ class ScriptedLLM:
             with self._lock:
                 self.requests.append(body)
                 self.authorizations.append(request.headers.get("authorization"))
+                self.hosts.append(request.headers.get("host"))
                 failure = self.failures.pop(0) if self.failures else None
                 if failure is None and self._outage is not None and time.monotonic() < self._outage[0]:
                     failure = self._outage[1]

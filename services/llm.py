@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, TypedDict
 
 import httpx
 
+from services.egress import EgressRefused
 from services.errors import ParleyError
 
 # RetryPolicy is the shared retry layer's; LLM callers import it from here.
@@ -141,6 +142,11 @@ def context_refusal(url: str, text: str) -> LLMContextExceeded | None:
         prompt_tokens=int(next(g for g in prompt.groups() if g)) if prompt else None,
         context=int(next(g for g in ctx.groups() if g)) if ctx else None,
     )
+
+
+class LLMEgressRefused(LLMError):
+    """A client-chosen URL leads to an address clients may not reach (``services.egress``); nothing
+    was sent. Its reason is Parley's own words and names only the host the client gave."""
 
 
 class LLMProtocolError(LLMError):
@@ -395,6 +401,8 @@ class OpenAIChatClient:
                 except httpx.ReadTimeout as exc:
                     # The server is alive but slow; retrying would double its load, so fail now.
                     raise LLMTimeout(f"no reply within {self._timeout.read}s", url=url) from exc
+                except EgressRefused as exc:
+                    raise LLMEgressRefused(exc.reason, url=url) from None  # no retry can change it
                 latency_ms = (time.perf_counter() - started) * 1000
                 return resp
 

@@ -7,6 +7,10 @@ Credentials follow one rule: a key is sent only to the URL it was configured wit
 names an operator endpoint (``PARLEY_LLM_ENDPOINTS``) uses that endpoint's URL, model and key; one
 that gives a URL (the operator's CLI, or a client where the operator allows client URLs) is sent a key
 only if that exact URL is one the operator configured with it, and none otherwise.
+
+Where a URL comes from a client (the worker's jobs), it is dialled through ``client_url_transport``
+(``services.egress.PublicOnlyTransport``): its own connection pool, public addresses only, checked on
+the address dialled. The operator's endpoints never go through it.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class RoleModelsFromSettings:
         slots: int | None = None,
         context_tokens: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        client_url_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         default_url = base_url or settings.base_url
         # Slots and the context check belong to the server at the default URL (the embedded one).
@@ -55,11 +60,12 @@ class RoleModelsFromSettings:
         if not default_url:
             raise ValueError("no LLM base URL: set PARLEY_LLM_BASE_URL or start the embedded model")
         self._settings = settings
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s),
-            transport=transport,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        self._http = _pool(settings, transport)
+        # Agents' own URLs: a pool of their own when they must be guarded, else the shared one.
+        self._client_url_http = (
+            _pool(settings, client_url_transport) if client_url_transport is not None else self._http
         )
+        self._client_url_clients: dict[Endpoint, OpenAIChatClient] = {}
         self._structured: StructuredMode = structured_output or settings.structured_output
         self._max_concurrency = max_concurrency or settings.max_concurrency
         # The global key belongs to PARLEY_LLM_BASE_URL: a server started here (the embedded model)
@@ -90,13 +96,15 @@ class RoleModelsFromSettings:
             if e.api_key:
                 self._key_by_url.setdefault(_normal_url(e.base_url), e.api_key)
 
-    def client_for(self, endpoint: Endpoint) -> OpenAIChatClient:
-        """The shared client for ``endpoint`` (also used for per-agent models of heterogeneous teams)."""
-        client = self._clients.get(endpoint)
+    def client_for(self, endpoint: Endpoint, *, client_url: bool = False) -> OpenAIChatClient:
+        """The shared client for ``endpoint`` (also used for per-agent models of heterogeneous teams);
+        ``client_url``: a URL an agent's config gave, dialled through the client-URL transport."""
+        clients = self._client_url_clients if client_url else self._clients
+        client = clients.get(endpoint)
         if client is None:
             s = self._settings
-            embedded = _normal_url(endpoint.base_url) == self._embedded_url
-            client = self._clients[endpoint] = OpenAIChatClient(
+            embedded = _normal_url(endpoint.base_url) == self._embedded_url and not client_url
+            client = clients[endpoint] = OpenAIChatClient(
                 endpoint.base_url,
                 endpoint.model,
                 api_key=endpoint.api_key,
@@ -110,7 +118,7 @@ class RoleModelsFromSettings:
                 structured_mode=self._structured,
                 slots=self._slots if embedded else None,
                 context_tokens=self._context_tokens if embedded else None,
-                client=self._http,
+                client=self._client_url_http if client_url else self._http,
             )
         return client
 
@@ -145,13 +153,15 @@ class RoleModelsFromSettings:
         role_endpoint = next(e for e, c in self._clients.items() if c is role_client)
         if base_url is not None:
             key = self._key_by_url.get(_normal_url(base_url))
-            return self.client_for(Endpoint(base_url, model or role_endpoint.model, key))
+            return self.client_for(Endpoint(base_url, model or role_endpoint.model, key), client_url=True)
         return self.client_for(
             Endpoint(role_endpoint.base_url, model or role_endpoint.model, role_endpoint.api_key)
         )
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._client_url_http is not self._http:
+            await self._client_url_http.aclose()
 
 
 def build_role_models(
@@ -163,9 +173,10 @@ def build_role_models(
     max_concurrency: int | None = None,
     slots: int | None = None,
     served: ServedModel | None = None,
+    client_url_transport: httpx.AsyncBaseTransport | None = None,
 ) -> RoleModelsFromSettings:
     """Role models for ``settings``; ``served`` (the embedded server) or the keyword arguments
-    replace the globals."""
+    replace the globals; ``client_url_transport`` guards the URLs agents' configs give."""
     context_tokens = None
     if served is not None:
         base_url, model = served.base_url, served.model
@@ -181,6 +192,15 @@ def build_role_models(
         max_concurrency=max_concurrency,
         slots=slots,
         context_tokens=context_tokens,
+        client_url_transport=client_url_transport,
+    )
+
+
+def _pool(settings: LLMSettings, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s),
+        transport=transport,
+        limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
     )
 
 

@@ -8,6 +8,8 @@ way. ``tests/api/test_redelivery.py`` does the same through a real worker killed
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -216,3 +218,42 @@ async def test_invalid_stored_config_fails_cleanly(
     assert await JobRunner(runtime(redis_server.url, Models(llm.base_url)), store).execute(job_id) == "failed"
     job = await store.get_job(job_id)
     assert job is not None and "invalid config" in (job.error or "")
+
+
+async def test_an_agent_url_that_resolves_to_this_network_is_refused_where_it_is_dialled(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    """The gateway checks a client URL as written; a name passes it. The worker's own role models
+    (no stand-in) resolve the name when they dial it: this machine's name, resolved by the system to
+    one of its own addresses, is refused unless the operator listed that network."""
+    host = socket.gethostname()
+    try:
+        address = ipaddress.ip_address(socket.getaddrinfo(host, 80, type=socket.SOCK_STREAM)[0][4][0])
+    except OSError:
+        pytest.skip(f"{host!r} does not resolve here")
+    if address.is_global:
+        pytest.skip(f"{host!r} resolves to a public address here")
+    with ScriptedLLM(host="0.0.0.0") as internal:
+        script_agreeing(internal)
+        team = [{"base_url": f"http://{host}:{internal.port}/v1", "model": "m"}, {}]
+        llm_settings = LLMSettings(base_url=llm.base_url, model="scripted", structured_output="off")
+
+        def worker(networks: list[str]) -> WorkerRuntime:
+            settings = WorkerSettings(
+                redis_url=redis_server.url, lease_ttl_s=1.0, client_url_networks=networks
+            )
+            return WorkerRuntime(settings, llm_settings, RetrieverClientSettings())
+
+        refused = await new_job(store, team=team)
+        assert await JobRunner(worker([]), store).execute(refused) == "failed"
+        job = await store.get_job(refused)
+        assert job is not None and "LLMEgressRefused" in (job.error or "")
+        assert f"{host!r} resolves to a non-public address" in (job.error or "")
+        assert internal.requests == []
+
+        listed = await new_job(store, team=team)
+        assert (
+            await JobRunner(worker([f"{address}/{address.max_prefixlen}"]), store).execute(listed)
+            == "completed"
+        )
+        assert internal.requests and internal.hosts[0] == f"{host}:{internal.port}"

@@ -152,6 +152,7 @@ async def test_same_budget_vote_spends_the_debates_tokens(scripted: ScriptedLLM,
         budget = debate[item_id].prompt_tokens + debate[item_id].completion_tokens
         assert vote.status == "ok" and vote.budget_tokens == budget
         used = vote.prompt_tokens + vote.completion_tokens
+        assert vote.samples is not None
         per_sample = used / vote.samples
         # As many samples as the debate's tokens buy (the scripted server's cost is the same for each
         # sample of a question), never more than self-consistency allows.
