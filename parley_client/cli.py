@@ -19,7 +19,7 @@ def mcp_command(
         typer.Option(
             "--in-process",
             help="debate in this process (PARLEY_LLM_*, else the embedded model) instead of through a "
-            "gateway; only the debate tool and transcripts",
+            "gateway; batches run one item at a time",
         ),
     ] = False,
 ) -> None:

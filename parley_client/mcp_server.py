@@ -4,14 +4,18 @@ Built on the official ``mcp`` SDK (``MCPServer``). It is a client of a gateway (
 ``PARLEY_API_KEY``): every tool call goes through ``AsyncParleyClient``, so the key's quotas, budgets
 and limits apply as on the REST API. Tools: ``debate`` (protocol and budget as arguments, a progress
 notification per round), ``submit_batch``, ``batch_status`` and ``batch_results``; each debate's
-transcript is the resource ``parley://debates/{job_id}``.
+transcript is the resource ``parley://debates/{job_id}``. ``LocalTools`` offers the same tools with
+the debates run in the server's own process (``parley mcp --in-process``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -49,6 +53,7 @@ class DebateAnswer(BaseModel):
 
 class BatchItemResult(BaseModel):
     id: str | None = None
+    job_id: str | None = Field(default=None, description="its transcript: parley://debates/{job_id}")
     status: str
     answer: str | None = None
     error: str | None = None
@@ -153,7 +158,13 @@ class ParleyTools:
         try:
             async for line in self.client.iter_results(batch_id):
                 out.append(
-                    BatchItemResult(id=line.id, status=line.status, answer=line.answer, error=line.error)
+                    BatchItemResult(
+                        id=line.id,
+                        job_id=line.job_id,
+                        status=line.status,
+                        answer=line.answer,
+                        error=line.error,
+                    )
                 )
                 if len(out) >= limit:
                     break
@@ -176,14 +187,62 @@ class Debater(Protocol):
     async def debate(self, question: str, config: DebateConfig, on_event: Any = None) -> DebateResult: ...
 
 
+# In-process batches run one item after another (one process, one model); these bound what a batch
+# and the server keep.
+MAX_LOCAL_BATCH_ITEMS = 1000
+MAX_LOCAL_BATCHES = 20
+
+
+@dataclass
+class LocalBatch:
+    """A batch run in this process: its items' state, in input order."""
+
+    batch_id: str
+    config: DebateConfig
+    questions: list[str]
+    items: list[BatchItemResult]
+    created_at: float = field(default_factory=time.time)
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def finished(self) -> int:
+        return sum(1 for item in self.items if item.status in ("completed", "failed"))
+
+    def view(self) -> dict[str, Any]:
+        """The gateway's ``BatchView`` shape: counts by status and the share finished."""
+        done = self.finished
+        if done == len(self.items):
+            status = "completed"
+        else:
+            status = "running" if any(i.status != "queued" for i in self.items) else "queued"
+        return {
+            "batch_id": self.batch_id,
+            "status": status,
+            "total": len(self.items),
+            "counts": dict(Counter(item.status for item in self.items)),
+            "progress": done / len(self.items),
+            "created_at": self.created_at,
+            "config": self.config.model_dump(mode="json", exclude_defaults=True),
+        }
+
+
 class LocalTools:
-    """The ``debate`` tool and transcripts without a gateway: debates run in this process (the
-    configured or embedded LLM); the last ``keep`` results are kept for the transcript resource."""
+    """The tools without a gateway: debates run in this process (the configured or embedded LLM),
+    batches one item after another in the background; the last ``keep`` results are kept for the
+    transcript resource, the last ``MAX_LOCAL_BATCHES`` batches for their status and results."""
 
     def __init__(self, debater: Debater, keep: int = 100) -> None:
         self.debater = debater
         self.keep = keep
         self.results: OrderedDict[str, DebateResult] = OrderedDict()
+        self.batches: OrderedDict[str, LocalBatch] = OrderedDict()
+
+    def _keep_result(self, result: DebateResult) -> str:
+        job_id = f"local_{uuid.uuid4().hex}"
+        self.results[job_id] = result
+        while len(self.results) > self.keep:
+            self.results.popitem(last=False)
+        return job_id
 
     async def debate(
         self,
@@ -195,13 +254,8 @@ class LocalTools:
         knowledge: str | None = None,
     ) -> DebateAnswer:
         """Debate ``question`` and return the answer; progress is reported after each round."""
-        from engine.config import DebateConfig, validate_question
-
-        try:
-            question = validate_question(question)
-            config = DebateConfig.model_validate(_config(protocol, budget_tokens, rounds, knowledge))
-        except (ValueError, ValidationError) as exc:
-            raise ToolError(f"invalid debate: {exc}") from exc
+        config = _local_config(protocol, budget_tokens, rounds, knowledge)
+        question = _local_question(question)
         total = float(config.rounds)
 
         async def on_event(event: str, data: dict[str, Any]) -> None:
@@ -211,10 +265,7 @@ class LocalTools:
                 await ctx.report_progress(done, total, message)
 
         result = await self.debater.debate(question, config, on_event)
-        job_id = f"local_{uuid.uuid4().hex}"
-        self.results[job_id] = result
-        while len(self.results) > self.keep:
-            self.results.popitem(last=False)
+        job_id = self._keep_result(result)
         return DebateAnswer(
             job_id=job_id,
             status="completed",
@@ -227,6 +278,63 @@ class LocalTools:
             transcript=f"parley://debates/{job_id}",
         )
 
+    async def submit_batch(
+        self, questions: list[str], protocol: str = "madke", budget_tokens: int | None = None
+    ) -> dict[str, Any]:
+        """Queue many questions as one batch; returns its id (follow it with ``batch_status``)."""
+        if not questions:
+            raise ToolError("invalid batch: no questions")
+        if len(questions) > MAX_LOCAL_BATCH_ITEMS:
+            raise ToolError(f"invalid batch: {len(questions)} questions, at most {MAX_LOCAL_BATCH_ITEMS}")
+        config = _local_config(protocol, budget_tokens, None, None)
+        checked = [_local_question(q, f"question {i}") for i, q in enumerate(questions)]
+        running = sum(1 for b in self.batches.values() if b.task is not None and not b.task.done())
+        if running >= MAX_LOCAL_BATCHES:
+            raise ToolError(f"{running} batches are still running here; wait for one to finish")
+        batch = LocalBatch(
+            batch_id=f"local_batch_{uuid.uuid4().hex}",
+            config=config,
+            questions=checked,
+            items=[BatchItemResult(id=str(i), status="queued") for i in range(len(checked))],
+        )
+        self.batches[batch.batch_id] = batch
+        batch.task = asyncio.create_task(self._run_batch(batch))
+        self._forget_finished_batches()
+        return {"batch_id": batch.batch_id, "status": "queued", "total": len(checked)}
+
+    def _forget_finished_batches(self) -> None:
+        for batch_id in list(self.batches):
+            if len(self.batches) <= MAX_LOCAL_BATCHES:
+                return
+            task = self.batches[batch_id].task
+            if task is None or task.done():
+                del self.batches[batch_id]
+
+    async def _run_batch(self, batch: LocalBatch) -> None:
+        for item, question in zip(batch.items, batch.questions, strict=True):
+            item.status = "debating"
+            try:
+                result = await self.debater.debate(question, batch.config)
+            except Exception as exc:  # one item's failure (LLM down, bad output) ends that item only
+                item.status, item.error = "failed", f"{type(exc).__name__}: {exc}"
+                continue
+            item.job_id = self._keep_result(result)
+            item.status, item.answer = "completed", result.answer
+
+    def _batch(self, batch_id: str) -> LocalBatch:
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            raise ToolError(f"no batch {batch_id!r} in this server's last {MAX_LOCAL_BATCHES}")
+        return batch
+
+    async def batch_status(self, batch_id: str) -> dict[str, Any]:
+        """How far a batch is: its item counts by status and the share finished."""
+        return self._batch(batch_id).view()
+
+    async def batch_results(self, batch_id: str, limit: int = 100) -> list[BatchItemResult]:
+        """Each item's status and answer, in input order (at most ``limit``)."""
+        return [item.model_copy() for item in self._batch(batch_id).items[: max(0, limit)]]
+
     async def transcript(self, job_id: str) -> str:
         """The debate's result as JSON, with every LLM call."""
         result = self.results.get(job_id)
@@ -235,14 +343,33 @@ class LocalTools:
         return result.model_dump_json()
 
 
+def _local_config(
+    protocol: str, budget_tokens: int | None, rounds: int | None, knowledge: str | None
+) -> DebateConfig:
+    from engine.config import DebateConfig
+
+    try:
+        return DebateConfig.model_validate(_config(protocol, budget_tokens, rounds, knowledge))
+    except (ValueError, ValidationError) as exc:
+        raise ToolError(f"invalid debate: {exc}") from exc
+
+
+def _local_question(question: str, what: str = "question") -> str:
+    from engine.config import validate_question
+
+    try:
+        return validate_question(question)
+    except ValueError as exc:
+        raise ToolError(f"invalid debate: {what}: {exc}") from exc
+
+
 def build_server(tools: ParleyTools | LocalTools) -> MCPServer:
-    """The MCP server with Parley's tools and the transcript resource (no batch tools in-process)."""
+    """The MCP server with Parley's tools and the transcript resource."""
     server: MCPServer = MCPServer("parley", instructions=INSTRUCTIONS)
     server.tool(name="debate", description=(ParleyTools.debate.__doc__ or "").strip())(tools.debate)
-    if isinstance(tools, ParleyTools):
-        server.tool(name="submit_batch")(tools.submit_batch)
-        server.tool(name="batch_status")(tools.batch_status)
-        server.tool(name="batch_results")(tools.batch_results)
+    server.tool(name="submit_batch")(tools.submit_batch)
+    server.tool(name="batch_status")(tools.batch_status)
+    server.tool(name="batch_results")(tools.batch_results)
     server.resource(
         "parley://debates/{job_id}",
         name="transcript",

@@ -183,7 +183,12 @@ async def test_mcp_in_process_debates_without_a_gateway(llm: ScriptedLLM) -> Non
         notes.append(message)
 
     async with Client(params, read_timeout_seconds=60) as client:
-        assert {t.name for t in (await client.list_tools()).tools} == {"debate"}
+        assert {t.name for t in (await client.list_tools()).tools} == {
+            "debate",
+            "submit_batch",
+            "batch_status",
+            "batch_results",
+        }
         result = await client.call_tool(
             "debate",
             {
@@ -204,3 +209,46 @@ async def test_mcp_in_process_debates_without_a_gateway(llm: ScriptedLLM) -> Non
         }
         bad = await client.call_tool("debate", {"question": "q?", "protocol": "no-such-protocol"})
         assert bad.is_error and "invalid debate" in bad.content[0].text  # type: ignore[union-attr]
+
+        # A batch runs in the background, one item after another; the scripted server refuses the
+        # first item's one call, which fails that item only.
+        llm.fail_next(400)
+        questions = ["Capital of France?", "Capital of France, again?", "And once more?"]
+        before = len(llm.requests)
+        batch = (
+            await client.call_tool("submit_batch", {"questions": questions, "protocol": "single"})
+        ).structured_content
+        assert batch is not None and batch["total"] == 3 and batch["status"] == "queued"
+        deadline = time.monotonic() + 60
+        while True:
+            status = (
+                await client.call_tool("batch_status", {"batch_id": batch["batch_id"]})
+            ).structured_content
+            assert status is not None
+            if status["status"] == "completed":
+                break
+            assert time.monotonic() < deadline, status
+            await asyncio.sleep(0.2)
+        assert status["counts"] == {"completed": 2, "failed": 1} and status["progress"] == 1.0
+        assert status["config"]["protocol"] == "single"
+        rows = (await client.call_tool("batch_results", {"batch_id": batch["batch_id"]})).structured_content
+        assert rows is not None
+        items = rows["result"]
+        assert [(r["id"], r["status"], r["answer"]) for r in items] == [
+            ("0", "failed", None),
+            ("1", "completed", "Paris"),
+            ("2", "completed", "Paris"),
+        ]
+        assert "LLMBadRequest" in items[0]["error"] and items[0]["job_id"] is None
+        assert len(llm.requests) - before == 3  # one call per item, none repeated
+        content = (await client.read_resource(f"parley://debates/{items[2]['job_id']}")).contents[0]
+        item = json.loads(content.text)  # type: ignore[union-attr]
+        assert item["answer"] == "Paris" and item["protocol"] == "single"
+        # Bad input is refused before anything runs.
+        empty = await client.call_tool("submit_batch", {"questions": []})
+        assert empty.is_error and "no questions" in empty.content[0].text  # type: ignore[union-attr]
+        blank = await client.call_tool("submit_batch", {"questions": ["ok?", "  "]})
+        assert blank.is_error and "question 1" in blank.content[0].text  # type: ignore[union-attr]
+        unknown = await client.call_tool("batch_status", {"batch_id": "local_batch_nope"})
+        assert unknown.is_error and "no batch" in unknown.content[0].text  # type: ignore[union-attr]
+        assert len(llm.requests) - before == 3
