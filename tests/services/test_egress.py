@@ -27,7 +27,7 @@ from services.egress import EgressRefused, PublicOnlyTransport, address_allowed,
 from services.llm import ChatMessage, LLMEgressRefused, OpenAIChatClient
 from services.llm_factory import RoleModelsFromSettings
 from services.settings import LLMSettings
-from tests.support.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM, free_port
 
 pytestmark = pytest.mark.unit
 
@@ -232,3 +232,26 @@ async def test_https_keeps_the_name_for_sni_and_the_certificate_check(tmp_path: 
     finally:
         server.shutdown()
         server.server_close()
+
+
+async def test_client_urls_never_go_through_an_environment_proxy(
+    scripted: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy would dial an address the check never saw: with HTTP(S)_PROXY set, a client URL is
+    still checked and dialled directly (the proxy here listens nowhere, so using it would fail)."""
+    dead_proxy = f"http://127.0.0.1:{free_port()}"
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(var, dead_proxy)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    scripted.on("capital", "The answer is [Paris].")
+    resolve, looked_up = resolver(["127.0.0.1"])
+    settings = LLMSettings(base_url="http://operator.parley.test/v1", model="m", structured_output="off")
+    transport = PublicOnlyTransport(["127.0.0.0/8"], resolver=resolve)
+    models = RoleModelsFromSettings(settings, client_url_transport=transport)
+    try:
+        own = models.agent_client("debater", base_url=f"http://{NAME}:{scripted.port}/v1", model="m")
+        assert (await own.complete(MSG)).text == "The answer is [Paris]."
+    finally:
+        await models.aclose()
+    assert looked_up == [NAME] and scripted.hosts == [f"{NAME}:{scripted.port}"]
