@@ -10,7 +10,6 @@ bounds the per-job budgets. Every refusal is a 422 problem naming the field.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,7 +19,7 @@ import redis.asyncio as aioredis
 from api.problems import Problem
 from api.settings import ApiSettings
 from engine.config import DebateConfig
-from services.egress import address_allowed, local_name
+from services.egress import parse_networks, refusal_as_written
 from services.jobstore import BatchRecord, JobRecord, JobStore, stored_size
 from services.metrics import REFUSALS
 
@@ -43,18 +42,7 @@ def private_target(url: str, allowed: Sequence[str]) -> str | None:
         host = (urlsplit(url).hostname or "").rstrip(".").lower()
     except ValueError:
         return None  # not a URL httpx can call either: the job fails at the worker, naming it
-    if local_name(host):
-        return f"{host!r} names this network; clients may call public addresses only"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    if address_allowed(address, allowed):
-        return None
-    return (
-        f"{host} is not a public address; clients may call public addresses only "
-        "(the operator may list networks in PARLEY_API_CLIENT_URL_NETWORKS)"
-    )
+    return refusal_as_written(host, parse_networks(allowed), "PARLEY_API_CLIENT_URL_NETWORKS")
 
 
 def admit_pool(config: DebateConfig, pool: list[Any] | None, *, field: str = "pool") -> None:

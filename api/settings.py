@@ -7,6 +7,7 @@ import ipaddress
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.egress import NetworkList
 from services.settings import ParleySettings
 
 
@@ -100,7 +101,7 @@ class ApiSettings(ParleySettings):
         description="names of the LLM endpoints clients may choose (team: [{endpoint: NAME}]); the "
         "workers' PARLEY_LLM_ENDPOINTS holds their URLs and keys, which the gateway never needs",
     )
-    client_url_networks: list[str] = Field(
+    client_url_networks: NetworkList = Field(
         default_factory=list,
         description="with allow_client_urls: non-public networks (CIDR) client URLs may still name, "
         "e.g. a lab's LLM servers; loopback, private and link-local addresses are refused otherwise",

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.egress import NetworkList
 from services.settings import ParleySettings
 from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE
 
@@ -52,7 +53,7 @@ class WorkerSettings(ParleySettings):
     store_retry_delay_s: float = Field(
         default=5.0, ge=0, description="pause before requeueing a job the store refused to update"
     )
-    client_url_networks: list[str] = Field(
+    client_url_networks: NetworkList = Field(
         default_factory=list,
         description="non-public networks (CIDR) an agent's client-given base_url may reach, checked on "
         "the address dialled; list the same as PARLEY_API_CLIENT_URL_NETWORKS",

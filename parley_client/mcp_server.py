@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from parley_client.aio import AsyncParleyClient
 from parley_client.errors import ParleyError
-from parley_client.models import DebateEvent
+from parley_client.models import BatchView, DebateEvent
 
 if TYPE_CHECKING:
     from engine.config import DebateConfig
@@ -204,26 +204,23 @@ class LocalBatch:
     created_at: float = field(default_factory=time.time)
     task: asyncio.Task[None] | None = None
 
-    @property
-    def finished(self) -> int:
-        return sum(1 for item in self.items if item.status in ("completed", "failed"))
-
-    def view(self) -> dict[str, Any]:
-        """The gateway's ``BatchView`` shape: counts by status and the share finished."""
-        done = self.finished
+    def view(self) -> BatchView:
+        """The gateway's view of a batch: counts by status and the share finished."""
+        counts = Counter(item.status for item in self.items)
+        done = counts["completed"] + counts["failed"]
         if done == len(self.items):
             status = "completed"
         else:
-            status = "running" if any(i.status != "queued" for i in self.items) else "queued"
-        return {
-            "batch_id": self.batch_id,
-            "status": status,
-            "total": len(self.items),
-            "counts": dict(Counter(item.status for item in self.items)),
-            "progress": done / len(self.items),
-            "created_at": self.created_at,
-            "config": self.config.model_dump(mode="json", exclude_defaults=True),
-        }
+            status = "queued" if counts["queued"] == len(self.items) else "running"
+        return BatchView(
+            batch_id=self.batch_id,
+            status=status,
+            total=len(self.items),
+            counts=dict(counts),
+            progress=done / len(self.items),
+            created_at=self.created_at,
+            config=self.config.model_dump(mode="json", exclude_defaults=True),
+        )
 
 
 class LocalTools:
@@ -329,7 +326,7 @@ class LocalTools:
 
     async def batch_status(self, batch_id: str) -> dict[str, Any]:
         """How far a batch is: its item counts by status and the share finished."""
-        return self._batch(batch_id).view()
+        return self._batch(batch_id).view().model_dump()
 
     async def batch_results(self, batch_id: str, limit: int = 100) -> list[BatchItemResult]:
         """Each item's status and answer, in input order (at most ``limit``)."""

@@ -14,13 +14,17 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated
 
 import httpx
+from pydantic import AfterValidator
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 LOCAL_NAME_SUFFIXES = (".localhost", ".local", ".internal")
+WORKER_NETWORKS_SETTING = "PARLEY_WORKER_CLIENT_URL_NETWORKS"
 
 
 class EgressRefused(Exception):
@@ -37,13 +41,44 @@ def local_name(host: str) -> bool:
     return host == "localhost" or host.endswith(LOCAL_NAME_SUFFIXES)
 
 
-def address_allowed(address: IPAddress, networks: Sequence[str]) -> bool:
+def parse_networks(networks: Sequence[str]) -> tuple[IPNetwork, ...]:
+    """The operator's CIDR list; ``ValueError`` naming a bad entry."""
+    return tuple(ipaddress.ip_network(net, strict=False) for net in networks)
+
+
+def _valid_networks(networks: list[str]) -> list[str]:
+    parse_networks(networks)
+    return networks
+
+
+# A settings field of CIDRs, checked when the settings load (a typo fails at start, not per request).
+NetworkList = Annotated[list[str], AfterValidator(_valid_networks)]
+
+
+def address_allowed(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
     """A public address, or one inside a network the operator listed (IPv4-mapped IPv6 read as IPv4)."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     if address.is_global:
         return True
-    return any(address in ipaddress.ip_network(net, strict=False) for net in networks)
+    return any(address in net for net in networks)
+
+
+def refusal_as_written(host: str, networks: Sequence[IPNetwork], setting: str) -> str | None:
+    """Why ``host`` as written may not be called (a local name, or an address literal neither public
+    nor in ``networks``), or None: also None for any other name, which only resolving can judge."""
+    if local_name(host):
+        return f"{host!r} names this network; clients may call public addresses only"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if address_allowed(address, networks):
+        return None
+    return (
+        f"{host} is not a public address; clients may call public addresses only "
+        f"(the operator may list networks in {setting})"
+    )
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -62,36 +97,33 @@ class PublicOnlyTransport(httpx.AsyncBaseTransport):
         inner: httpx.AsyncBaseTransport | None = None,
         resolver: Resolver = system_resolver,
     ) -> None:
-        for net in networks:
-            ipaddress.ip_network(net, strict=False)  # a bad CIDR fails at start, not per request
-        self._networks = tuple(networks)
+        self._networks = parse_networks(networks)
         self._inner = inner  # made on first use: most jobs never call a client URL
         self._resolve = resolver
 
     async def checked_address(self, host: str, port: int) -> str:
         """The address to dial for ``host``, or ``EgressRefused``."""
-        if local_name(host):
-            raise EgressRefused(f"{host!r} names this network; clients may call public addresses only")
+        why = refusal_as_written(host, self._networks, WORKER_NETWORKS_SETTING)
+        if why is not None:
+            raise EgressRefused(why)
         try:
-            literal: IPAddress | None = ipaddress.ip_address(host)
+            ipaddress.ip_address(host)
         except ValueError:
-            literal = None
-        if literal is not None:
-            candidates = [host]
+            pass
         else:
-            try:
-                candidates = await self._resolve(host, port)
-            except OSError as exc:
-                raise httpx.ConnectError(f"cannot resolve {host!r}: {exc}") from exc
-            if not candidates:
-                raise httpx.ConnectError(f"cannot resolve {host!r}: no address")
+            return host  # an allowed address literal: nothing to resolve
+        try:
+            candidates = await self._resolve(host, port)
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot resolve {host!r}: {exc}") from exc
+        if not candidates:
+            raise httpx.ConnectError(f"cannot resolve {host!r}: no address")
         # Every address must pass: a name with one public and one private address could be dialled
         # at either, depending on the resolver's order.
         if not all(address_allowed(ipaddress.ip_address(a), self._networks) for a in candidates):
-            shown = "is" if literal is not None else "resolves to"
             raise EgressRefused(
-                f"{host!r} {shown} a non-public address; clients may call public addresses only "
-                "(the operator may list networks in PARLEY_WORKER_CLIENT_URL_NETWORKS)"
+                f"{host!r} resolves to a non-public address; clients may call public addresses only "
+                f"(the operator may list networks in {WORKER_NETWORKS_SETTING})"
             )
         return candidates[0]
 

@@ -22,8 +22,17 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from pydantic import ValidationError
 
-from services.egress import EgressRefused, PublicOnlyTransport, address_allowed, system_resolver
+from api.settings import ApiSettings
+from debate_worker.worker_settings import WorkerSettings
+from services.egress import (
+    EgressRefused,
+    PublicOnlyTransport,
+    address_allowed,
+    parse_networks,
+    system_resolver,
+)
 from services.llm import ChatMessage, LLMEgressRefused, OpenAIChatClient
 from services.llm_factory import RoleModelsFromSettings
 from services.settings import LLMSettings
@@ -68,7 +77,7 @@ def named_client(server: ScriptedLLM, transport: PublicOnlyTransport) -> OpenAIC
     ],
 )
 def test_addresses_are_public_or_listed(address: str, networks: list[str], allowed: bool) -> None:
-    assert address_allowed(ipaddress.ip_address(address), networks) is allowed
+    assert address_allowed(ipaddress.ip_address(address), parse_networks(networks)) is allowed
 
 
 async def test_a_name_resolving_to_a_private_address_is_refused_before_any_connection(
@@ -142,6 +151,9 @@ async def test_the_system_resolver_is_used_by_default() -> None:
 def test_a_bad_network_fails_at_start() -> None:
     with pytest.raises(ValueError):
         PublicOnlyTransport(["not-a-network"])
+    for settings in (WorkerSettings, ApiSettings):
+        with pytest.raises(ValidationError, match="not-a-network"):
+            settings(client_url_networks=["10.0.0.0/8", "not-a-network"])
 
 
 async def test_only_client_urls_go_through_the_guard() -> None:
