@@ -42,6 +42,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class ClosedPort:
+    """A port where nothing listens, held so that nothing can: bound but never listening, so every
+    connection to it is refused, and no server started meanwhile (by the test, a worker's metrics
+    endpoint, another process) can take it. ``release()`` frees it for a server the test starts
+    there later. A port from ``free_port()`` promises neither."""
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = int(self._sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def release(self) -> int:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        return self.port
+
+    def __enter__(self) -> ClosedPort:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def request_text(body: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
 

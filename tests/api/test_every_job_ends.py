@@ -36,7 +36,7 @@ from tests.api.support import (
 )
 from tests.api.test_flow import read_sse
 from tests.retriever.support import ReplayServer
-from tests.support.scripted_llm import ScriptedLLM, free_port
+from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -229,34 +229,40 @@ async def test_sweep_requeues_a_lapsed_job_once_then_fails_it_at_the_cap(aof_red
 def test_retriever_down_for_20s_mid_batch_every_item_completes(
     alice: httpx.Client, aof_redis: RedisServer, tmp_path: Path
 ) -> None:
-    port = free_port()
-
     def pool(method: str, path: str, body: bytes) -> tuple[int, Any, float]:
         question = json.loads(body)["question"] if body else ""
         items = [{"n": 1, "source": "wikipedia", "title": "France", "text": "Paris is the capital."}]
         return 200, {"pool_id": "p", "question": question, "items": items}, 0
 
-    with ScriptedLLM() as llm:
+    with ScriptedLLM() as llm, ClosedPort() as retriever:  # refused for the first 20 s
         script_agreeing(llm)
         env = worker_env(
             aof_redis.url,
             llm.base_url,
-            f"http://127.0.0.1:{port}",  # nothing listens there for the first 20 s
+            retriever.url,
             PARLEY_RETRIEVER_CLIENT_TIMEOUT_S="2",
             PARLEY_RETRIEVER_CLIENT_RETRY_WINDOW_S="90",
         )
-        with WorkerProcess(env, tmp_path / "w.log", concurrency=2):
+        with WorkerProcess(env, tmp_path / "w.log", concurrency=2) as worker:
             items = [{"question": f"{Q} ({i})"} for i in range(4)]
             config = {"knowledge": "wikipedia"}
             batch_id = alice.post("/v1/batches", json={"items": items, "config": config}).json()["batch_id"]
             started = time.monotonic()
             time.sleep(20)
             down = alice.get(f"/v1/batches/{batch_id}").json()["counts"]
-            assert down["completed"] == 0 and down["failed"] == 0  # waiting, not failing
-            with ReplayServer(pool, port=port):
+            # waiting, not failing
+            assert down["completed"] == 0 and down["failed"] == 0, item_errors(alice, batch_id, worker)
+            with ReplayServer(pool, port=retriever.release()):
                 batch = wait_batch(alice, batch_id, timeout_s=120)
-            assert batch["counts"]["completed"] == 4, batch
+            assert batch["counts"]["completed"] == 4, item_errors(alice, batch_id, worker)
             assert time.monotonic() - started >= 20
+
+
+def item_errors(client: httpx.Client, batch_id: str, worker: WorkerProcess) -> str:
+    """Why a batch's items failed, and the worker's last words: the message of a failed assertion."""
+    rows = [json.loads(line) for line in client.get(f"/v1/batches/{batch_id}/results").text.splitlines()]
+    errors = [f"{row.get('status')}: {row.get('error')}" for row in rows]
+    return f"items: {errors}\nworker log:\n{worker.log()[-3000:]}"
 
 
 def test_llm_answering_429_for_20s_every_item_completes(

@@ -28,7 +28,7 @@ from tests.api.support import (
     wait_status,
     worker_env,
 )
-from tests.support.scripted_llm import ScriptedLLM, free_port
+from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,17 +39,17 @@ NO_KNOWLEDGE = {"knowledge": "none"}
 def worker(
     redis_server: RedisServer, llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
-    dead_retriever = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    env = worker_env(
-        redis_server.url,
-        llm.base_url,
-        dead_retriever,
-        PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS="2",
-        PARLEY_RETRIEVER_CLIENT_TIMEOUT_S="2",
-    )
-    log = tmp_path_factory.mktemp("worker") / "worker.log"
-    with WorkerProcess(env, log, concurrency=2) as proc:
-        yield proc
+    with ClosedPort() as dead_retriever:  # nothing listens there
+        env = worker_env(
+            redis_server.url,
+            llm.base_url,
+            dead_retriever.url,
+            PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS="2",
+            PARLEY_RETRIEVER_CLIENT_TIMEOUT_S="2",
+        )
+        log = tmp_path_factory.mktemp("worker") / "worker.log"
+        with WorkerProcess(env, log, concurrency=2) as proc:
+            yield proc
 
 
 def read_sse(client: httpx.Client, path: str, last_event_id: str | None = None) -> list[dict[str, Any]]:

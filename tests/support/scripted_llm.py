@@ -2,6 +2,7 @@
 benchmarks can import it as well, without reaching into ``tests/``."""
 
 from parley_testing.scripted_llm import (
+    ClosedPort,
     Failure,
     Reply,
     Rule,
@@ -13,6 +14,7 @@ from parley_testing.scripted_llm import (
 )
 
 __all__ = [
+    "ClosedPort",
     "Failure",
     "Reply",
     "Rule",
