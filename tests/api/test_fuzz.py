@@ -34,7 +34,7 @@ from schemathesis.engine import events
 
 from tests.api.conftest import KEY_A, api_settings
 from tests.api.support import ApiServer, RedisServer, WorkerProcess, worker_env
-from tests.support.scripted_llm import ScriptedLLM, free_port
+from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -72,18 +72,18 @@ def worker(
     redis_server: RedisServer, llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     # No retriever listens: knowledge-using jobs end (failed or answered without knowledge) quickly.
-    dead_retriever = f"http://127.0.0.1:{free_port()}"
-    env = worker_env(
-        redis_server.url,
-        llm.base_url,
-        dead_retriever,
-        PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS="1",
-        PARLEY_RETRIEVER_CLIENT_TIMEOUT_S="1",
-        PARLEY_LLM_ENDPOINTS=json.dumps({"small": {"base_url": llm.base_url, "model": "scripted"}}),
-    )
-    log = tmp_path_factory.mktemp("worker") / "worker.log"
-    with WorkerProcess(env, log, concurrency=2) as proc:
-        yield proc
+    with ClosedPort() as dead_retriever:
+        env = worker_env(
+            redis_server.url,
+            llm.base_url,
+            dead_retriever.url,
+            PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS="1",
+            PARLEY_RETRIEVER_CLIENT_TIMEOUT_S="1",
+            PARLEY_LLM_ENDPOINTS=json.dumps({"small": {"base_url": llm.base_url, "model": "scripted"}}),
+        )
+        log = tmp_path_factory.mktemp("worker") / "worker.log"
+        with WorkerProcess(env, log, concurrency=2) as proc:
+            yield proc
 
 
 @pytest.fixture(scope="module")

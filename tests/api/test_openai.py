@@ -19,7 +19,7 @@ import pytest
 from api.guards import hash_key
 from tests.api.conftest import KEY_A, KEYS, api_settings
 from tests.api.support import ApiServer, RedisServer, WorkerProcess, wait_status, worker_env
-from tests.support.scripted_llm import ScriptedLLM, free_port
+from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,11 +31,13 @@ NO_KNOWLEDGE = {"parley": {"knowledge": "none"}}
 def worker(
     redis_server: RedisServer, llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
-    dead_retriever = f"http://127.0.0.1:{free_port()}"
-    env = worker_env(redis_server.url, llm.base_url, dead_retriever, PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS="1")
-    log = tmp_path_factory.mktemp("worker") / "worker.log"
-    with WorkerProcess(env, log, concurrency=2) as proc:
-        yield proc
+    with ClosedPort() as dead_retriever:
+        env = worker_env(
+            redis_server.url, llm.base_url, dead_retriever.url, PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS="1"
+        )
+        log = tmp_path_factory.mktemp("worker") / "worker.log"
+        with WorkerProcess(env, log, concurrency=2) as proc:
+            yield proc
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from tests.api.support import (
     script_agreeing,
     worker_env,
 )
-from tests.support.scripted_llm import ScriptedLLM, free_port
+from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +30,11 @@ def worker(
     redis_server: RedisServer, llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     # No retriever listens: the tests debate without knowledge.
-    env = worker_env(redis_server.url, llm.base_url, f"http://127.0.0.1:{free_port()}")
-    log = tmp_path_factory.mktemp("worker") / "worker.log"
-    with WorkerProcess(env, log, concurrency=2) as proc:
-        yield proc
+    with ClosedPort() as dead_retriever:
+        env = worker_env(redis_server.url, llm.base_url, dead_retriever.url)
+        log = tmp_path_factory.mktemp("worker") / "worker.log"
+        with WorkerProcess(env, log, concurrency=2) as proc:
+            yield proc
 
 
 @pytest.fixture(scope="module")
