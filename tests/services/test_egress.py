@@ -36,7 +36,7 @@ from services.egress import (
 from services.llm import ChatMessage, LLMEgressRefused, OpenAIChatClient
 from services.llm_factory import RoleModelsFromSettings
 from services.settings import LLMSettings
-from tests.support.scripted_llm import ScriptedLLM, free_port
+from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
 pytestmark = pytest.mark.unit
 
@@ -251,9 +251,9 @@ async def test_client_urls_never_go_through_an_environment_proxy(
 ) -> None:
     """A proxy would dial an address the check never saw: with HTTP(S)_PROXY set, a client URL is
     still checked and dialled directly (the proxy here listens nowhere, so using it would fail)."""
-    dead_proxy = f"http://127.0.0.1:{free_port()}"
+    dead_proxy = ClosedPort()
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-        monkeypatch.setenv(var, dead_proxy)
+        monkeypatch.setenv(var, dead_proxy.url)
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     scripted.on("capital", "The answer is [Paris].")
@@ -266,4 +266,5 @@ async def test_client_urls_never_go_through_an_environment_proxy(
         assert (await own.complete(MSG)).text == "The answer is [Paris]."
     finally:
         await models.aclose()
+        dead_proxy.release()
     assert looked_up == [NAME] and scripted.hosts == [f"{NAME}:{scripted.port}"]
