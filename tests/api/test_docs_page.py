@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -18,6 +19,9 @@ from tests.api.support import ApiServer, RedisServer
 from tests.api.test_ui_browser import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, INSTALL_HINT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# URL schemes a browser request leaves the machine with (everything else is served by the browser).
+NETWORK_SCHEMES = frozenset({"http", "https", "ws", "wss", "ftp"})
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +81,13 @@ def test_docs_renders_every_operation_offline(
         if message["method"] == "Network.requestWillBeSent":
             urls.append(message["params"]["request"]["url"])
     assert f"{api.url}/openapi.json" in urls
-    assert all(u.startswith(api.url) for u in urls), urls
-    errors = [e for e in offline_browser.get_log("browser") if e["level"] == "SEVERE"]
+    # Only requests that can leave the machine count: Chromium's own pages (chrome://, e.g. the start
+    # tab's resources, logged late on a busy machine) are served from inside the browser.
+    leaving = [u for u in urls if urlsplit(u).scheme in NETWORK_SCHEMES]
+    assert leaving and all(u.startswith(api.url) for u in leaving), leaving
+    errors = [
+        e
+        for e in offline_browser.get_log("browser")
+        if e["level"] == "SEVERE" and not e["message"].startswith("chrome://")
+    ]
     assert errors == [], errors
