@@ -339,9 +339,7 @@ class JobRunner:
             )
 
         async def on_usage(spend: Spend) -> None:
-            await self.store.charge(
-                job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls, spend.settled
-            )
+            await self.store.charge(job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls)
 
         spent_calls, spent_tokens = await self.store.spent(job_id)
         models = self.rt.models()

@@ -39,15 +39,13 @@ class Spend:
 
     Each call is charged twice: its worst case (``calls=1``) before it is sent, so a worker killed
     while the call is in flight leaves it charged, and then the difference to what the server
-    reported (negative deltas, ``calls=0``), with ``settled`` = the tokens the call really used (what
-    moves out of the job's quota reservation). A call that was never served is refunded whole; a call
-    cut off in flight keeps its worst case.
+    reported (negative deltas, ``calls=0``). A call that was never served is refunded whole; a call
+    cut off in flight keeps its worst case (nothing more is told).
     """
 
     prompt_tokens: int
     completion_tokens: int
     calls: int = 1
-    settled: int = 0
 
     @property
     def tokens(self) -> int:
@@ -288,7 +286,6 @@ class DebateContext:
             if isinstance(exc, LLMTimeout):
                 observe_llm_error(role, model.model, endpoint, exc)
             self.budget.forfeit(reservation)
-            await self._charge(Spend(0, 0, 0, settled=reservation.tokens))
             raise
         except LLMError as exc:
             # Refused or unreachable: no tokens were served.
@@ -307,7 +304,6 @@ class DebateContext:
                 completion.prompt_tokens - reservation.prompt,
                 completion.completion_tokens - reservation.reply,
                 0,
-                settled=used,
             )
         )
         return completion

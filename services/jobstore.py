@@ -80,9 +80,10 @@ class JobRecord(BaseModel):
     rounds: int = 0
     error: str | None = None
     worker: str | None = None
-    # Daily token quota: the tokens this job reserved on its owner's ``usage_day`` at submission;
-    # each LLM call moves what it used from the reservation to the day's usage, and the rest is
-    # released when the job reaches a terminal status.
+    # Daily token quota: the tokens this job reserved on its owner's ``usage_day`` at submission and
+    # still holds; each LLM call's charges are drawn from it (and what a call did not use goes back),
+    # so a running job holds exactly this much of the quota; the rest is released when the job
+    # reaches a terminal status.
     reserved_tokens: int = 0
     usage_day: str | None = None
     # A knowledge pool the client brought (items as given); None = the retriever builds one.
@@ -215,7 +216,7 @@ class JobStore(Protocol):
     async def release_tokens(self, owner: str, day: str, amount: int) -> None: ...
 
     async def charge(
-        self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, settled: int = 0
+        self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1
     ) -> bool: ...
 
     async def spent(self, job_id: str) -> tuple[int, int]: ...
@@ -296,25 +297,38 @@ return out
 """
 
 # KEYS: job hash, the owner's usage hash of the job's day. ARGV: prompt tokens, completion tokens,
-# calls (deltas, possibly negative), settled tokens. Charges an LLM call to the job and its owner's
-# day whatever the job's status (a cancelled job's calls in flight are charged too): the worst case
-# before the call is sent, the difference to the real use when it ends. ``settled`` (the real use)
-# moves out of the job's quota reservation, so used + reserved never shrinks below what the job may
-# still spend while it runs.
+# calls (deltas, possibly negative). Charges an LLM call to the job and its owner's day whatever the
+# job's status (a cancelled job's calls in flight are charged too): the worst case before the call is
+# sent, the difference to the real use when it ends.
+# A running job holds exactly its reservation of the owner's quota, never more: what a charge adds
+# is drawn from the job's reservation (``drawn_tokens`` records how much), and what a refund or a
+# settlement takes off goes back to it, once the tokens charged beyond the reservation (a job with
+# no budget reserves nothing) are paid back. After a terminal status the reservation has been
+# released (the transition above), so nothing goes back to it any more.
 _CHARGE_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local p = tonumber(ARGV[1])
 local c = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local t = p + c
+local job = redis.call('HMGET', KEYS[1], 'used_tokens', 'drawn_tokens', 'reserved_tokens', 'status')
+local used = tonumber(job[1] or '0') or 0
+local drawn = tonumber(job[2] or '0') or 0
+local reserved = tonumber(job[3] or '0') or 0
+local status = job[4]
 for _, pair in ipairs({{'tokens', t}, {'prompt_tokens', p}, {'completion_tokens', c}, {'calls', n}}) do
   redis.call('HINCRBY', KEYS[1], 'used_' .. pair[1], pair[2])
   redis.call('HINCRBY', KEYS[2], pair[1], pair[2])
 end
-local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved_tokens') or '0') or 0
-local move = math.min(reserved, tonumber(ARGV[4]))
-if move > 0 then
+local move = 0
+if t > 0 then
+  move = math.min(reserved, t)
+elseif status ~= 'completed' and status ~= 'failed' and status ~= 'cancelled' then
+  move = -math.min(drawn, math.max(0, -t - (used - drawn)))
+end
+if move ~= 0 then
   redis.call('HINCRBY', KEYS[1], 'reserved_tokens', -move)
+  redis.call('HINCRBY', KEYS[1], 'drawn_tokens', move)
   redis.call('HINCRBY', KEYS[2], 'reserved', -move)
 end
 redis.call('EXPIRE', KEYS[2], 8 * 86400)
@@ -669,18 +683,15 @@ class RedisJobStore:
         ok = await self._reserve(keys=[self.k_usage(owner, day)], args=[amount, quota or 0])
         return None if not int(ok) else await self.usage(owner, day)
 
-    async def charge(
-        self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1, settled: int = 0
-    ) -> bool:
+    async def charge(self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1) -> bool:
         """Charge a change in what the job's LLM calls cost (``Spend``) to the job and its owner's
-        day; ``settled`` tokens move out of the job's reservation. False if the job record is gone.
+        day, drawn from (or given back to) the job's reservation. False if the job record is gone.
         Called around every call, so cancelled, failed and resumed work is charged too."""
         owner, day = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day"])
         if owner is None:
             return False
         keys = [self.k_job(job_id), self.k_usage(owner, day or usage_day())]
-        args = [prompt_tokens, completion_tokens, calls, settled]
-        return bool(await self._charge(keys=keys, args=args))
+        return bool(await self._charge(keys=keys, args=[prompt_tokens, completion_tokens, calls]))
 
     async def spent(self, job_id: str) -> tuple[int, int]:
         """(calls, tokens) charged to the job so far: where a resumed job's budget starts."""

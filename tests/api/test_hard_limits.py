@@ -89,8 +89,12 @@ def test_concurrent_jobs_never_overrun_the_daily_quota(gateway: ApiServer, scrip
         def submit(_: int) -> httpx.Response:
             return bob.post("/v1/debates", json={"question": Q, "config": config})
 
+        # No job may finish (and release what it did not use) before the last answer: then exactly
+        # QUOTA // 2,000 are admitted however the submissions and the running jobs interleave.
+        scripted.latency_s = 2.0
         with ThreadPoolExecutor(15) as pool:
             responses = list(pool.map(submit, range(15)))
+        scripted.latency_s = 0.02
         accepted = [r.json()["job_id"] for r in responses if r.status_code == 202]
         refused = [r for r in responses if r.status_code == 429]
         assert len(accepted) == QUOTA // 2_000 and len(refused) == 15 - len(accepted)

@@ -127,9 +127,11 @@ async def test_every_call_is_reported_to_the_usage_sink_as_it_ends(scripted: Scr
     # Each call: its worst case before it is sent, then the difference to what it used.
     assert len(spends) == 2 * len(scripted.requests) == 2 * result.usage.calls
     assert sum(s.calls for s in spends) == result.usage.calls
-    assert sum(s.tokens for s in spends) == served_tokens(scripted) == sum(s.settled for s in spends)
+    assert sum(s.tokens for s in spends) == served_tokens(scripted)
     holds = [s for s in spends if s.calls == 1]
-    assert len(holds) == result.usage.calls and all(s.tokens > 0 and s.settled == 0 for s in holds)
+    assert len(holds) == result.usage.calls and all(s.tokens > 0 for s in holds)
+    # What the server reported never exceeds the worst case held for it: settlements only give back.
+    assert all(s.tokens <= 0 for s in spends if s.calls == 0)
 
 
 @pytest.mark.slow
@@ -154,7 +156,7 @@ async def test_a_call_cancelled_in_flight_is_charged_its_reservation(scripted: S
         await task
     messages: list[ChatMessage] = scripted.requests[0]["messages"]
     worst = prompt_token_bound(messages) + 32
-    assert sum(s.tokens for s in spends) == 4 * worst == sum(s.settled for s in spends)
+    assert sum(s.tokens for s in spends) == 4 * worst
     assert sum(s.calls for s in spends) == 4
 
 
