@@ -270,11 +270,12 @@ if to == 'completed' or to == 'failed' or to == 'cancelled' then
   redis.call('DEL', KEYS[5])
   -- The tokens it used were charged call by call (_CHARGE_LUA); what is left of its reservation
   -- is given back here, exactly once (terminal states are never left).
+  -- Nothing is drawn from it any more either, so a call settling later gives nothing back to it.
   local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved_tokens') or '0') or 0
   if reserved > 0 then
     redis.call('HINCRBY', KEYS[6], 'reserved', -reserved)
-    redis.call('HSET', KEYS[1], 'reserved_tokens', '0')
   end
+  redis.call('HSET', KEYS[1], 'reserved_tokens', '0', 'drawn_tokens', '0')
   redis.call('HINCRBY', KEYS[6], 'jobs_' .. to, 1)
   redis.call('EXPIRE', KEYS[6], 8 * 86400)
 end
@@ -303,19 +304,18 @@ return out
 # A running job holds exactly its reservation of the owner's quota, never more: what a charge adds
 # is drawn from the job's reservation (``drawn_tokens`` records how much), and what a refund or a
 # settlement takes off goes back to it, once the tokens charged beyond the reservation (a job with
-# no budget reserves nothing) are paid back. After a terminal status the reservation has been
-# released (the transition above), so nothing goes back to it any more.
+# no budget reserves nothing) are paid back. A terminal status releases the reservation and clears
+# what was drawn (the transition above), so nothing goes back to it after that.
 _CHARGE_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local p = tonumber(ARGV[1])
 local c = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local t = p + c
-local job = redis.call('HMGET', KEYS[1], 'used_tokens', 'drawn_tokens', 'reserved_tokens', 'status')
+local job = redis.call('HMGET', KEYS[1], 'used_tokens', 'drawn_tokens', 'reserved_tokens')
 local used = tonumber(job[1] or '0') or 0
 local drawn = tonumber(job[2] or '0') or 0
 local reserved = tonumber(job[3] or '0') or 0
-local status = job[4]
 for _, pair in ipairs({{'tokens', t}, {'prompt_tokens', p}, {'completion_tokens', c}, {'calls', n}}) do
   redis.call('HINCRBY', KEYS[1], 'used_' .. pair[1], pair[2])
   redis.call('HINCRBY', KEYS[2], pair[1], pair[2])
@@ -323,7 +323,7 @@ end
 local move = 0
 if t > 0 then
   move = math.min(reserved, t)
-elseif status ~= 'completed' and status ~= 'failed' and status ~= 'cancelled' then
+else
   move = -math.min(drawn, math.max(0, -t - (used - drawn)))
 end
 if move ~= 0 then
