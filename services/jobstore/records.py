@@ -1,0 +1,196 @@
+"""What the job store keeps: job and batch records, job states, usage, events and their sizes.
+
+Storage per key: every write the store makes for an owner (job records, events, results,
+checkpoints, batches, the gateway's idempotency records) adds its size to the owner's counter of the
+day it was written. Everything written expires at most ``ttl_s`` after its last write, so the sum of
+the counters of the last ``ttl_s`` + one day bounds, from above, what the owner keeps in Redis: an
+over-estimate (rewrites count twice), never an under-estimate, read with one MGET.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+JobStatus = Literal["queued", "retrieving", "debating", "completed", "failed", "cancelled"]
+STATUSES: tuple[JobStatus, ...] = ("queued", "retrieving", "debating", "completed", "failed", "cancelled")
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+ACTIVE: tuple[JobStatus, ...] = ("queued", "retrieving", "debating")
+TERMINAL_EVENTS = frozenset({"job.completed", "job.failed", "job.cancelled"})
+
+# A stream per job stays small (a debate emits tens of events); the cap guards against a runaway loop.
+EVENTS_MAXLEN = 10_000
+# Per-record overhead counted on top of the bytes of keys and values (Redis' own structures).
+RECORD_OVERHEAD = 200
+# What Redis holds for one stored job beyond its fields' bytes: the hash's own structures, the event
+# stream, the index entries and its queue message. Measured: 8.6 KB of used_memory per job of a
+# 1,000-item batch with short questions (the fields themselves ~2.6 KB of it), so this is above it.
+JOB_OVERHEAD_BYTES = 8192
+DAY_S = 86400
+# The per-owner listing indexes keep this many newest ids: enough for a page of recent work (one
+# 10,000-item batch fits), bounded so an index never grows with a key's whole history.
+OWNER_INDEX_MAX = 20_000
+
+
+class JobRecord(BaseModel):
+    """One debate job as stored; ``result`` is loaded separately because it carries the transcript."""
+
+    job_id: str
+    owner: str
+    status: JobStatus = "queued"
+    question: str
+    answers: list[str] | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    queue: str = ""
+    batch_id: str | None = None
+    index: int | None = None
+    item_id: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    attempts: int = 0
+    round: int = 0
+    rounds: int = 0
+    error: str | None = None
+    worker: str | None = None
+    # Daily token quota: the tokens this job reserved on its owner's ``usage_day`` at submission and
+    # still holds; each LLM call's charges are drawn from it (and what a call did not use goes back),
+    # so a running job holds exactly this much of the quota; the rest is released when the job
+    # reaches a terminal status.
+    reserved_tokens: int = 0
+    usage_day: str | None = None
+    # A knowledge pool the client brought (items as given); None = the retriever builds one.
+    pool: list[dict[str, Any]] | None = None
+
+
+class Usage(BaseModel):
+    """One owner's token use on one UTC day: charged as each LLM call ends, reserved while jobs run."""
+
+    day: str
+    tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    reserved: int = 0
+    jobs_completed: int = 0
+    jobs_failed: int = 0
+    jobs_cancelled: int = 0
+
+
+def usage_day(at: float | None = None) -> str:
+    """The UTC day a job's tokens are charged to (the day it was submitted)."""
+    return time.strftime("%Y-%m-%d", time.gmtime(time.time() if at is None else at))
+
+
+class BatchRecord(BaseModel):
+    batch_id: str
+    owner: str
+    total: int
+    created_at: float = 0.0
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class Event(BaseModel):
+    id: str
+    type: str
+    data: dict[str, Any]
+
+
+def storage_key(prefix: str, owner: str, at: float | None = None) -> str:
+    """The counter of the bytes ``owner`` wrote on the UTC day of ``at`` (now by default)."""
+    day = int((time.time() if at is None else at) // DAY_S)
+    return f"{prefix}:bytes:{owner}:{day}"
+
+
+def stored_size(jobs: Sequence[JobRecord], batch: BatchRecord | None = None) -> int:
+    """What storing ``jobs`` (and ``batch``) writes: the bytes of their fields, ids and first event."""
+    total = 0
+    for job in jobs:
+        fields = job.model_dump(exclude_none=True)
+        total += sum(len(k) + len(dump_field(v).encode()) for k, v in fields.items())
+        total += JOB_OVERHEAD_BYTES
+    if batch is not None:
+        total += len(dump_field(batch.config).encode()) + RECORD_OVERHEAD
+    return total
+
+
+def draining_key(prefix: str, node: str) -> str:
+    """Set while Celery node ``node`` shuts down: its running jobs hand themselves back to the queue."""
+    return f"{prefix}:draining:{node}"
+
+
+def new_id(kind: str) -> str:
+    """Opaque, unguessable ids (``job_…``/``bat_…``); guessing another key's id must not be practical."""
+    return f"{kind}_{uuid.uuid4().hex}"
+
+
+def dump_field(value: Any) -> str:
+    """A field as the job hash stores it (strings as is, numbers by repr, the rest as JSON)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+class JobFull:
+    """A job record with its result as stored (JSON text; ``None`` until completed).
+
+    The API splices ``result_json`` into responses as is: parsing and re-serialising a transcript on
+    every poll would cost more than everything else a ``GET`` does.
+    """
+
+    __slots__ = ("job", "result_json")
+
+    def __init__(self, job: JobRecord, result_json: str | None) -> None:
+        self.job = job
+        self.result_json = result_json
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        return json.loads(self.result_json) if self.result_json else None
+
+
+def parse_job(raw: dict[str, str]) -> JobRecord:
+    def opt_float(key: str) -> float | None:
+        v = raw.get(key)
+        return float(v) if v else None
+
+    def opt_int(key: str) -> int | None:
+        v = raw.get(key)
+        return int(v) if v else None
+
+    return JobRecord(
+        job_id=raw["job_id"],
+        owner=raw["owner"],
+        status=raw["status"],
+        question=raw.get("question", ""),
+        answers=json.loads(raw["answers"]) if raw.get("answers") else None,
+        config=json.loads(raw["config"]) if raw.get("config") else {},
+        queue=raw.get("queue", ""),
+        batch_id=raw.get("batch_id") or None,
+        index=opt_int("index"),
+        item_id=raw.get("item_id") or None,
+        created_at=float(raw.get("created_at") or 0),
+        updated_at=float(raw.get("updated_at") or 0),
+        started_at=opt_float("started_at"),
+        finished_at=opt_float("finished_at"),
+        attempts=int(raw.get("attempts") or 0),
+        round=int(raw.get("round") or 0),
+        rounds=int(raw.get("rounds") or 0),
+        error=raw.get("error") or None,
+        worker=raw.get("worker") or None,
+        reserved_tokens=int(raw.get("reserved_tokens") or 0),
+        usage_day=raw.get("usage_day") or None,
+        pool=json.loads(raw["pool"]) if raw.get("pool") else None,
+    )

@@ -1,0 +1,382 @@
+"""``RedisJobStore``: the ``JobStore`` on Redis (key layout in ``keys``, Lua scripts in ``scripts``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from services.jobstore.records import (
+    ACTIVE,
+    DAY_S,
+    EVENTS_MAXLEN,
+    OWNER_INDEX_MAX,
+    RECORD_OVERHEAD,
+    STATUSES,
+    BatchRecord,
+    Event,
+    JobFull,
+    JobRecord,
+    JobStatus,
+    draining_key,
+    dump_field,
+    parse_job,
+    stored_size,
+    usage_day,
+)
+from services.jobstore.redis_quota import RedisQuota
+from services.jobstore.scripts import CHARGE_LUA, LEASE_LUA, RESERVE_LUA, TRANSITION_LUA
+
+
+class RedisJobStore(RedisQuota):
+    """The ``JobStore`` on Redis. Pass an existing ``redis.asyncio.Redis`` (tests) or a URL."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        *,
+        prefix: str = "parley",
+        ttl_s: int = 7 * 24 * 3600,
+    ) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.ttl_s = ttl_s
+        self._transition = redis.register_script(TRANSITION_LUA)
+        self._lease = redis.register_script(LEASE_LUA)
+        self._reserve = redis.register_script(RESERVE_LUA)
+        self._charge = redis.register_script(CHARGE_LUA)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "parley", ttl_s: int = 7 * 24 * 3600, timeout_s: float = 5.0
+    ) -> RedisJobStore:
+        """A store with its own connection pool; short socket timeouts so a dead Redis fails fast."""
+        client = aioredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=timeout_s,
+            socket_timeout=None,  # blocking XREAD for SSE must be allowed to wait
+            health_check_interval=30,
+        )
+        return cls(client, prefix=prefix, ttl_s=ttl_s)
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()  # type: ignore[attr-defined]  # stubs predate redis 5
+
+    async def ping(self) -> None:
+        await self.redis.ping()
+
+    async def create_jobs(self, jobs: Sequence[JobRecord], batch: BatchRecord | None = None) -> None:
+        """Store jobs (and their batch) in one MULTI/EXEC, so a batch exists whole or not at all."""
+        now = time.time()
+        ttl = self.ttl_s
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if batch is not None:
+                pipe.hset(
+                    self.k_batch(batch.batch_id),
+                    mapping={
+                        "batch_id": batch.batch_id,
+                        "owner": batch.owner,
+                        "total": str(batch.total),
+                        "created_at": repr(batch.created_at or now),
+                        "config": dump_field(batch.config),
+                    },
+                )
+                pipe.expire(self.k_batch(batch.batch_id), ttl)
+                # RPUSH in chunks: one command with 10,000 arguments is fine, but keep it bounded.
+                ids = [j.job_id for j in jobs]
+                for i in range(0, len(ids), 1000):
+                    pipe.rpush(self.k_batch_jobs(batch.batch_id), *ids[i : i + 1000])
+                pipe.expire(self.k_batch_jobs(batch.batch_id), ttl)
+                pipe.zadd(self.k_owner_batches(batch.owner), {batch.batch_id: batch.created_at or now})
+                pipe.zremrangebyrank(self.k_owner_batches(batch.owner), 0, -OWNER_INDEX_MAX - 1)
+                pipe.expire(self.k_owner_batches(batch.owner), ttl)
+            for job in jobs:
+                record = job.model_copy(update={"created_at": job.created_at or now, "updated_at": now})
+                mapping: dict[str | bytes, bytes | float | int | str] = {
+                    k: dump_field(v) for k, v in record.model_dump().items() if v is not None
+                }
+                pipe.hset(self.k_job(job.job_id), mapping=mapping)
+                pipe.expire(self.k_job(job.job_id), ttl)
+                pipe.xadd(
+                    self.k_events(job.job_id),
+                    {"type": "job.queued", "data": json.dumps({"job_id": job.job_id, "queue": job.queue})},
+                    maxlen=EVENTS_MAXLEN,
+                    approximate=True,
+                )
+                pipe.expire(self.k_events(job.job_id), ttl)
+                pipe.sadd(self.k_active(job.owner), job.job_id)
+            # ZADD in chunks like RPUSH above; ids with equal scores (one batch) order by id.
+            for i in range(0, len(jobs), 1000):
+                chunk = jobs[i : i + 1000]
+                pipe.zadd(self.k_owner_jobs(chunk[0].owner), {j.job_id: j.created_at or now for j in chunk})
+            written = stored_size(jobs, batch)
+            if written:
+                owner = batch.owner if batch is not None else jobs[0].owner
+                pipe.incrby(self.k_bytes(owner, now), written)
+                pipe.expire(self.k_bytes(owner, now), ttl + DAY_S)
+            if jobs:
+                pipe.expire(self.k_active(jobs[0].owner), ttl)
+                pipe.zremrangebyrank(self.k_owner_jobs(jobs[0].owner), 0, -OWNER_INDEX_MAX - 1)
+                pipe.expire(self.k_owner_jobs(jobs[0].owner), ttl)
+            await pipe.execute()
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        raw = await self.redis.hgetall(self.k_job(job_id))
+        return parse_job(raw) if raw else None
+
+    async def get_jobs(self, job_ids: Sequence[str], *, with_result: bool = False) -> list[JobFull | None]:
+        """Many jobs in one round trip (batch progress and results)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hgetall(self.k_job(job_id))
+            rows = await pipe.execute()
+        out: list[JobFull | None] = []
+        for raw in rows:
+            if not raw:
+                out.append(None)
+                continue
+            result = raw.get("result") if with_result else None
+            out.append(JobFull(parse_job(raw), result or None))
+        return out
+
+    async def job_statuses(self, job_ids: Sequence[str]) -> list[str | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hget(self.k_job(job_id), "status")
+            return list(await pipe.execute())
+
+    async def get_result(self, job_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(self.k_job(job_id), "result")
+        return json.loads(raw) if raw else None
+
+    async def transition(
+        self,
+        job_id: str,
+        to: JobStatus,
+        allowed_from: Sequence[str],
+        *,
+        event: str | None = None,
+        data: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> bool:
+        """Move a job to ``to`` only if its status is in ``allowed_from``; writes ``event`` atomically.
+
+        This is what makes a job produce one result: ``completed`` is allowed only from ``debating``,
+        and the terminal states are never left.
+        """
+        return await self._run_transition(job_id, to, allowed_from, event, data, fields) is not None
+
+    async def emit(self, job_id: str, event: str, data: dict[str, Any]) -> str | None:
+        """Append an event while the job is still running; ``None`` once it is finished or gone.
+
+        The guard keeps stray engine events from landing after ``job.cancelled``.
+        """
+        out = await self._run_transition(job_id, "", ACTIVE, event, data, None)
+        return out if out and out != "ok" else None
+
+    async def set_fields(self, job_id: str, fields: dict[str, Any]) -> bool:
+        """Update progress fields of an unfinished job (round, worker, ...)."""
+        return await self._run_transition(job_id, "", ACTIVE, None, None, fields) is not None
+
+    async def _run_transition(
+        self,
+        job_id: str,
+        to: str,
+        allowed_from: Sequence[str],
+        event: str | None,
+        data: dict[str, Any] | None,
+        fields: dict[str, Any] | None,
+    ) -> str | None:
+        owner, day = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day"])
+        if owner is None:
+            return None
+        args: list[str] = [
+            to,
+            ",".join(allowed_from),
+            event or "",
+            json.dumps(data or {}, separators=(",", ":")),
+            repr(time.time()),
+            str(self.ttl_s),
+            job_id,
+        ]
+        for key, value in (fields or {}).items():
+            args += [key, dump_field(value)]
+        keys = [
+            self.k_job(job_id),
+            self.k_events(job_id),
+            self.k_active(owner),
+            self.k_checkpoint(job_id),
+            self.k_lease(job_id),
+            self.k_usage(owner, day or usage_day()),
+            self.k_bytes(owner),
+        ]
+        out = await self._transition(keys=keys, args=args)
+        return str(out) if out else None
+
+    async def read_events(
+        self, job_id: str, after: str = "0-0", *, block_ms: int | None = None, count: int = 100
+    ) -> list[Event]:
+        """Events after ``after`` (a stream id); with ``block_ms`` waits that long for new ones."""
+        reply = await self.redis.xread({self.k_events(job_id): after}, count=count, block=block_ms)
+        events: list[Event] = []
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                events.append(
+                    Event(
+                        id=entry_id, type=fields.get("type", ""), data=json.loads(fields.get("data") or "{}")
+                    )
+                )
+        return events
+
+    async def incr_attempts(self, job_id: str) -> int:
+        return int(await self.redis.hincrby(self.k_job(job_id), "attempts", 1))
+
+    async def add_attempts(self, job_id: str, delta: int) -> int:
+        return int(await self.redis.hincrby(self.k_job(job_id), "attempts", delta))
+
+    async def is_draining(self, node: str) -> bool:
+        """Whether worker ``node`` is shutting down (its main process sets ``draining_key``)."""
+        return bool(await self.redis.exists(draining_key(self.prefix, node)))
+
+    # -- checkpoints and leases ------------------------------------------------------------------
+    async def save_checkpoint(self, job_id: str, checkpoint: dict[str, Any]) -> None:
+        text = json.dumps(checkpoint)
+        owner = await self.redis.hget(self.k_job(job_id), "owner")
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.k_checkpoint(job_id), text, ex=self.ttl_s)
+            if owner:
+                pipe.incrby(self.k_bytes(owner), len(text) + RECORD_OVERHEAD)
+                pipe.expire(self.k_bytes(owner), self.ttl_s + DAY_S)
+            await pipe.execute()
+
+    async def load_checkpoint(self, job_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.get(self.k_checkpoint(job_id))
+        return json.loads(raw) if raw else None
+
+    async def acquire_lease(self, job_id: str, token: str, ttl_ms: int) -> bool:
+        """Take (or renew) the job's lease; only the holder may run it, so two workers never overlap."""
+        return bool(await self._lease(keys=[self.k_lease(job_id)], args=[token, str(ttl_ms)]))
+
+    async def release_lease(self, job_id: str, token: str) -> None:
+        if await self.redis.get(self.k_lease(job_id)) == token:
+            await self.redis.delete(self.k_lease(job_id))
+
+    # -- batches and owners ----------------------------------------------------------------------
+    async def get_batch(self, batch_id: str) -> BatchRecord | None:
+        raw = await self.redis.hgetall(self.k_batch(batch_id))
+        if not raw:
+            return None
+        return BatchRecord(
+            batch_id=raw["batch_id"],
+            owner=raw["owner"],
+            total=int(raw["total"]),
+            created_at=float(raw.get("created_at") or 0),
+            config=json.loads(raw["config"]) if raw.get("config") else {},
+        )
+
+    async def batch_job_ids(self, batch_id: str, start: int = 0, stop: int = -1) -> list[str]:
+        return list(await self.redis.lrange(self.k_batch_jobs(batch_id), start, stop))
+
+    async def iter_batch_jobs(
+        self, batch_id: str, *, chunk: int = 200, with_result: bool = False
+    ) -> AsyncIterator[tuple[str, JobFull | None]]:
+        """Jobs of a batch in input order, fetched ``chunk`` at a time so 10,000 items stream smoothly."""
+        start = 0
+        while True:
+            ids = await self.batch_job_ids(batch_id, start, start + chunk - 1)
+            if not ids:
+                return
+            for job_id, job in zip(ids, await self.get_jobs(ids, with_result=with_result), strict=True):
+                yield job_id, job
+            start += chunk
+
+    async def batch_counts(self, batch_id: str) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        start = 0
+        while True:
+            ids = await self.batch_job_ids(batch_id, start, start + 999)
+            if not ids:
+                return counts
+            for status in await self.job_statuses(ids):
+                if status in counts:
+                    counts[status] += 1
+            start += 1000
+
+    async def active_count(self, owner: str) -> int:
+        return int(await self.redis.scard(self.k_active(owner)))
+
+    async def _newest_ids(self, key: str, limit: int, before: str | None, offset: int) -> list[str] | None:
+        """Up to ``limit`` ids of a listing index, newest first, after ``offset`` ids older than ``before``.
+
+        ``None`` when ``before`` is not (or no longer) in the index: the page it came from expired.
+        """
+        start = offset
+        if before is not None:
+            rank = await self.redis.zrevrank(key, before)
+            if rank is None:
+                return None
+            start += int(rank) + 1
+        return list(await self.redis.zrevrange(key, start, start + limit - 1))
+
+    async def list_jobs(self, owner: str, limit: int, before: str | None = None) -> list[JobRecord]:
+        """The owner's jobs newest first, at most ``limit``, older than job ``before`` when given.
+
+        Ids whose record has expired are dropped from the index as they are met, so a page is filled
+        from the ids after them instead of coming back short.
+        """
+        key = self.k_owner_jobs(owner)
+        out: list[JobRecord] = []
+        offset = 0
+        while len(out) < limit:
+            ids = await self._newest_ids(key, limit - len(out), before, offset)
+            if not ids:
+                return out
+            found = await self.get_jobs(ids)
+            gone = [job_id for job_id, f in zip(ids, found, strict=True) if f is None]
+            out += [f.job for f in found if f is not None and f.job.owner == owner]
+            offset += len(ids) - len(gone)
+            if gone:
+                await self.redis.zrem(key, *gone)
+        return out
+
+    async def list_batches(self, owner: str, limit: int, before: str | None = None) -> list[BatchRecord]:
+        """The owner's batches newest first, at most ``limit``, older than batch ``before`` when given."""
+        key = self.k_owner_batches(owner)
+        out: list[BatchRecord] = []
+        offset = 0
+        while len(out) < limit:
+            ids = await self._newest_ids(key, limit - len(out), before, offset)
+            if not ids:
+                return out
+            gone = []
+            for batch_id in ids:
+                batch = await self.get_batch(batch_id)
+                if batch is None:
+                    gone.append(batch_id)
+                elif batch.owner == owner:
+                    out.append(batch)
+            offset += len(ids) - len(gone)
+            if gone:
+                await self.redis.zrem(key, *gone)
+        return out
+
+    async def delete_jobs(self, job_ids: Sequence[str], batch_id: str | None = None) -> None:
+        """Remove jobs that were stored but could not be queued (the batch is then not accepted)."""
+        owner = None
+        if job_ids:
+            owner = await self.redis.hget(self.k_job(job_ids[0]), "owner")
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for job_id in job_ids:
+                pipe.delete(self.k_job(job_id), self.k_events(job_id))
+                if owner:
+                    pipe.srem(self.k_active(owner), job_id)
+                    pipe.zrem(self.k_owner_jobs(owner), job_id)
+            if batch_id:
+                pipe.delete(self.k_batch(batch_id), self.k_batch_jobs(batch_id))
+                if owner:
+                    pipe.zrem(self.k_owner_batches(owner), batch_id)
+            await pipe.execute()

@@ -1,0 +1,119 @@
+"""The Lua scripts of the Redis job store: each makes one step of a job atomic in Redis."""
+
+# KEYS: job hash, events stream, owner-active set, checkpoint, lease, owner's usage hash of the day,
+#       owner's storage counter of today.
+# ARGV: to-status ('' = keep), allowed-from (comma list), event type ('' = none), event data,
+#       now, ttl seconds, job id, then field/value pairs.
+# Returns the event id (or "ok" when no event), or false when the job is missing or the transition
+# is not allowed from its current status.
+TRANSITION_LUA = """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur then return false end
+if not string.find(',' .. ARGV[2] .. ',', ',' .. cur .. ',', 1, true) then return false end
+local to = ARGV[1]
+if to ~= '' then
+  redis.call('HSET', KEYS[1], 'status', to, 'updated_at', ARGV[5])
+end
+for i = 8, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+local out = 'ok'
+if ARGV[3] ~= '' then
+  out = redis.call('XADD', KEYS[2], 'MAXLEN', '~', '10000', '*', 'type', ARGV[3], 'data', ARGV[4])
+end
+local ttl = tonumber(ARGV[6])
+if to == 'completed' or to == 'failed' or to == 'cancelled' then
+  redis.call('SREM', KEYS[3], ARGV[7])
+  redis.call('HSET', KEYS[1], 'finished_at', ARGV[5])
+  redis.call('DEL', KEYS[5])
+  -- The tokens it used were charged call by call (CHARGE_LUA); what is left of its reservation
+  -- is given back here, exactly once (terminal states are never left).
+  -- Nothing is drawn from it any more either, so a call settling later gives nothing back to it.
+  local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved_tokens') or '0') or 0
+  if reserved > 0 then
+    redis.call('HINCRBY', KEYS[6], 'reserved', -reserved)
+  end
+  redis.call('HSET', KEYS[1], 'reserved_tokens', '0', 'drawn_tokens', '0')
+  redis.call('HINCRBY', KEYS[6], 'jobs_' .. to, 1)
+  redis.call('EXPIRE', KEYS[6], 8 * 86400)
+end
+if to ~= '' and ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+  redis.call('EXPIRE', KEYS[4], ttl)
+end
+-- Storage accounting: the bytes this step wrote, on the owner's counter of the day.
+local written = 0
+if ARGV[3] ~= '' then written = written + #ARGV[4] + 64 end
+for i = 8, #ARGV, 2 do
+  written = written + #ARGV[i] + #ARGV[i + 1]
+end
+if written > 0 then
+  redis.call('INCRBY', KEYS[7], written)
+  redis.call('EXPIRE', KEYS[7], ttl + 86400)
+end
+return out
+"""
+
+# KEYS: job hash, the owner's usage hash of the job's day. ARGV: prompt tokens, completion tokens,
+# calls (deltas, possibly negative). Charges an LLM call to the job and its owner's day whatever the
+# job's status (a cancelled job's calls in flight are charged too): the worst case before the call is
+# sent, the difference to the real use when it ends.
+# A running job holds exactly its reservation of the owner's quota, never more: what a charge adds
+# is drawn from the job's reservation (``drawn_tokens`` records how much), and what a refund or a
+# settlement takes off goes back to it, once the tokens charged beyond the reservation (a job with
+# no budget reserves nothing) are paid back. A terminal status releases the reservation and clears
+# what was drawn (the transition above), so nothing goes back to it after that.
+CHARGE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local p = tonumber(ARGV[1])
+local c = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local t = p + c
+local job = redis.call('HMGET', KEYS[1], 'used_tokens', 'drawn_tokens', 'reserved_tokens')
+local used = tonumber(job[1] or '0') or 0
+local drawn = tonumber(job[2] or '0') or 0
+local reserved = tonumber(job[3] or '0') or 0
+for _, pair in ipairs({{'tokens', t}, {'prompt_tokens', p}, {'completion_tokens', c}, {'calls', n}}) do
+  redis.call('HINCRBY', KEYS[1], 'used_' .. pair[1], pair[2])
+  redis.call('HINCRBY', KEYS[2], pair[1], pair[2])
+end
+local move = 0
+if t > 0 then
+  move = math.min(reserved, t)
+else
+  move = -math.min(drawn, math.max(0, -t - (used - drawn)))
+end
+if move ~= 0 then
+  redis.call('HINCRBY', KEYS[1], 'reserved_tokens', -move)
+  redis.call('HINCRBY', KEYS[1], 'drawn_tokens', move)
+  redis.call('HINCRBY', KEYS[2], 'reserved', -move)
+end
+redis.call('EXPIRE', KEYS[2], 8 * 86400)
+return 1
+"""
+
+# KEYS: usage hash. ARGV: tokens to reserve, quota (0 = none). Reserves only if used + reserved +
+# the new reservation stay within the quota; 1 when reserved, 0 when refused.
+RESERVE_LUA = """
+local quota = tonumber(ARGV[2])
+local amount = tonumber(ARGV[1])
+if quota > 0 then
+  local used = tonumber(redis.call('HGET', KEYS[1], 'tokens') or '0') or 0
+  local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0') or 0
+  if used + reserved + amount > quota then return 0 end
+end
+redis.call('HINCRBY', KEYS[1], 'reserved', amount)
+redis.call('EXPIRE', KEYS[1], 8 * 86400)
+return 1
+"""
+
+# KEYS: lease. ARGV: token, ttl ms. Takes a free lease or renews our own; false if another holds it.
+LEASE_LUA = """
+local cur = redis.call('GET', KEYS[1])
+if (not cur) or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
