@@ -9,8 +9,10 @@ sent by OpenAI SDKs as ``extra_body``) are validated exactly like a REST config.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
@@ -18,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.problems import Problem
 from engine.config import DebateConfig
-from engine.presets import PRESETS
 from engine.registry import PROTOCOLS
 from engine.result import DebateResult
 
@@ -34,6 +35,14 @@ class ModelEntry:
     config: dict[str, Any]
 
 
+# The evaluation presets as data (written by scripts/preset_models.py from evaluation/presets.py; the
+# gateway does not import the harness): name, summary and debate configuration of each.
+PRESETS: dict[str, dict[str, Any]] = {
+    p["name"]: p
+    for p in json.loads((Path(__file__).parent / "preset_models.json").read_text(encoding="utf-8"))
+}
+
+
 def _catalogue() -> dict[str, ModelEntry]:
     """Every protocol with its defaults, then every preset whose name is not already a protocol's."""
     out: dict[str, ModelEntry] = {}
@@ -41,13 +50,15 @@ def _catalogue() -> dict[str, ModelEntry]:
         model = MODEL_PREFIX + name.replace("_", "-")
         out[model] = ModelEntry(model, f"the {name} protocol with Parley's defaults", {"protocol": name})
     for preset in PRESETS.values():
-        model = MODEL_PREFIX + preset.name
+        model = MODEL_PREFIX + preset["name"]
         if model not in out:
-            out[model] = ModelEntry(model, preset.summary, dict(preset.config))
+            out[model] = ModelEntry(model, preset["summary"], dict(preset["config"]))
     # Short names for the two families of MALLM decisions.
     for alias, preset_name in (("mallm-voting", "mallm-simple"), ("mallm-consensus", "mallm-majority")):
         preset = PRESETS[preset_name]
-        out[MODEL_PREFIX + alias] = ModelEntry(MODEL_PREFIX + alias, preset.summary, dict(preset.config))
+        out[MODEL_PREFIX + alias] = ModelEntry(
+            MODEL_PREFIX + alias, preset["summary"], dict(preset["config"])
+        )
     return out
 
 

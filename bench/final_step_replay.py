@@ -217,7 +217,7 @@ def role_models(needed: bool) -> Iterator[RoleModelsFromSettings | None]:
         return
     from rich.console import Console
 
-    from evaluation.local_debate import llm_endpoint
+    from inprocess.local_debate import llm_endpoint
     from services.llm_factory import build_role_models
     from services.settings import LLMSettings
 

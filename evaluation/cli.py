@@ -77,6 +77,7 @@ def parse_config(config: str | None, sets: list[str] | None) -> dict[str, Any]:
 
 
 def eval_command(
+    ctx: typer.Context,
     out: Annotated[
         Path | None, typer.Option(help="output folder; rerun with the same folder to resume")
     ] = None,
@@ -214,6 +215,7 @@ def eval_command(
                     judge_model=judge_model,
                     api=api,
                     api_key=api_key,
+                    ctx_obj=ctx.find_root().obj,
                 )
             )
     except KeyboardInterrupt:
@@ -263,6 +265,7 @@ async def _evaluate(
     judge_model: str | None,
     api: str | None,
     api_key: str | None,
+    ctx_obj: Any = None,
 ) -> Any:
     """Build the real dependencies (LLM, pools, judge or the API client) and run the harness."""
     from evaluation.harness import PlanError, evaluate
@@ -297,42 +300,18 @@ async def _evaluate(
                 )
             finally:
                 await client.aclose()
-        return await _evaluate_in_process(request, console, judge, evaluate)
+        in_process = getattr(ctx_obj, "evaluate_in_process", None)
+        if in_process is None:
+            raise PlanError("no in-process runner here: pass --api URL (the parley command wires one)")
+        return await in_process(request, console, judge, evaluate)
     finally:
         if judge_client is not None:
             await judge_client.aclose()
 
 
-async def _evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: Any) -> Any:
-    """The configured LLM endpoint (or the embedded model) and, if any run needs a pool the dataset
-    does not carry, the retriever (service or in-process index) — the same resolution ``parley ask``
-    uses. A dataset with its own pools (``--pool file``) never starts the retriever."""
-    import contextlib
-
-    from evaluation.datasets import load_dataset
-    from evaluation.harness import plan_request, resolve_pool_source
-    from evaluation.local_debate import llm_endpoint, pool_builder
-    from evaluation.runner import needs_retriever
-    from services.llm_factory import build_role_models
-    from services.settings import LLMSettings
-
-    specs = plan_request(request)
-    dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
-    pool_source = resolve_pool_source(request.pool, dataset)
-    llm_settings = LLMSettings()
-    async with contextlib.AsyncExitStack() as stack:
-        builder = None
-        if needs_retriever(specs, dataset.items, pool_source):
-            builder = await stack.enter_async_context(pool_builder(console))
-        served = stack.enter_context(llm_endpoint(llm_settings, console))
-        models = build_role_models(llm_settings, served=served)
-        stack.push_async_callback(models.aclose)
-        return await evaluate(request, models=models, pool_builder=builder, judge=judge)
-
-
 def _print_presets() -> None:
     """``--list-presets``: name, what it runs, the paper and where its settings and figures come from."""
-    from engine.presets import PRESETS
+    from evaluation.presets import PRESETS
 
     for p in PRESETS.values():
         typer.echo(f"{p.name}: {p.summary}")

@@ -16,10 +16,10 @@ from pydantic import ValidationError
 
 from engine.config import HONOURED, SINGLE_AGENT_PROTOCOLS, DebateConfig
 from engine.context import RoleModels
-from engine.presets import UnknownPreset, get_preset, shared_settings
 from evaluation.api_client import run_via_api
 from evaluation.datasets import Dataset, OnError, load_dataset
 from evaluation.judge import AnswerJudge
+from evaluation.presets import UnknownPreset, get_preset, shared_settings
 from evaluation.published import guess_benchmark
 from evaluation.report import build_report
 from evaluation.runner import (

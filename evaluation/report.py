@@ -279,7 +279,7 @@ def compare_runs(
 
 
 def _preset(name: str | None) -> Any:
-    from engine.presets import PRESETS
+    from evaluation.presets import PRESETS
 
     return PRESETS.get(name) if name else None
 

@@ -8,6 +8,8 @@ commands, so ``parley --help`` answers at once.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import typer
 
 HELP = "Retrieval-augmented multi-agent debate: ask questions, run the services, evaluate protocols."
@@ -17,15 +19,26 @@ def build_app() -> typer.Typer:
     """The root command with every package's sub-commands registered (imported here, not at import)."""
     from api.cli import app as gateway_app  # api, submit, hash-key
     from debate_worker.worker_cli import run_worker
-    from evaluation.ask_cli import ask
     from evaluation.cli import eval_command
     from evaluation.kks.cli import kks_app
+    from inprocess.ask_cli import ask
+    from inprocess.evaluate import evaluate_in_process
+    from parley_cli.mcp import mcp_command
     from parley_cli.up import up
-    from parley_client.cli import mcp_command
     from retriever.cli import index_app, serve
     from services.llm_cli import llm_app
+    from services.models_cli import models_app
 
-    app = typer.Typer(name="parley", help=HELP, no_args_is_help=True, pretty_exceptions_show_locals=False)
+    # What the sub-commands are handed rather than import: `parley eval` runs in this process through
+    # the in-process runner, which the harness may not import (it opens the retriever's index).
+    wiring = SimpleNamespace(evaluate_in_process=evaluate_in_process)
+    app = typer.Typer(
+        name="parley",
+        help=HELP,
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+        context_settings={"obj": wiring},
+    )
     app.command("ask")(ask)
     app.command("eval")(eval_command)
     app.command("retriever")(serve)
@@ -35,6 +48,7 @@ def build_app() -> typer.Typer:
     app.add_typer(kks_app, name="kks")
     app.command("mcp")(mcp_command)
     app.add_typer(llm_app, name="llm")
+    app.add_typer(models_app, name="models")
     app.command("up")(up)
     return app
 

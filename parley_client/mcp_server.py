@@ -182,7 +182,7 @@ class ParleyTools:
 
 
 class Debater(Protocol):
-    """What runs a debate in this process (``evaluation.local_debate.LocalDebater``)."""
+    """What runs a debate in this process (``inprocess.local_debate.LocalDebater``)."""
 
     async def debate(self, question: str, config: DebateConfig, on_event: Any = None) -> DebateResult: ...
 

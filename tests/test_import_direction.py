@@ -15,6 +15,7 @@ PACKAGES = (
     "retriever",
     "engine",
     "evaluation",
+    "inprocess",
     "debate_worker",
     "services",
     "parley_client",
@@ -24,11 +25,10 @@ PACKAGES = (
 CLI_MODULES = {
     "api.cli",
     "debate_worker.worker_cli",
-    "evaluation.ask_cli",
+    "inprocess.ask_cli",
     "evaluation.kks.cli",
     "evaluation.cli",
     "retriever.cli",
-    "parley_client.cli",
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from engine.presets import PRESETS
+from evaluation.presets import PRESETS
 from evaluation.harness import EvalRequest, PlanError, evaluate
 from evaluation.store import Workspace
 from parley_cli import build_app

@@ -1,4 +1,4 @@
-"""``parley mcp``: serve Parley's tools to MCP clients (registered into the root CLI, ``parley_cli``)."""
+"""``parley mcp``: serve Parley's tools to MCP clients, through a gateway or with debates in this process."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _serve_in_process(transport: Literal["stdio", "http"], host: str, port: int)
     """Debates in this process; progress of model preparation goes to stderr (stdout is MCP's)."""
     from rich.console import Console
 
-    from evaluation.local_debate import LocalDebater
+    from inprocess.local_debate import LocalDebater
     from parley_client.mcp_server import LocalTools, build_server
     from services.settings import LLMSettings
 

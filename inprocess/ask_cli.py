@@ -22,7 +22,7 @@ from rich.table import Table
 from engine.config import DebateConfig, validate_question
 from engine.prompts import get_prompts
 from engine.result import DebateResult
-from evaluation.local_debate import llm_endpoint, pool_builder
+from inprocess.local_debate import llm_endpoint, pool_builder
 from services.errors import ParleyError
 from services.knowledge import KnowledgePool, empty_pool
 from services.settings import LLMSettings

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.ask_cli import resolve_style
+from inprocess.ask_cli import resolve_style
 from tests.retriever.support import build_slice_index
 from tests.support.scripted_llm import ScriptedLLM
 

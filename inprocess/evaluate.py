@@ -1,0 +1,37 @@
+"""``parley eval`` in this process: the harness on the configured LLM endpoint (or the embedded model)
+and, where a run needs pools, the retrieval service or the in-process index.
+
+The root command hands ``evaluate_in_process`` to ``parley eval`` (the harness never imports this
+runner, so it never reaches the retriever). Everything loads inside the function, so ``parley --help``
+stays instant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+
+async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: Any) -> Any:
+    """The configured LLM endpoint (or the embedded model) and, if any run needs a pool the dataset
+    does not carry, the retriever (service or in-process index) — the same resolution ``parley ask``
+    uses. A dataset with its own pools (``--pool file``) never starts the retriever."""
+    from evaluation.datasets import load_dataset
+    from evaluation.harness import plan_request, resolve_pool_source
+    from evaluation.runner import needs_retriever
+    from inprocess.local_debate import llm_endpoint, pool_builder
+    from services.llm_factory import build_role_models
+    from services.settings import LLMSettings
+
+    specs = plan_request(request)
+    dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
+    pool_source = resolve_pool_source(request.pool, dataset)
+    llm_settings = LLMSettings()
+    async with contextlib.AsyncExitStack() as stack:
+        builder = None
+        if needs_retriever(specs, dataset.items, pool_source):
+            builder = await stack.enter_async_context(pool_builder(console))
+        served = stack.enter_context(llm_endpoint(llm_settings, console))
+        models = build_role_models(llm_settings, served=served)
+        stack.push_async_callback(models.aclose)
+        return await evaluate(request, models=models, pool_builder=builder, judge=judge)
