@@ -26,19 +26,24 @@ RUN python3 -m venv /opt/parley && mkdir /opt/parley/deploy
 COPY deploy/docker/pip_install.sh deploy/docker/torch_install.sh /opt/parley/deploy/
 WORKDIR /src
 
-# torch first, pinned to its CPU build (deploy/docker/torch_install.sh).
+# Every package is the locked one (requirements.lock, `make lock`), each file checked against its
+# sha256: pip, setuptools and wheel first (the base image's pip cannot take hashes from constraints),
+# then torch, pinned to its CPU build (deploy/docker/torch_install.sh).
+COPY requirements.lock pyproject.toml README.md ./
+COPY scripts/lock.py ./scripts/
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
-    sh /opt/parley/deploy/torch_install.sh 2.13.0
+    python3 scripts/lock.py pick pip setuptools wheel > /tmp/tools.lock \
+ && sh /opt/parley/deploy/pip_install.sh --require-hashes -r /tmp/tools.lock \
+ && sh /opt/parley/deploy/torch_install.sh requirements.lock
 
-# Dependencies before the source, so a code change does not reinstall them.
-COPY pyproject.toml README.md ./
-# (No package folders yet: setuptools builds an empty parley, which is then removed.)
+# Dependencies before the source, so a code change does not reinstall them: pyproject's requirements
+# for the image, with the lock as hashed constraints (a package the lock lacks fails the build).
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
-    sh /opt/parley/deploy/pip_install.sh '.[bm25]' \
- && /opt/parley/bin/pip uninstall -y parley \
- && rm -rf build ./*.egg-info
+    python3 scripts/lock.py requirements bm25 > /tmp/requirements.txt \
+ && sh /opt/parley/deploy/pip_install.sh --require-hashes --no-build-isolation \
+      --only-binary :all: --no-binary pyserini -c requirements.lock -r /tmp/requirements.txt
 
 # The packages pyproject.toml names (tests/deploy/test_compose_stack.py checks the list is complete);
 # the scripted OpenAI-compatible server (parley_testing) runs as the compose test's LLM.
@@ -53,7 +58,7 @@ COPY parley_client ./parley_client
 COPY parley_testing ./parley_testing
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
-    sh /opt/parley/deploy/pip_install.sh --no-deps . \
+    sh /opt/parley/deploy/pip_install.sh --no-deps --no-build-isolation . \
  && find /opt/parley -name '__pycache__' -prune -exec rm -rf {} +
 COPY deploy/docker/start_retriever.sh /opt/parley/deploy/
 
@@ -61,7 +66,9 @@ COPY deploy/docker/start_retriever.sh /opt/parley/deploy/
 FROM builder AS builder-llm
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
-    sh /opt/parley/deploy/pip_install.sh '.[embedded]' \
+    python3 scripts/lock.py requirements embedded > /tmp/requirements.txt \
+ && sh /opt/parley/deploy/pip_install.sh --require-hashes --only-binary :all: -c requirements.lock \
+      -r /tmp/requirements.txt \
  && find /opt/parley -name '__pycache__' -prune -exec rm -rf {} +
 
 # The runtime: the base image plus the virtualenv; no compiler, no pip cache, not root.

@@ -8,26 +8,53 @@ QUESTION ?= On what date in 1969 did Neil Armstrong first set foot on the moon?
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install native-llm system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
+.PHONY: install lock audit soak native-llm system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
   wheelhouse base-image images test-compose
 
+# Every package comes from requirements.lock (`make lock`, scripts/lock.py), each file checked against
+# its recorded sha256: pip, setuptools and wheel first (the venv's own pip is too old to take hashes
+# from a constraints file), then torch's CPU build (no dependency can pull the multi-GB CUDA build),
+# then the embedded model's server (xllamacpp, llama.cpp's server prebuilt) against the sha256s in
+# scripts/llm-server-requirements.txt, then the whole lock, then Parley itself without dependencies.
+# Binary wheels only (--only-binary :all:): nothing is compiled. The one exception is pyserini 1.6.0,
+# published only as a source distribution: pure Python and the Anserini jar, packed into a wheel, not
+# compiled. An install whose pyproject.toml is not the lock's, or a file whose hash is not the lock's,
+# fails with a message naming `make lock`.
+LOCK := requirements.lock
+LOCK_FAILED = { echo "error: the packages do not match $(LOCK) (a changed pyproject.toml, or a file whose hash is not the locked one): run \`make lock\` and review the change" >&2; exit 1; }
 $(PY):
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip wheel setuptools
+	python3 scripts/lock.py pick $(LOCK_TOOLS) > $(VENV)/tools.lock
+	$(PY) -m pip install --require-hashes -r $(VENV)/tools.lock
 
-# The stamp is rebuilt when pyproject.toml changes; torch is pinned to its CPU build first so no
-# dependency can pull the multi-GB CUDA build. Binary wheels only (--only-binary :all:): nothing is
-# compiled. The one exception is pyserini 1.6.0, published only as a source distribution: pure Python
-# and the Anserini jar, packed into a wheel, not compiled. The embedded model's server (xllamacpp,
-# llama.cpp's server prebuilt) is installed first against the sha256 in scripts/llm-server-requirements.txt.
+LOCK_TOOLS := pip setuptools wheel
 PIP_BINARY := --only-binary :all: --no-binary pyserini
-$(VENV)/.installed: pyproject.toml scripts/llm-server-requirements.txt | $(PY)
-	$(PY) -m pip install $(PIP_BINARY) torch==2.13.0
+$(VENV)/.installed: pyproject.toml $(LOCK) scripts/llm-server-requirements.txt | $(PY)
+	$(PY) scripts/lock.py check
+	$(PY) scripts/lock.py pick $(LOCK_TOOLS) > $(VENV)/tools.lock
+	$(PY) -m pip install --require-hashes -r $(VENV)/tools.lock || $(LOCK_FAILED)
+	$(PY) -m pip install $(PIP_BINARY) --require-hashes -c $(LOCK) torch || $(LOCK_FAILED)
 	$(PY) -m pip install $(PIP_BINARY) --require-hashes -r scripts/llm-server-requirements.txt
-	$(PY) -m pip install $(PIP_BINARY) -e '.[embedded,bm25,dev]'
+	$(PY) -m pip install $(PIP_BINARY) --require-hashes --no-build-isolation -r $(LOCK) || $(LOCK_FAILED)
+	$(PY) -m pip install --no-deps --no-build-isolation -e .
+	$(PY) scripts/lock.py verify-env
 	touch $@
 
 install: $(VENV)/.installed
+
+# Resolve pyproject.toml (all extras) into requirements.lock again, keeping every pin that still fits:
+# after a change of the dependencies. UPGRADE=1 moves every pin to the newest allowed version,
+# UPGRADE_PACKAGE=name one package. The change of the lock is the reviewed upgrade. torch's CPU wheel
+# is found in LOCK_FIND_LINKS (a folder or an HTML page of wheels).
+LOCK_FIND_LINKS ?= /opt/wheels
+UPGRADE ?=
+UPGRADE_PACKAGE ?=
+lock: | $(PY)
+	@if [ -f $(LOCK) ]; then python3 scripts/lock.py pick uv > $(VENV)/uv.lock.txt \
+	  && $(PY) -m pip install -q --require-hashes -r $(VENV)/uv.lock.txt; \
+	  else $(PY) -m pip install -q uv; fi
+	$(PY) scripts/lock.py lock $(if $(UPGRADE),--upgrade) $(foreach p,$(UPGRADE_PACKAGE),--upgrade-package $(p)) \
+	  $(foreach l,$(LOCK_FIND_LINKS),--find-links $(l))
 
 # The optional upgrade: llama.cpp's own llama-server compiled for this CPU (its AVX-512, where it has
 # one) from the llama.cpp source in a pinned llama-cpp-python sdist, about 5 minutes on 2 cores, cached
@@ -67,6 +94,13 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(MAKE) --no-print-directory audit
+
+# The locked set against PyPI's published vulnerability data (pip-audit; the registry only). A finding
+# fails unless scripts/audit-allowlist.toml accepts it with a reason; AUDIT_STRICT=1 also fails on a
+# package the data could not be read for.
+audit: $(VENV)/.installed
+	$(PY) scripts/audit_lock.py $(if $(AUDIT_STRICT),--strict)
 
 # The configuration reference is generated from the settings classes so it cannot drift from them.
 docs: install
@@ -81,9 +115,11 @@ bench-engine: install
 # async-timeout: redis needs it on Debian's Python 3.11.2 (the local base image), not on newer 3.11s.
 # WHEELHOUSE_EXTRAS=bm25,embedded also takes the `llm` image's packages.
 WHEELHOUSE_EXTRAS ?= bm25
+# Every wheel is the locked one (requirements.lock as hashed constraints).
 wheelhouse: $(VENV)/.installed
-	$(PY) -m pip wheel --wheel-dir wheelhouse 'setuptools>=68' wheel torch==2.13.0 'async-timeout>=4.0.3' '.[$(WHEELHOUSE_EXTRAS)]'
-	rm -f wheelhouse/parley-*.whl
+	$(PY) scripts/lock.py requirements $(WHEELHOUSE_EXTRAS) > $(VENV)/wheelhouse.in
+	$(PY) -m pip wheel --wheel-dir wheelhouse $(PIP_BINARY) --require-hashes -c $(LOCK) \
+	  --no-build-isolation $(LOCK_TOOLS) torch async-timeout -r $(VENV)/wheelhouse.in || $(LOCK_FAILED)
 	@du -sh wheelhouse
 
 # A local Debian base image (debootstrap + docker import) for machines that reach no image registry.

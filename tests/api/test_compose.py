@@ -102,8 +102,11 @@ def test_dockerfile_serves_all_three_processes() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["parley"]' in text
     assert (
-        "torch_install.sh 2.13.0" in text and "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
+        "torch_install.sh requirements.lock" in text
+        and "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
     )
+    # Every package from the lock, hash-checked: the lock is copied and used as hashed constraints.
+    assert "COPY requirements.lock" in text and text.count("-c requirements.lock") == 2
     # Multi-stage, the base a build argument, not root, a health check; CA certificates only as a secret.
     assert text.startswith("# ") and "ARG BASE_IMAGE=python:3.11-slim-bookworm" in text
     assert "USER parley" in text and "HEALTHCHECK" in text and "--mount=type=secret,id=ca" in text
