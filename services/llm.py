@@ -3,8 +3,12 @@
 Every model Parley talks to (the embedded llama.cpp server, vLLM, Ollama, TGI, OpenAI, LiteLLM) is
 reached through this one client. Retries are the shared loop of ``services.http_client`` and nowhere
 else: connection errors, 408, 409, 429 and 5xx are retried with exponential backoff and full jitter
-(``Retry-After`` wins when the server sends it); other 4xx fail at once. A per-endpoint semaphore
+(``Retry-After`` wins when the server sends it); other 4xx fail at once. A per-server semaphore
 bounds in-flight requests so that a batch cannot flood a server that serves one request at a time.
+
+An endpoint may be several servers of one model (``services.replicas``): every attempt of the retry
+loop asks the replica set where to go, so a call that fails on one replica is retried on another, and
+the usage of a call is what the replica that answered it reported, exactly as with one URL.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from services.errors import ParleyError
 # RetryPolicy is the shared retry layer's; LLM callers import it from here.
 from services.http_client import RetryPolicy as RetryPolicy
 from services.http_client import Unreachable, parse_retry_after, send_with_retries
+from services.replicas import ReplicaSet, affinity_key
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -193,6 +198,16 @@ def retryable_failure(
     raise LLMBadRequest(f"HTTP {status}: {text}", url=url, status=status, body=text)
 
 
+def _server_fault(resp: httpx.Response) -> bool:
+    """A reply that says the server (not the request) is broken: it takes a replica out. A 429 is an
+    answer (the server is up, only busy), and so is a 5xx that refuses this prompt or its schema."""
+    status = resp.status_code
+    if status < 500 and status != 408:
+        return False
+    text = resp.text[:2000]
+    return context_refusal("", text) is None and "response_format" not in text
+
+
 class _EndpointLimits:
     """Process-wide semaphores per endpoint, rebuilt per event loop (asyncio primitives bind to one)."""
 
@@ -236,7 +251,7 @@ class OpenAIChatClient:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         api_key: str | None = None,
@@ -251,10 +266,21 @@ class OpenAIChatClient:
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        replica_name: str = "default",
+        replica_cooldown_s: float = 5.0,
+        replica_cooldown_max_s: float = 120.0,
     ) -> None:
-        self._base_url = base_url.rstrip("/")
-        if not self._base_url.endswith("/v1"):
-            self._base_url += "/v1"
+        # Several URLs: replicas of one model, chosen per attempt (``services.replicas``). A string
+        # is one URL, never split here: only the operator's settings list replicas.
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self._replicas = ReplicaSet(
+            urls,
+            name=replica_name,
+            limit=max_concurrency,
+            cooldown_s=replica_cooldown_s,
+            cooldown_max_s=replica_cooldown_max_s,
+        )
+        self._base_url = self._replicas.urls[0]
         self._model = model
         self._api_key = api_key
         self._retry = retry or RetryPolicy()
@@ -281,7 +307,12 @@ class OpenAIChatClient:
 
     @property
     def endpoint(self) -> str:
-        return self._base_url
+        return ",".join(self._replicas.urls)
+
+    @property
+    def replicas(self) -> ReplicaSet:
+        """The servers this endpoint spreads its calls over (one for a single URL)."""
+        return self._replicas
 
     @property
     def max_tokens(self) -> int:
@@ -388,23 +419,40 @@ class OpenAIChatClient:
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        sem = ENDPOINT_LIMITS.get(self._base_url, self._max_concurrency)
         asked_schema = "response_format" in body
         latency_ms = 0.0
+        replicas = self._replicas
+        key = affinity_key()
+        tried: list[str] = []
 
         async def send() -> httpx.Response:
-            nonlocal latency_ms
-            async with sem:  # held per attempt, never while waiting to retry
-                started = time.perf_counter()
-                try:
-                    resp = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
-                except httpx.ReadTimeout as exc:
-                    # The server is alive but slow; retrying would double its load, so fail now.
-                    raise LLMTimeout(f"no reply within {self._timeout.read}s", url=url) from exc
-                except EgressRefused as exc:
-                    raise LLMEgressRefused(exc.reason, url=url) from None  # no retry can change it
-                latency_ms = (time.perf_counter() - started) * 1000
+            nonlocal latency_ms, url
+            base = replicas.pick(key, avoid=tried)
+            tried.append(base)
+            url = f"{base}/chat/completions"
+            outcome: Literal["ok", "failed", "cancelled"] = "cancelled"
+            try:
+                # The server's limit is held per attempt, never while waiting to retry.
+                async with ENDPOINT_LIMITS.get(base, self._max_concurrency):
+                    started = time.perf_counter()
+                    try:
+                        resp = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
+                    except httpx.ReadTimeout as exc:
+                        outcome = "failed"
+                        if replicas.others_usable(tried):
+                            raise  # a transport error: the retry loop sends it to another replica
+                        # The server is alive but slow; retrying would double its load, so fail now.
+                        raise LLMTimeout(f"no reply within {self._timeout.read}s", url=url) from exc
+                    except EgressRefused as exc:
+                        raise LLMEgressRefused(exc.reason, url=url) from None  # no retry can change it
+                    except httpx.TransportError:
+                        outcome = "failed"
+                        raise
+                    latency_ms = (time.perf_counter() - started) * 1000
+                outcome = "failed" if _server_fault(resp) else "ok"
                 return resp
+            finally:
+                replicas.release(base, outcome)
 
         def retryable(resp: httpx.Response) -> bool:
             if resp.status_code == 200:

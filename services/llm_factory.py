@@ -8,6 +8,10 @@ names an operator endpoint (``PARLEY_LLM_ENDPOINTS``) uses that endpoint's URL, 
 that gives a URL (the operator's CLI, or a client where the operator allows client URLs) is sent a key
 only if that exact URL is one the operator configured with it, and none otherwise.
 
+An operator's base URL may list several servers of one model, comma-separated (``services.replicas``):
+its client spreads calls over them, and each of those URLs counts as configured with the endpoint's
+key. A URL from a client is always one URL, never split.
+
 Where a URL comes from a client (the worker's jobs), it is dialled through ``client_url_transport``
 (``services.egress.PublicOnlyTransport``): its own connection pool, public addresses only, checked on
 the address dialled. The operator's endpoints never go through it.
@@ -22,14 +26,16 @@ from pydantic import SecretStr
 
 from services.embedded_llm import ServedModel
 from services.llm import ChatModel, OpenAIChatClient, RetryPolicy, StructuredMode
+from services.replicas import normal_base_url, split_base_urls
 from services.settings import ROLES, LLMSettings
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    base_url: str
+    base_url: str  # one URL, or the operator's comma-separated replicas
     model: str
     api_key: str | None = field(default=None, repr=False)  # never in a log line or a traceback
+    name: str = field(default="default", compare=False)  # the replicas' metrics label
 
 
 class UnknownEndpoint(ValueError):
@@ -84,17 +90,20 @@ class RoleModelsFromSettings:
                 override.base_url or default.base_url,
                 override.model or default.model,
                 _role_key(override.api_key, override.base_url, default),
+                name=role if override.base_url else "default",
             )
             self._by_role[role] = self.client_for(endpoint)
         self._named = {
-            name: Endpoint(e.base_url, e.model, e.api_key.get_secret_value() if e.api_key else None)
+            name: Endpoint(e.base_url, e.model, e.api_key.get_secret_value() if e.api_key else None, name)
             for name, e in settings.endpoints.items()
         }
-        # Which key belongs to which configured URL (the only places a key may go).
+        # Which key belongs to which configured URL (the only places a key may go): each replica of
+        # an endpoint is a URL configured with its key.
         self._key_by_url: dict[str, str] = {}
         for e in [*self._clients, *self._named.values()]:
             if e.api_key:
-                self._key_by_url.setdefault(_normal_url(e.base_url), e.api_key)
+                for url in split_base_urls(e.base_url):
+                    self._key_by_url.setdefault(_normal_url(url), e.api_key)
 
     def client_for(self, endpoint: Endpoint, *, client_url: bool = False) -> OpenAIChatClient:
         """The shared client for ``endpoint`` (also used for per-agent models of heterogeneous teams);
@@ -105,7 +114,8 @@ class RoleModelsFromSettings:
             s = self._settings
             embedded = _normal_url(endpoint.base_url) == self._embedded_url and not client_url
             client = clients[endpoint] = OpenAIChatClient(
-                endpoint.base_url,
+                # The operator's list of replicas is split; a client's URL stays one URL.
+                endpoint.base_url if client_url else split_base_urls(endpoint.base_url),
                 endpoint.model,
                 api_key=endpoint.api_key,
                 timeout_s=s.timeout_s,
@@ -119,6 +129,9 @@ class RoleModelsFromSettings:
                 slots=self._slots if embedded else None,
                 context_tokens=self._context_tokens if embedded else None,
                 client=self._client_url_http if client_url else self._http,
+                replica_name=endpoint.name,
+                replica_cooldown_s=s.replica_cooldown_s,
+                replica_cooldown_max_s=s.replica_cooldown_max_s,
             )
         return client
 
@@ -148,14 +161,19 @@ class RoleModelsFromSettings:
             if named is None:
                 known = ", ".join(sorted(self._named)) or "none configured"
                 raise UnknownEndpoint(f"team: no LLM endpoint named {endpoint!r} (known: {known})")
-            return self.client_for(Endpoint(named.base_url, model or named.model, named.api_key))
+            return self.client_for(Endpoint(named.base_url, model or named.model, named.api_key, endpoint))
         role_client = self._by_role.get(role, self._by_role["debater"])
         role_endpoint = next(e for e, c in self._clients.items() if c is role_client)
         if base_url is not None:
             key = self._key_by_url.get(_normal_url(base_url))
             return self.client_for(Endpoint(base_url, model or role_endpoint.model, key), client_url=True)
         return self.client_for(
-            Endpoint(role_endpoint.base_url, model or role_endpoint.model, role_endpoint.api_key)
+            Endpoint(
+                role_endpoint.base_url,
+                model or role_endpoint.model,
+                role_endpoint.api_key,
+                role_endpoint.name,
+            )
         )
 
     async def aclose(self) -> None:
@@ -205,9 +223,9 @@ def _pool(settings: LLMSettings, transport: httpx.AsyncBaseTransport | None) -> 
 
 
 def _normal_url(url: str) -> str:
-    """The form URLs are compared in: no trailing slash, ``/v1`` as the client adds it."""
-    u = url.strip().rstrip("/")
-    return u if u.endswith("/v1") else u + "/v1"
+    """The form URLs are compared in: no trailing slash, ``/v1`` as the client adds it (each entry of
+    a list of replicas)."""
+    return ",".join(normal_base_url(u) for u in url.split(","))
 
 
 def _role_key(own: SecretStr | None, own_url: str | None, default: Endpoint) -> str | None:

@@ -36,6 +36,13 @@ _current_job: contextvars.ContextVar[JobLogContext | None] = contextvars.Context
 )
 
 
+def current_job_id() -> str | None:
+    """The job whose work is running in this task (None outside a job): the LLM client keys one
+    debate's calls to one server replica by it."""
+    job = _current_job.get()
+    return job.job_id if job is not None else None
+
+
 @contextmanager
 def job_log_context(job_id: str, batch_id: str | None = None) -> Iterator[None]:
     """Every line logged inside (in this task and the tasks it starts) names the job and its batch."""

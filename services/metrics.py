@@ -26,6 +26,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -99,6 +100,26 @@ LLM_ERRORS = Counter(
     ["role", "model", "endpoint", "error"],
 )
 
+# --- LLM server replicas (worker): endpoints that list several base URLs ------------------------
+# Labels: the endpoint's name (default, debater, judge, summarizer or a named endpoint) and the
+# replica's position in its list (0, 1, …), never the URL.
+LLM_REPLICA_ATTEMPTS = Counter(
+    "parley_llm_replica_attempts",
+    "Attempts sent to each replica of an LLM endpoint, by outcome (ok, failed, cancelled)",
+    ["endpoint", "replica", "outcome"],
+)
+LLM_REPLICA_EJECTIONS = Counter(
+    "parley_llm_replica_ejections",
+    "Times a replica was taken out of its endpoint after a failed attempt (it is probed again later)",
+    ["endpoint", "replica"],
+)
+LLM_REPLICA_IN_FLIGHT = Gauge(
+    "parley_llm_replica_in_flight",
+    "Attempts in flight (or waiting for the concurrency limit) per replica",
+    ["endpoint", "replica"],
+    multiprocess_mode="livesum",
+)
+
 # --- retrieval (retriever) -----------------------------------------------------------------------
 RETRIEVAL_LATENCY = Histogram(
     "parley_retrieval_seconds",
@@ -140,7 +161,8 @@ def exported_names() -> set[str]:
     names = {QUEUE_DEPTH_NAME}
     for metric in (
         JOBS, JOB_DURATION, JOB_QUEUE_TIME, DEBATE_ROUNDS, JOB_TOKENS, LLM_CALLS, LLM_LATENCY,
-        LLM_TOKENS, LLM_ERRORS, RETRIEVAL_LATENCY, POOL_REQUESTS, HTTP_REQUESTS, HTTP_LATENCY, REFUSALS,
+        LLM_TOKENS, LLM_ERRORS, LLM_REPLICA_ATTEMPTS, LLM_REPLICA_EJECTIONS, LLM_REPLICA_IN_FLIGHT,
+        RETRIEVAL_LATENCY, POOL_REQUESTS, HTTP_REQUESTS, HTTP_LATENCY, REFUSALS,
     ):  # fmt: skip
         for family in metric.describe():
             if family.type == "counter":

@@ -17,7 +17,20 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.replicas import split_base_urls
+
 ROLES = ("debater", "judge", "summarizer")
+
+REPLICAS_HELP = "; several servers of one model: comma-separated, calls spread over the healthy ones"
+
+
+def _check_base_urls(value: str | None) -> str | None:
+    """An operator's base URL, or a comma-separated list of replicas of one model, checked at load."""
+    if value is None:
+        return None
+    return ",".join(split_base_urls(value))
+
+
 Role = Literal["debater", "judge", "summarizer"]
 
 
@@ -35,9 +48,14 @@ class ParleySettings(BaseSettings):
 class EndpointOverride(ParleySettings):
     """A per-role override of the LLM endpoint; unset fields fall back to the global ones."""
 
-    base_url: str | None = None
+    base_url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible base URL for this role; unset = the global one" + REPLICAS_HELP,
+    )
     api_key: SecretStr | None = None
     model: str | None = None
+
+    _base_urls = field_validator("base_url")(classmethod(lambda cls, v: _check_base_urls(v)))
 
 
 ENDPOINT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -53,9 +71,11 @@ class NamedEndpoint(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    base_url: str = Field(description="OpenAI-compatible base URL")
+    base_url: str = Field(description="OpenAI-compatible base URL" + REPLICAS_HELP)
     model: str = Field(description="model name sent to this endpoint")
     api_key: SecretStr | None = None
+
+    _base_urls = field_validator("base_url")(classmethod(lambda cls, v: _check_base_urls(v)))
 
 
 class LLMSettings(ParleySettings):
@@ -71,7 +91,10 @@ class LLMSettings(ParleySettings):
     )
 
     base_url: str | None = Field(
-        default=None, description="OpenAI-compatible base URL, e.g. http://host:8000/v1"
+        default=None,
+        description="OpenAI-compatible base URL, e.g. http://host:8000/v1"
+        + REPLICAS_HELP
+        + " (least outstanding requests, one debate's calls to one replica)",
     )
     api_key: SecretStr | None = None
     model: str = "local"
@@ -87,7 +110,18 @@ class LLMSettings(ParleySettings):
     )
     backoff_base_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=20.0, ge=0)
-    max_concurrency: int = Field(default=4, ge=1, description="in-flight requests per endpoint and process")
+    max_concurrency: int = Field(
+        default=4, ge=1, description="in-flight requests per server (each replica) and process"
+    )
+    replica_cooldown_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="a replica that failed a call is out this long, doubled per consecutive failure, "
+        "then probed by a real call",
+    )
+    replica_cooldown_max_s: float = Field(
+        default=120.0, gt=0, description="the longest a failing replica stays out before it is probed"
+    )
     max_tokens: int = Field(default=512, ge=1)
     structured_output: Literal["json_schema", "json_object", "off"] = Field(
         default="json_schema",
@@ -130,6 +164,8 @@ class LLMSettings(ParleySettings):
     )
     serve_port: int = Field(default=8080, ge=1, le=65535, description="`parley llm serve`: its port")
     cache_dir: Path = Field(default_factory=lambda: default_data_dir() / "models")
+
+    _base_urls = field_validator("base_url")(classmethod(lambda cls, v: _check_base_urls(v)))
 
     @field_validator("endpoints")
     @classmethod

@@ -1,0 +1,300 @@
+"""Several servers of one model behind one endpoint: which replica each call goes to.
+
+An operator's endpoint (``PARLEY_LLM_BASE_URL``, a role's ``…__BASE_URL``, a named endpoint's
+``base_url``) may list several base URLs of the same model, comma-separated. The LLM client then asks
+a ``ReplicaSet`` before every attempt where to send it:
+
+* **Least outstanding requests.** Among the healthy replicas the one with the fewest calls of this
+  process in flight (waiting for its concurrency limit included) gets the call; ties go by the call's
+  affinity key (rendezvous hashing), so processes that cannot see each other's load still spread
+  debates evenly.
+* **Affinity.** A debate's calls (keyed by the job id of the worker's log context, or an explicit
+  ``affinity(...)`` block) go to the replica its first call went to, while that replica is healthy,
+  so the prefix its server cached for the previous turn is found again. Only when that replica is
+  full (``limit`` calls of this process in flight) and another has room does a call spill over; the
+  debate stays bound to its replica.
+* **Ejection.** A replica that fails a call (connection error, 5xx, read timeout) is taken out for a
+  cool-down that doubles with each consecutive failure (``cooldown_s`` … ``cooldown_max_s``); once it
+  has passed, the next call is sent there as a probe (half-open: one call at a time) and its success
+  takes the replica back. A debate bound to an ejected replica moves to another for good.
+
+Retries are not done here: the LLM client's one retry loop (``services.http_client``) calls ``pick``
+again for its next attempt, which avoids the replicas this call already tried while others are
+usable. Health is shared by all sets in a process that list the same URL; a single URL is passed
+straight through (no health state, exactly as before replicas existed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import itertools
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import httpx
+
+Outcome = Literal["ok", "failed", "cancelled"]
+
+_affinity: contextvars.ContextVar[str | None] = contextvars.ContextVar("parley_llm_affinity", default=None)
+
+
+@contextlib.contextmanager
+def affinity(key: str | None) -> Iterator[None]:
+    """Calls made inside (in this task and the tasks it starts) share one replica: one debate's calls
+    find the KV cache its previous calls left on that server."""
+    token = _affinity.set(key)
+    try:
+        yield
+    finally:
+        _affinity.reset(token)
+
+
+def affinity_key() -> str | None:
+    """The key of the calls now being made: an explicit ``affinity`` block, else the worker's job."""
+    explicit = _affinity.get()
+    if explicit is not None:
+        return explicit
+    from services.logging_setup import current_job_id
+
+    return current_job_id()
+
+
+def split_base_urls(value: str) -> tuple[str, ...]:
+    """The base URLs an operator's endpoint lists (comma-separated), checked: each an http(s) URL with
+    a host, none twice. Raises ``ValueError`` with what is wrong, so settings fail at load."""
+    parts = [p.strip() for p in value.split(",")]
+    if not any(parts):
+        raise ValueError("an LLM base URL is empty")
+    seen: set[str] = set()
+    urls: list[str] = []
+    for part in parts:
+        if not part:
+            raise ValueError(f"empty entry in the list of LLM base URLs {value!r}")
+        try:
+            parsed = httpx.URL(part)
+        except (httpx.InvalidURL, TypeError, ValueError) as exc:
+            raise ValueError(f"not a URL: {part!r} ({exc})") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(f"LLM base URLs must be http:// or https:// with a host, got {part!r}")
+        normal = normal_base_url(part)
+        if normal in seen:
+            raise ValueError(f"LLM base URL listed twice: {part!r}")
+        seen.add(normal)
+        urls.append(part)
+    return tuple(urls)
+
+
+def normal_base_url(url: str) -> str:
+    """A base URL as the client uses it: no trailing slash, ``/v1`` appended when missing."""
+    u = url.strip().rstrip("/")
+    return u if u.endswith("/v1") else u + "/v1"
+
+
+@dataclass
+class ReplicaHealth:
+    """One server's state in this process (shared by every set that lists its URL)."""
+
+    url: str
+    outstanding: int = 0
+    failures: int = 0  # consecutive failed calls; 0 = healthy
+    down_until: float = 0.0
+    probing: bool = False  # a half-open probe is in flight
+
+    def usable(self, now: float) -> bool:
+        if self.failures == 0:
+            return True
+        return now >= self.down_until and not self.probing
+
+
+class ReplicaRegistry:
+    """Process-wide health per URL. A lock keeps it consistent under a threads pool as well."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, ReplicaHealth] = {}
+        self.lock = threading.Lock()
+
+    def state(self, url: str) -> ReplicaHealth:
+        with self.lock:
+            found = self._states.get(url)
+            if found is None:
+                found = self._states[url] = ReplicaHealth(url)
+            return found
+
+    def clear(self) -> None:
+        """Forget all health (tests)."""
+        with self.lock:
+            self._states.clear()
+
+
+REPLICA_HEALTH = ReplicaRegistry()
+
+
+def _rank(key: str, url: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{key}\x00{url}".encode(), digest_size=8).digest(), "big")
+
+
+class ReplicaSet:
+    """The replicas of one endpoint and the choice among them (see the module docstring)."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        name: str = "default",
+        limit: int = 4,
+        cooldown_s: float = 5.0,
+        cooldown_max_s: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+        registry: ReplicaRegistry = REPLICA_HEALTH,
+        max_keys: int = 10_000,
+    ) -> None:
+        if not urls:
+            raise ValueError("a replica set needs at least one URL")
+        self.urls = tuple(normal_base_url(u) for u in urls)
+        self.name = name
+        self.limit = limit
+        self.cooldown_s = cooldown_s
+        self.cooldown_max_s = max(cooldown_s, cooldown_max_s)
+        self._clock = clock
+        self._registry = registry
+        self._states = [registry.state(u) for u in self.urls]
+        self._index = {u: i for i, u in enumerate(self.urls)}
+        self._bound: OrderedDict[str, str] = OrderedDict()  # affinity key -> URL, least recent first
+        self._max_keys = max_keys
+        self._turn = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.urls)
+
+    def index(self, url: str) -> int:
+        return self._index[url]
+
+    def healthy(self, url: str) -> bool:
+        return self._states[self._index[url]].failures == 0
+
+    def bound(self, key: str) -> str | None:
+        """The replica ``key``'s calls go to (None before its first call)."""
+        return self._bound.get(key)
+
+    def pick(self, key: str | None = None, avoid: Collection[str] = ()) -> str:
+        """The replica the next attempt goes to; the caller must ``release`` it when the attempt ends."""
+        if len(self.urls) == 1:
+            with self._registry.lock:
+                self._states[0].outstanding += 1
+            _observe_pick(self.name, 0)
+            return self.urls[0]
+        with self._registry.lock:
+            now = self._clock()
+            usable = [s for s in self._states if s.usable(now)]
+            fresh = [s for s in usable if s.url not in avoid]
+            candidates = fresh or usable
+            if not candidates:
+                # All out: try the one whose cool-down ends first (the retry loop paces the attempts).
+                candidates = [min(self._states, key=lambda s: s.down_until)]
+            chosen = self._choose(key, candidates)
+            if chosen.failures:
+                chosen.probing = True  # half-open: this call is the probe
+            chosen.outstanding += 1
+        _observe_pick(self.name, self._index[chosen.url])
+        return chosen.url
+
+    def _choose(self, key: str | None, candidates: list[ReplicaHealth]) -> ReplicaHealth:
+        least = min(s.outstanding for s in candidates)
+        if key is not None:
+            bound_url = self._bound.get(key)
+            bound = self._states[self._index[bound_url]] if bound_url is not None else None
+            if bound is not None and bound.failures == 0:
+                self._bound.move_to_end(key)
+                if bound in candidates and (bound.outstanding < self.limit or least >= self.limit):
+                    return bound
+                # Full while another has room, or already tried by this call (a 429): this attempt
+                # goes elsewhere, the debate stays bound.
+                return self._least(key, candidates, least)
+            chosen = self._least(key, candidates, least)
+            self._bind(key, chosen.url)  # its first call, or its replica was taken out
+            return chosen
+        return self._least(None, candidates, least)
+
+    def _least(self, key: str | None, candidates: list[ReplicaHealth], least: int) -> ReplicaHealth:
+        tied = [s for s in candidates if s.outstanding == least]
+        if len(tied) == 1:
+            return tied[0]
+        if key is not None:
+            return max(tied, key=lambda s: _rank(key, s.url))
+        return tied[next(self._turn) % len(tied)]
+
+    def _bind(self, key: str, url: str) -> None:
+        self._bound[key] = url
+        self._bound.move_to_end(key)
+        while len(self._bound) > self._max_keys:
+            self._bound.popitem(last=False)
+
+    def release(self, url: str, outcome: Outcome) -> None:
+        """The attempt sent to ``url`` ended: ``ok`` (the server answered, whatever the status short of
+        a 5xx), ``failed`` (unreachable, 5xx, read timeout) or ``cancelled`` (no verdict)."""
+        i = self._index[url]
+        state = self._states[i]
+        ejected = False
+        with self._registry.lock:
+            state.outstanding = max(0, state.outstanding - 1)
+            if len(self.urls) == 1:
+                pass
+            elif outcome == "ok":
+                state.failures = 0
+                state.down_until = 0.0
+                state.probing = False
+            elif outcome == "failed":
+                ejected = state.failures == 0
+                state.failures += 1
+                cooldown = min(self.cooldown_max_s, self.cooldown_s * 2 ** (state.failures - 1))
+                state.down_until = self._clock() + cooldown
+                state.probing = False
+            else:
+                state.probing = False
+        _observe_release(self.name, i, outcome, ejected)
+
+    def others_usable(self, tried: Collection[str]) -> bool:
+        """Whether a replica this call has not tried could take it now (a timed-out call fails over
+        only then; otherwise the timeout stands, as with one URL)."""
+        if len(self.urls) == 1:
+            return False
+        with self._registry.lock:
+            now = self._clock()
+            return any(s.usable(now) and s.url not in tried for s in self._states)
+
+    def snapshot(self) -> list[dict[str, object]]:
+        """Per replica: index, in flight, consecutive failures, seconds until a probe (for tests and
+        operators; metrics carry the same by index, never a URL)."""
+        now = self._clock()
+        with self._registry.lock:
+            return [
+                {
+                    "replica": i,
+                    "outstanding": s.outstanding,
+                    "failures": s.failures,
+                    "healthy": s.failures == 0,
+                    "retry_in_s": max(0.0, s.down_until - now) if s.failures else 0.0,
+                }
+                for i, s in enumerate(self._states)
+            ]
+
+
+def _observe_pick(name: str, index: int) -> None:
+    from services.metrics import LLM_REPLICA_IN_FLIGHT
+
+    LLM_REPLICA_IN_FLIGHT.labels(name, str(index)).inc()
+
+
+def _observe_release(name: str, index: int, outcome: Outcome, ejected: bool) -> None:
+    from services.metrics import LLM_REPLICA_ATTEMPTS, LLM_REPLICA_EJECTIONS, LLM_REPLICA_IN_FLIGHT
+
+    LLM_REPLICA_IN_FLIGHT.labels(name, str(index)).dec()
+    LLM_REPLICA_ATTEMPTS.labels(name, str(index), outcome).inc()
+    if ejected:
+        LLM_REPLICA_EJECTIONS.labels(name, str(index)).inc()
