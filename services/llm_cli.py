@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
 llm_app = typer.Typer(help="The embedded LLM server.", no_args_is_help=True)
-
-ModelName = Literal["qwen2.5-0.5b", "qwen2.5-1.5b"]
 
 
 @llm_app.callback()
@@ -28,17 +26,26 @@ def llm() -> None:
 def serve(
     host: Annotated[str | None, typer.Option(help="override PARLEY_LLM_SERVE_HOST")] = None,
     port: Annotated[int | None, typer.Option(help="override PARLEY_LLM_SERVE_PORT")] = None,
-    model: Annotated[ModelName | None, typer.Option(help="override PARLEY_LLM_EMBEDDED_MODEL")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="override PARLEY_LLM_EMBEDDED_MODEL: a packaged model (`parley models`) or a .gguf path"
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option(help="print the server's command line instead of running it")
     ] = False,
 ) -> None:
     """Serve the embedded model over the OpenAI API until stopped (SIGTERM or Ctrl-C)."""
-    from services.embedded_llm import MODELS, EmbeddedLLMError, server_from_settings
+    from services.embedded_llm import EmbeddedLLMError, describe_model, server_from_settings
     from services.settings import LLMSettings
 
-    env = LLMSettings()
-    settings = env.model_copy(update={"embedded_model": model or env.embedded_model})
+    try:
+        # The option is validated like the variable: a packaged name, an alias (warned) or a path.
+        settings = LLMSettings(embedded_model=model) if model else LLMSettings()
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
     listen_host = host or settings.serve_host
 
     def progress(done: int, total: int) -> None:
@@ -53,7 +60,7 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     typer.echo(
-        f"serving {MODELS[settings.embedded_model].description} with {server.kind} "
+        f"serving {describe_model(settings.embedded_model)} with {server.kind} "
         f"({server.slots} slots of {server.n_ctx} tokens) at http://{listen_host}:{server.port}/v1",
         err=True,
     )

@@ -136,7 +136,12 @@ class LLMSettings(ParleySettings):
         '{"big": {"base_url": ..., "model": ..., "api_key": ...}}; each key goes only to its own URL',
     )
     # Embedded model (used only when base_url is unset).
-    embedded_model: Literal["qwen2.5-0.5b", "qwen2.5-1.5b"] = "qwen2.5-1.5b"
+    embedded_model: str = Field(
+        default="qwen2.5-coder-1.5b",
+        description="embedded model when base_url is unset: qwen2.5-coder-1.5b, qwen2.5-coder-0.5b (the "
+        "tests' model), smollm2-135m (`parley models` lists them), or the path of a .gguf chat model "
+        "(its header is checked before the server starts)",
+    )
     embedded_threads: int | None = Field(default=None, ge=1)
     embedded_ctx: int = Field(default=4096, ge=512, description="context tokens per slot")
     embedded_server: Literal["auto", "xllamacpp", "llama-server"] = Field(
@@ -166,6 +171,18 @@ class LLMSettings(ParleySettings):
     cache_dir: Path = Field(default_factory=lambda: default_data_dir() / "models")
 
     _base_urls = field_validator("base_url")(classmethod(lambda cls, v: _check_base_urls(v)))
+
+    @field_validator("embedded_model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        # A packaged model's name (a deprecated alias becomes the name it stands for, with a
+        # warning) or a path, checked when the server is prepared; anything else is refused here.
+        from services.model_registry import UnknownModelError, resolve_model_name
+
+        try:
+            return resolve_model_name(value)
+        except UnknownModelError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("endpoints")
     @classmethod

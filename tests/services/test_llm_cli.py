@@ -26,7 +26,7 @@ PARLEY = Path(sys.executable).with_name("parley")
 
 @pytest.mark.slow  # assembles the 0.5B weights when they are not yet in the cache
 def test_settings_and_flags_pick_where_it_listens(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PARLEY_LLM_EMBEDDED_MODEL", "qwen2.5-0.5b")
+    monkeypatch.setenv("PARLEY_LLM_EMBEDDED_MODEL", "qwen2.5-coder-0.5b")
     monkeypatch.setenv("PARLEY_LLM_EMBEDDED_SERVER", "xllamacpp")
     monkeypatch.setenv("PARLEY_LLM_SERVE_HOST", "0.0.0.0")
     monkeypatch.setenv("PARLEY_LLM_SERVE_PORT", "9123")
@@ -35,7 +35,7 @@ def test_settings_and_flags_pick_where_it_listens(monkeypatch: pytest.MonkeyPatc
     assert from_env.exit_code == 0, from_env.output
     assert "with xllamacpp (4 slots of 4096 tokens) at http://0.0.0.0:9123/v1" in from_env.output
     assert "-m services.xllama_serve --model " in from_env.output
-    assert "qwen2.5-0.5b.gguf --alias qwen2.5-0.5b --host 0.0.0.0 --port 9123 " in from_env.output
+    assert "qwen2.5-coder-0.5b.gguf --alias qwen2.5-coder-0.5b --host 0.0.0.0 --port 9123 " in from_env.output
     flags = runner.invoke(llm_app, ["serve", "--dry-run", "--host", "127.0.0.1", "--port", "9124"])
     assert flags.exit_code == 0, flags.output
     assert "--host 127.0.0.1 --port 9124 " in flags.output
@@ -48,7 +48,7 @@ def test_serve_runs_the_real_model_in_the_foreground_until_sigterm(tmp_path: Pat
     port = free_port()
     env = {
         **os.environ,
-        "PARLEY_LLM_EMBEDDED_MODEL": "qwen2.5-0.5b",
+        "PARLEY_LLM_EMBEDDED_MODEL": "qwen2.5-coder-0.5b",
         "PARLEY_LLM_EMBEDDED_SERVER": "xllamacpp",
         "PARLEY_LLM_EMBEDDED_SLOTS": "2",
         "PARLEY_LLM_EMBEDDED_CTX": "1024",
@@ -75,11 +75,11 @@ def test_serve_runs_the_real_model_in_the_foreground_until_sigterm(tmp_path: Pat
                 pass
             time.sleep(0.3)
         assert models is not None, (tmp_path / "serve.err").read_text()[-2000:]
-        assert models["data"][0]["id"] == "qwen2.5-0.5b"
+        assert models["data"][0]["id"] == "qwen2.5-coder-0.5b"
         reply = httpx.post(
             f"{base}/chat/completions",
             json={
-                "model": "qwen2.5-0.5b",
+                "model": "qwen2.5-coder-0.5b",
                 "messages": [{"role": "user", "content": "Reply with a JSON object."}],
                 "max_tokens": 24,
                 "response_format": {
