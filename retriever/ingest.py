@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -266,9 +267,30 @@ def rejects_path(settings: RetrieverSettings, corpus: str) -> Path:
 _WORKER_EMBEDDER: Embedder | None = None
 
 
-def _init_worker(settings_json: str, device: str | None, threads: int) -> None:
+def _exit_with_parent(parent: int, interval_s: float = 0.5) -> None:
+    """End this encoder process as soon as the build that started it is gone, however it ended.
+
+    A SIGKILLed build runs no clean-up, and its pool's processes (each holding an encoder, ~420 MB)
+    would otherwise live on with parent 1. A daemon thread polls the parent's pid rather than asking the
+    kernel for PR_SET_PDEATHSIG, which fires when the *thread* that spawned the process exits, and the
+    pool spawns its processes from whichever thread first submits work.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os._exit(1)
+
+    if os.getppid() != parent:  # the build died before this process got here
+        os._exit(1)
+    threading.Thread(target=watch, name="parley-parent-watch", daemon=True).start()
+
+
+def _init_worker(settings_json: str, device: str | None, threads: int, parent: int) -> None:
     global _WORKER_EMBEDDER
     from retriever.encoders import make_embedder
+
+    _exit_with_parent(parent)
 
     settings = RetrieverSettings.model_validate_json(settings_json)
     _WORKER_EMBEDDER = make_embedder(settings, threads=threads, device=device)
@@ -306,7 +328,7 @@ class BatchEncoder:
                 max_workers=workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,
-                initargs=(settings.model_dump_json(), device, threads),
+                initargs=(settings.model_dump_json(), device, threads, os.getpid()),
             )
             self._fn: Callable[[list[str]], np.ndarray] = _embed_in_worker
         else:

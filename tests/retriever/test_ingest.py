@@ -252,3 +252,60 @@ def test_a_full_disk_stops_the_build_clearly_and_it_continues_once_there_is_room
         assert stats["passages"] == 3000 and stats["bm25_docs"] == 3000
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every living process below pid (from /proc: each process's parent)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z":  # a zombie has ended; only its reaping is left
+                parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_build_leaves_no_encoder_process_behind(tmp_path: Path) -> None:
+    """SIGKILL of `index build --workers 2` mid-way: its encoder processes end with it, none left to init."""
+    corpus, data = tmp_path / "c.jsonl", tmp_path / "index"
+    _synthetic_jsonl(corpus, 3000)
+    cmd = [*_build_cmd(corpus, data)[:-2], "--workers", "2"]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(100), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    cp_file = checkpoint_path(RetrieverSettings(data_dir=data), "c")
+    children: set[int] = set()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        children |= _descendants(proc.pid)
+        cp = Checkpoint.load(cp_file)
+        if cp is not None and cp.passages >= 200 and len(children) >= 2:
+            break  # the encoders are loaded and working
+        time.sleep(0.1)
+    assert proc.poll() is None, "the build ended before it could be killed"
+    children |= _descendants(proc.pid)
+    assert len(children) >= 2, children  # two encoder processes (and multiprocessing's resource tracker)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(p) for p in children):
+        time.sleep(0.2)
+    survivors = [p for p in children if _alive(p)]
+    for pid in survivors:  # do not leave them to the next test either
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"processes of the killed build still alive: {survivors}"
