@@ -33,7 +33,7 @@ COPY requirements.lock pyproject.toml README.md ./
 COPY scripts/lock.py ./scripts/
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
-    python3 scripts/lock.py pick pip setuptools wheel > /tmp/tools.lock \
+    python3 scripts/lock.py pick pip setuptools wheel packaging > /tmp/tools.lock \
  && sh /opt/parley/deploy/pip_install.sh --require-hashes -r /tmp/tools.lock \
  && sh /opt/parley/deploy/torch_install.sh requirements.lock
 

