@@ -396,10 +396,27 @@ def _add_llm(
             raise UpError(f"port {settings.llm_port} (llm) is in use: choose --llm-port")
         messages.append(f"reusing the LLM server at {url}")
         return url
+    check_model_file(llm)
     argv = [*parley, "llm", "serve", "--host", "127.0.0.1", "--port", str(settings.llm_port)]
     note = f"  ({llm.embedded_model}; the first start assembles the weights)"
     components.append(Component("llm", argv, url, logs / "llm.log", lambda: http_ok(health), env, note))
     return url
+
+
+def check_model_file(llm: LLMSettings) -> None:
+    """A local GGUF (``PARLEY_LLM_EMBEDDED_MODEL=/path/model.gguf``) is checked here, before anything
+    starts: a file that is missing, not a GGUF, not a chat model or too short a context stops
+    ``parley up`` with the reason instead of an llm service that never turns healthy."""
+    from services.model_registry import EmbeddedLLMError, is_model_path
+
+    if not is_model_path(llm.embedded_model):
+        return
+    from services.gguf import check_servable, read_gguf
+
+    try:
+        check_servable(read_gguf(Path(llm.embedded_model).expanduser()), n_ctx=llm.embedded_ctx)
+    except EmbeddedLLMError as exc:
+        raise UpError(f"PARLEY_LLM_EMBEDDED_MODEL: {exc}") from None
 
 
 def _client_host(host: str) -> str:

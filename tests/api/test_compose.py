@@ -157,3 +157,13 @@ def test_embedded_override_runs_without_a_qdrant_server() -> None:
     assert services["qdrant"]["profiles"] == ["qdrant-server"]
     assert services["retriever"]["environment"]["PARLEY_RETRIEVER_QDRANT_URL"] == ""
     assert "qdrant" not in services["retriever"].get("depends_on", {})
+
+
+def test_the_llm_service_serves_a_mounted_gguf_of_your_own() -> None:
+    default = compose_config()["services"]["llm"]
+    assert default["environment"]["PARLEY_LLM_EMBEDDED_MODEL"] == "qwen2.5-coder-1.5b"
+    env = {"PARLEY_LLM_MODELS_DIR": "/srv/models", "PARLEY_LLM_EMBEDDED_MODEL": "/models/My-3B-Instruct.gguf"}
+    llm = compose_config(env=env)["services"]["llm"]
+    assert llm["environment"]["PARLEY_LLM_EMBEDDED_MODEL"] == "/models/My-3B-Instruct.gguf"
+    mounts = [str(v) for v in llm["volumes"]]
+    assert any("/srv/models" in v and "/models" in v and "ro" in v for v in mounts), mounts

@@ -254,3 +254,22 @@ async def test_smollm2_is_served_end_to_end_by_name_and_from_a_local_file(tmp_pa
         roles = [r.role for r in madke.transcript]
         assert roles.count("select") == 2 and roles.count("debater") == 2 and "judge" in roles
         assert all(r.completion_tokens > 0 for r in madke.transcript)
+
+
+@pytest.mark.unit
+def test_make_demo_and_parley_up_check_a_local_model_first(tmp_path: Path) -> None:
+    from parley_cli.up import UpError, check_model_file
+
+    runner = CliRunner()
+    good = runner.invoke(models_app, ["check", str(header(tmp_path / "chat.gguf"))])
+    assert good.exit_code == 0 and "servable with 4096" in good.output
+    short = runner.invoke(models_app, ["check", str(header(tmp_path / "short.gguf", ctx=1024))])
+    assert short.exit_code == 1 and "trained on 1024 tokens" in short.output
+    assert runner.invoke(models_app, ["check", "no-such-model"]).exit_code == 1
+    packaged = runner.invoke(models_app, ["check", TEST_MODEL])
+    assert packaged.exit_code == 0 and "installed" in packaged.output
+    base = header(tmp_path / "base.gguf", template=False)
+    with pytest.raises(UpError, match=r"PARLEY_LLM_EMBEDDED_MODEL: .* no chat template"):
+        check_model_file(LLMSettings(embedded_model=str(base)))
+    check_model_file(LLMSettings(embedded_model=str(tmp_path / "chat.gguf")))
+    check_model_file(LLMSettings())  # a packaged model: checked by the llm service itself
