@@ -7,7 +7,7 @@
     completion tokens, and prompt tokens the llama.cpp server reused from its prefix cache.
 
     .venv/bin/python -m bench.engine_bench [--latency 0.2] [--repeats 3] [--skip-embedded]
-        [--model qwen2.5-0.5b] [--styles paper,robust] [--out reports/engine]
+        [--model qwen2.5-coder-0.5b] [--styles paper,robust] [--out reports/engine]
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-embedded", action="store_true")
-    parser.add_argument("--model", default="qwen2.5-0.5b")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--styles", default="paper,robust")
     parser.add_argument("--out", type=Path, default=Path("reports/engine"))
     args = parser.parse_args()

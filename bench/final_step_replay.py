@@ -14,7 +14,7 @@ still has agreeing answers. Other items are counted as diverging and kept as rec
 item whose final answers differ calls the summarizer through the engine's own ``final_answer`` on the
 configured endpoint or the embedded model (``PARLEY_LLM_EMBEDDED_MODEL``).
 
-    PARLEY_LLM_EMBEDDED_MODEL=qwen2.5-1.5b .venv/bin/python -m bench.final_step_replay \\
+    PARLEY_LLM_EMBEDDED_MODEL=qwen2.5-coder-1.5b .venv/bin/python -m bench.final_step_replay \\
         reports/styles-1.5b --runs madke-robust,single-robust,rag-robust
 """
 
