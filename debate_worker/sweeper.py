@@ -11,11 +11,15 @@ races with a finishing job harmless.
 Two more kinds of stuck job are found by the same pass:
 
 * a ``queued`` job whose broker message was lost (a broker flushed or restored from an older
-  snapshot, a publish that failed after the job was stored): once it has been queued longer than
-  ``orphan_after_s`` and its id is in no queue and no unacknowledged delivery on two passes in a row,
-  it is published again, or failed once it has used its attempts. The broker is read only when such
-  a candidate exists, and at most twice per ``orphan_after_s``, so a long but healthy queue costs one
-  read of the queues every few minutes;
+  snapshot, a publish that failed after the job was stored, a message deleted): once it has been
+  queued longer than ``orphan_after_s`` and its id is in no queue and no unacknowledged delivery on
+  two reads of the broker in a row, it is published again, or failed once it has used its attempts.
+  With the defaults (40 s, reads at most every 20 s, a sweep every 15 s) a lost message is sent again
+  within about 100 s of the loss. The broker is read only when such a candidate exists, by every worker
+  together at most once per ``orphan_after_s / 2`` and, for a long queue, no faster than
+  ``orphan_scan_rate`` messages per second on average (in pages, so Redis is never blocked by one
+  large reply): a long but healthy queue costs a bounded, steady read, not one that grows with how
+  often the sweep runs;
 * an id in an owner's active set whose job record has expired: it is removed, so a key is never held
   at its active-job limit by jobs that no longer exist.
 """
@@ -46,6 +50,7 @@ _PRIORITIES = (0, 3, 6, 9)
 _UNACKED = "unacked"
 # Message headers carry the task's arguments as text (argsrepr): the job id is found there.
 _JOB_ID = re.compile(r"job_[0-9a-f]{32}")
+_PAGE = 1000  # messages per LRANGE: one reply stays small however long the queue is
 
 
 @dataclass
@@ -55,6 +60,7 @@ class SweepReport:
     watched: list[str] = field(default_factory=list)  # lease lapsed, waiting one more period
     orphaned: list[str] = field(default_factory=list)  # queued without a message: published again
     expired: list[str] = field(default_factory=list)  # ids removed from active sets: record gone
+    broker_messages_read: int = 0  # what this pass read of the broker (0 when it was not read)
 
 
 class JobSweeper:
@@ -75,7 +81,6 @@ class JobSweeper:
         # Where the messages are: the job store's Redis unless the broker is another one.
         self.broker = broker if broker is not None else store.redis
         self.queues = tuple(queues)
-        self._next_broker_scan = 0.0
 
     async def sweep(self) -> SweepReport | None:
         """Check every unfinished job once; None when another worker holds the sweep lock."""
@@ -89,29 +94,53 @@ class JobSweeper:
             for job_id in await r.smembers(key):
                 if await self._check(key, job_id, report):
                     waiting.append(job_id)
-        # Reading the broker costs O(messages): at most twice per orphan_after_s, however often the
-        # sweep runs (a long healthy queue keeps candidates around all the time).
-        now = time.monotonic()
-        if waiting and now >= self._next_broker_scan:
-            self._next_broker_scan = now + self.settings.orphan_after_s / 2
+        # Reading the broker costs O(messages), and a long healthy queue keeps candidates around all
+        # the time: it is read at most once per orphan_after_s / 2 by all workers together (the next
+        # allowed time is kept in Redis, under the sweep lock), and no faster than orphan_scan_rate
+        # messages per second on average, however often the sweep runs.
+        if waiting and time.time() >= float(await r.get(self._k_next_scan) or 0):
             await self._find_orphans(waiting, report)
+            pause = max(
+                self.settings.orphan_after_s / 2,
+                report.broker_messages_read / self.settings.orphan_scan_rate,
+            )
+            await r.set(self._k_next_scan, time.time() + pause)
         return report
 
-    async def broker_job_ids(self) -> set[str]:
-        """Every job id that has a message in a queue or an unacknowledged delivery."""
+    @property
+    def _k_next_scan(self) -> str:
+        return f"{self.store.prefix}:sweep:next_broker_read"
+
+    async def _read_broker(self) -> tuple[set[str], int]:
+        """(job ids with a message in a queue or an unacknowledged delivery, messages read)."""
         found: set[str] = set()
+        read = 0
         for queue in self.queues:
             for pri in _PRIORITIES:
                 name = queue if pri == 0 else f"{queue}{_PRIORITY_SEP}{pri}"
-                for message in await self.broker.lrange(name, 0, -1):
-                    found.update(_JOB_ID.findall(_text(message)))
-        for message in await self.broker.hvals(_UNACKED):
+                # Pages from the head (kombu pushes at the head, workers pop at the tail): a message
+                # pushed meanwhile moves towards the pages still to read, so none present is skipped.
+                start = 0
+                while True:
+                    page = await self.broker.lrange(name, start, start + _PAGE - 1)
+                    for message in page:
+                        found.update(_JOB_ID.findall(_text(message)))
+                    read += len(page)
+                    if len(page) < _PAGE:
+                        break
+                    start += _PAGE
+        unacked = await self.broker.hvals(_UNACKED)
+        for message in unacked:
             found.update(_JOB_ID.findall(_text(message)))
-        return found
+        return found, read + len(unacked)
+
+    async def broker_job_ids(self) -> set[str]:
+        """Every job id that has a message in a queue or an unacknowledged delivery."""
+        return (await self._read_broker())[0]
 
     async def _find_orphans(self, waiting: list[str], report: SweepReport) -> None:
         """Queued jobs long past ``orphan_after_s``: those absent from the broker twice are resent."""
-        present = await self.broker_job_ids()
+        present, report.broker_messages_read = await self._read_broker()
         r = self.store.redis
         for job_id in waiting:
             if job_id in present:

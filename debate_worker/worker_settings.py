@@ -45,10 +45,16 @@ class WorkerSettings(ParleySettings):
     # max_attempts); 0 turns the sweep off.
     sweep_interval_s: float = Field(default=15.0, ge=0)
     orphan_after_s: float = Field(
-        default=300.0,
+        default=40.0,
         gt=0,
-        description="a job queued this long is looked for in the broker; absent on two sweeps, it is "
-        "published again (or failed after max_attempts)",
+        description="a job queued this long is looked for in the broker (read at most every half of "
+        "this); absent on two reads in a row, it is published again (or failed after max_attempts)",
+    )
+    orphan_scan_rate: float = Field(
+        default=2000.0,
+        gt=0,
+        description="messages per second the orphan check may read from the broker on average: a "
+        "long queue is read less often than every orphan_after_s / 2",
     )
     store_retry_delay_s: float = Field(
         default=5.0, ge=0, description="pause before requeueing a job the store refused to update"

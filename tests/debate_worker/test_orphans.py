@@ -123,3 +123,65 @@ async def test_the_sweep_resends_an_orphan_once_fails_it_at_the_cap_and_drops_ex
         assert await store.active_count("o") == 2  # the expired id and the failed job are gone
     finally:
         await store.aclose()
+
+
+class _Clock:
+    """The sweeper's clock (``time.time``), moved by the test: minutes of sweeps in no time."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+
+async def test_default_settings_resend_a_lost_message_within_two_minutes_at_a_bounded_read_cost(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import debate_worker.sweeper as sweeper_module
+
+    clock = _Clock()
+    monkeypatch.setattr(sweeper_module, "time", clock)
+    store = RedisJobStore.from_url(redis_server.url, prefix="orphdef")
+    settings = WorkerSettings(redis_url=redis_server.url, key_prefix="orphdef")  # the defaults
+    published: list[str] = []
+    sweepers = [  # two workers sweep in turn; the broker-read budget is shared through Redis
+        JobSweeper(store, settings, lambda job_id, queue: published.append(job_id), queues=("orphdef.q",))
+        for _ in range(2)
+    ]
+    try:
+        # A long healthy queue: 3,000 jobs, every one with its message; one more whose message is lost
+        # the moment it is stored (the worst case: it must first wait orphan_after_s to be a candidate).
+        healthy = [
+            JobRecord(job_id=f"job_{i:032x}", owner="o", question=Q, queue="orphdef.q") for i in range(3000)
+        ]
+        lost = JobRecord(job_id="job_" + "e" * 32, owner="o2", question=Q, queue="orphdef.q")
+        await store.create_jobs([*healthy, lost])
+        messages = [
+            f'{{"headers": {{"argsrepr": "[\'{j.job_id}\']"}}, "body": "{"x" * 500}"}}' for j in healthy
+        ]
+        for i in range(0, len(messages), 500):
+            await store.redis.lpush("orphdef.q", *messages[i : i + 500])
+        lost_at = clock.now
+        read = passes = 0
+        resent_after = None
+        while clock.now - lost_at < 600:  # ten minutes of sweeps, one every sweep_interval_s
+            await store.redis.delete(f"{store.prefix}:sweep:lock")  # its PX is real time; the clock is not
+            report = await sweepers[passes % 2].sweep()
+            passes += 1
+            assert report is not None
+            read += report.broker_messages_read
+            assert not set(report.orphaned) - {lost.job_id}, "a job whose message is there was resent"
+            if report.orphaned and resent_after is None:
+                resent_after = clock.now - lost_at
+                await store.redis.lpush("orphdef.q", f'{{"headers": {{"argsrepr": "[\'{lost.job_id}\']"}}}}')
+            clock.now += settings.sweep_interval_s
+        assert published == [lost.job_id]  # once, and no healthy job
+        assert resent_after is not None and resent_after <= 120, resent_after
+        # The broker was read at most once per orphan_after_s / 2 over the ten minutes (not every sweep).
+        reads_allowed = 600 / (settings.orphan_after_s / 2) + 1
+        assert read <= reads_allowed * 3001, (read, passes)
+        assert read < passes * 3000 / 2
+        print(f"lost message sent again {resent_after:.0f} s after the loss; {read} messages read in 10 min")
+    finally:
+        await store.aclose()
