@@ -1,14 +1,40 @@
-"""Request and response bodies of the public API (the contracts other components code against)."""
+"""Request and response bodies of the public API (the contracts other components code against).
+
+The request bodies are here (they validate the engine's ``DebateConfig``); the answers live in
+``parley_wire.models``, shared with the job store and the Python client."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine.config import MAX_QUESTION_CHARS, DebateConfig, validate_question
-from services.jobstore import JobStatus, Usage
+from parley_wire.models import (
+    Accepted,
+    BatchAccepted,
+    BatchView,
+    JobView,
+    Limits,
+    Progress,
+    UsageView,
+)
 from services.knowledge import KnowledgeSource
+
+# The answers (job, batch and usage views) are the wire models the Python client reads too.
+__all__ = [
+    "Accepted",
+    "BatchAccepted",
+    "BatchItem",
+    "BatchRequest",
+    "BatchView",
+    "DebateRequest",
+    "JobView",
+    "Limits",
+    "PoolItem",
+    "Progress",
+    "UsageView",
+]
 
 MAX_POOL_ITEMS = 50
 # Every stored string is bounded: a gold answer is a short phrase.
@@ -92,84 +118,3 @@ class BatchRequest(BaseModel):
                     f"config.ordering: 'truth_last' needs 'answers' on every item (missing at {missing[:10]})"
                 )
         return self
-
-
-class Accepted(BaseModel):
-    job_id: str
-    status: JobStatus
-    location: str
-
-
-class BatchAccepted(BaseModel):
-    batch_id: str
-    status: str
-    total: int
-    location: str
-
-
-class Progress(BaseModel):
-    round: int = Field(description="last completed round")
-    rounds: int = Field(description="maximum rounds of this configuration")
-
-
-class JobView(BaseModel):
-    """``GET /v1/debates/{id}``; ``result`` is the engine's DebateResult (with its transcript)."""
-
-    job_id: str
-    status: JobStatus
-    question: str
-    config: dict[str, Any]
-    progress: Progress
-    attempts: int
-    created_at: float
-    updated_at: float
-    started_at: float | None = None
-    finished_at: float | None = None
-    batch_id: str | None = None
-    item_id: str | None = None
-    error: str | None = None
-    result: dict[str, Any] | None = None
-
-
-class BatchView(BaseModel):
-    batch_id: str
-    status: str = Field(description="queued, running, completed (every item finished)")
-    total: int
-    counts: dict[str, int]
-    progress: float = Field(ge=0, le=1, description="share of items finished")
-    created_at: float
-    config: dict[str, Any]
-
-
-class Limits(BaseModel):
-    rate_limit_per_minute: int
-    max_active_jobs: int
-    active_jobs: int
-    daily_token_quota: int | None = Field(description="tokens per UTC day; null = no quota")
-    budget_calls_default: int
-    budget_calls_max: int
-    budget_tokens_default: int
-    budget_tokens_max: int
-    storage_bytes: int | None = Field(
-        default=None,
-        description="bytes of the job store this key may fill (jobs, results, events, batches, "
-        "idempotency records); null = no per-key cap",
-    )
-
-
-class UsageView(BaseModel):
-    """Tokens are charged as each LLM call ends (cancelled, failed and resumed work included), to the
-    UTC day the job was submitted; each unfinished job holds a reservation of its token budget, which
-    its calls draw from and which is given back when it ends. A job never uses more than its budget,
-    so a quota can never be overrun by jobs in flight."""
-
-    owner: str
-    today: Usage
-    remaining_today: int | None = Field(description="quota - used - reserved; null = no quota")
-    days: list[Usage] = Field(description="the last days, newest first (today included)")
-    stored_bytes: int = Field(
-        default=0,
-        description="what this key keeps in the job store, counted from above (its writes of the "
-        "last job_ttl_s plus a day)",
-    )
-    limits: Limits

@@ -136,7 +136,7 @@ async def _record_line(
     error = line.error
     if line.result is not None:
         try:
-            result = line.debate_result()
+            result = DebateResult.model_validate(line.result)
         except ValidationError as exc:
             error = f"unreadable DebateResult: {exc.error_count()} validation errors"
     if result is None and not error:

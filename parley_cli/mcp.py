@@ -64,7 +64,8 @@ def _serve_in_process(transport: Literal["stdio", "http"], host: str, port: int)
     from rich.console import Console
 
     from inprocess.local_debate import LocalDebater
-    from parley_client.mcp_server import LocalTools, build_server
+    from inprocess.mcp_tools import LocalTools
+    from parley_client.mcp_server import build_server
     from services.settings import LLMSettings
 
     debater = LocalDebater(LLMSettings(), Console(stderr=True))

@@ -7,13 +7,16 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from parley_client.errors import ParleyError, error_from
-from parley_client.models import (
+from parley_wire.http import RetryPolicy, Unreachable, send_with_retries
+from parley_wire.models import (
+    TERMINAL,
+    TERMINAL_EVENTS,
     Accepted,
     BatchAccepted,
     BatchResult,
@@ -23,14 +26,14 @@ from parley_client.models import (
     UsageView,
     finished_count,
 )
-from parley_client.settings import ClientSettings
-from services.http_client import RetryPolicy, Unreachable, send_with_retries
-from services.jobstore import TERMINAL, TERMINAL_EVENTS
 
 Config = Mapping[str, Any] | BaseModel | None
 Items = Sequence[Mapping[str, Any] | BaseModel] | Path
 RETRIED = (429, 503)
 MAX_WAIT_S = 60.0
+
+if TYPE_CHECKING:
+    from parley_client.settings import ClientSettings
 
 
 def _config(config: Config) -> dict[str, Any]:
@@ -108,7 +111,10 @@ class AsyncParleyClient:
         cls, settings: ClientSettings | None = None, url: str | None = None
     ) -> AsyncParleyClient:
         """A client for ``PARLEY_API_URL`` with ``PARLEY_API_KEY`` (or the settings given)."""
-        settings = settings or ClientSettings()
+        if settings is None:
+            from parley_client.settings import ClientSettings
+
+            settings = ClientSettings()
         key = settings.key.get_secret_value() if settings.key else None
         return cls(url or settings.url, api_key=key, timeout_s=settings.client_timeout_s)
 

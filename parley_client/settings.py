@@ -1,14 +1,16 @@
-"""Where clients find the gateway: ``PARLEY_API_URL`` and ``PARLEY_API_KEY``."""
+"""Where clients find the gateway: ``PARLEY_API_URL`` and ``PARLEY_API_KEY``.
+
+Reading them needs ``pydantic-settings`` (the ``settings`` extra of the client, always there in a full
+Parley install); a client given its URL and key directly needs only httpx and pydantic.
+"""
 
 from __future__ import annotations
 
 from pydantic import Field, SecretStr
-from pydantic_settings import SettingsConfigDict
-
-from services.settings import ParleySettings
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class ClientSettings(ParleySettings):
+class ClientSettings(BaseSettings):
     """How clients (``parley submit``, ``parley mcp``, ``ParleyClient.from_settings()``) reach the gateway:
     ``PARLEY_API_URL`` and ``PARLEY_API_KEY``."""
 

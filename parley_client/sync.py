@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from parley_client.aio import AsyncParleyClient, Config, Items
-from parley_client.models import (
+from parley_wire.models import (
     Accepted,
     BatchAccepted,
     BatchResult,
@@ -22,9 +22,11 @@ from parley_client.models import (
     JobView,
     UsageView,
 )
-from parley_client.settings import ClientSettings
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from parley_client.settings import ClientSettings
 
 
 class _LoopThread:
@@ -66,7 +68,10 @@ class ParleyClient:
     @classmethod
     def from_settings(cls, settings: ClientSettings | None = None, url: str | None = None) -> ParleyClient:
         """A client for ``PARLEY_API_URL`` with ``PARLEY_API_KEY`` (or the settings given)."""
-        settings = settings or ClientSettings()
+        if settings is None:
+            from parley_client.settings import ClientSettings
+
+            settings = ClientSettings()
         key = settings.key.get_secret_value() if settings.key else None
         return cls(url or settings.url, api_key=key, timeout_s=settings.client_timeout_s)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from services.http_client import RetryPolicy, Unreachable, read_problem, send_with_retries
+from parley_wire.http import RetryPolicy, Unreachable, read_problem, send_with_retries
 from services.knowledge import KnowledgePool
 from services.problem_details import INDEX_MISSING
 

@@ -11,23 +11,19 @@ The parts: ``records`` (what is stored: job and batch records, states, usage, si
 scripts that make each step atomic) and ``redis_store`` (``RedisJobStore``, the implementation).
 """
 
+# The status names and the usage document are the API's (parley_wire.models), shared with the client.
+from parley_wire.models import ACTIVE, STATUSES, TERMINAL, TERMINAL_EVENTS, JobStatus, Usage
 from services.jobstore.protocol import JobStore
 from services.jobstore.records import (
-    ACTIVE,
     DAY_S,
     EVENTS_MAXLEN,
     JOB_OVERHEAD_BYTES,
     OWNER_INDEX_MAX,
     RECORD_OVERHEAD,
-    STATUSES,
-    TERMINAL,
-    TERMINAL_EVENTS,
     BatchRecord,
     Event,
     JobFull,
     JobRecord,
-    JobStatus,
-    Usage,
     draining_key,
     new_id,
     storage_key,

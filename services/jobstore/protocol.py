@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
-from services.jobstore.records import BatchRecord, Event, JobFull, JobRecord, JobStatus, Usage
+from parley_wire.models import Usage
+from services.jobstore.records import BatchRecord, Event, JobFull, JobRecord, JobStatus
 
 
 class JobStore(Protocol):

@@ -13,15 +13,13 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-JobStatus = Literal["queued", "retrieving", "debating", "completed", "failed", "cancelled"]
-STATUSES: tuple[JobStatus, ...] = ("queued", "retrieving", "debating", "completed", "failed", "cancelled")
-TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-ACTIVE: tuple[JobStatus, ...] = ("queued", "retrieving", "debating")
-TERMINAL_EVENTS = frozenset({"job.completed", "job.failed", "job.cancelled"})
+# The status names and the usage document are the API's too: one definition for the store, the
+# gateway and the Python client.
+from parley_wire.models import JobStatus
 
 # A stream per job stays small (a debate emits tens of events); the cap guards against a runaway loop.
 EVENTS_MAXLEN = 10_000
@@ -67,20 +65,6 @@ class JobRecord(BaseModel):
     usage_day: str | None = None
     # A knowledge pool the client brought (items as given); None = the retriever builds one.
     pool: list[dict[str, Any]] | None = None
-
-
-class Usage(BaseModel):
-    """One owner's token use on one UTC day: charged as each LLM call ends, reserved while jobs run."""
-
-    day: str
-    tokens: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    calls: int = 0
-    reserved: int = 0
-    jobs_completed: int = 0
-    jobs_failed: int = 0
-    jobs_cancelled: int = 0
 
 
 def usage_day(at: float | None = None) -> str:

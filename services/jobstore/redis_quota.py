@@ -7,8 +7,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from parley_wire.models import Usage
 from services.jobstore.keys import JobKeys
-from services.jobstore.records import DAY_S, Usage, usage_day
+from services.jobstore.records import DAY_S, usage_day
 
 
 class RedisQuota(JobKeys):

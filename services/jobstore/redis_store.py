@@ -9,13 +9,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from parley_wire.models import ACTIVE, STATUSES
 from services.jobstore.records import (
-    ACTIVE,
     DAY_S,
     EVENTS_MAXLEN,
     OWNER_INDEX_MAX,
     RECORD_OVERHEAD,
-    STATUSES,
     BatchRecord,
     Event,
     JobFull,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from evaluation.presets import PRESETS
 from evaluation.harness import EvalRequest, PlanError, evaluate
+from evaluation.presets import PRESETS
 from evaluation.store import Workspace
 from parley_cli import build_app
 from services.knowledge import KnowledgeItem, KnowledgePool

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from services.http_client import (
+from parley_wire.http import (
     RetryPolicy,
     Unreachable,
     parse_retry_after,
