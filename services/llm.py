@@ -431,6 +431,7 @@ class OpenAIChatClient:
             tried.append(base)
             url = f"{base}/chat/completions"
             outcome: Literal["ok", "failed", "cancelled"] = "cancelled"
+            answered_s: float | None = None
             try:
                 # The server's limit is held per attempt, never while waiting to retry.
                 async with ENDPOINT_LIMITS.get(base, self._max_concurrency):
@@ -450,9 +451,10 @@ class OpenAIChatClient:
                         raise
                     latency_ms = (time.perf_counter() - started) * 1000
                 outcome = "failed" if _server_fault(resp) else "ok"
+                answered_s = latency_ms / 1000 if resp.status_code == 200 else None
                 return resp
             finally:
-                replicas.release(base, outcome)
+                replicas.release(base, outcome, answered_s)
 
         def retryable(resp: httpx.Response) -> bool:
             if resp.status_code == 200:

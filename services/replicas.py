@@ -5,9 +5,12 @@ An operator's endpoint (``PARLEY_LLM_BASE_URL``, a role's ``…__BASE_URL``, a n
 a ``ReplicaSet`` before every attempt where to send it:
 
 * **Least outstanding requests.** Among the healthy replicas the one with the fewest calls of this
-  process in flight (waiting for its concurrency limit included) gets the call; ties go by the call's
-  affinity key (rendezvous hashing), so processes that cannot see each other's load still spread
-  debates evenly.
+  process in flight (waiting for its concurrency limit included) gets the call; ties go to the one
+  that answered fastest lately (an EWMA of its reply times, which is how the load of *other*
+  processes on it shows), then round robin.
+* **Where a debate starts.** A debate's first call chooses between the two replicas its key ranks
+  highest (rendezvous hashing), by the same order: the power of two choices, so worker processes that
+  cannot see each other's load still spread debates evenly without all rushing to one replica.
 * **Affinity.** A debate's calls (keyed by the job id of the worker's log context, or an explicit
   ``affinity(...)`` block) go to the replica its first call went to, while that replica is healthy,
   so the prefix its server cached for the previous turn is found again. Only when that replica is
@@ -105,6 +108,7 @@ class ReplicaHealth:
     failures: int = 0  # consecutive failed calls; 0 = healthy
     down_until: float = 0.0
     probing: bool = False  # a half-open probe is in flight
+    ewma_s: float | None = None  # recent reply time (None: no reply yet)
 
     def usable(self, now: float) -> bool:
         if self.failures == 0:
@@ -133,6 +137,27 @@ class ReplicaRegistry:
 
 
 REPLICA_HEALTH = ReplicaRegistry()
+
+
+# Weight of the newest reply time in a replica's EWMA: about the last five replies count.
+EWMA_WEIGHT = 0.3
+
+
+# Reply times closer than this (relative) are noise, not load: such replicas count as equal.
+EWMA_MARGIN = 0.25
+
+
+def _lighter_s(a: float, b: float) -> bool:
+    """Reply time ``a`` is clearly shorter than ``b``."""
+    return a < b * (1 - EWMA_MARGIN)
+
+
+def _lighter(a: ReplicaHealth, b: ReplicaHealth) -> bool:
+    """``a`` is less loaded than ``b``: fewer calls of this process in flight, else clearly faster
+    replies lately (the load other processes put on it)."""
+    if a.outstanding != b.outstanding:
+        return a.outstanding < b.outstanding
+    return _lighter_s(a.ewma_s or 0.0, b.ewma_s or 0.0)
 
 
 def _rank(key: str, url: str) -> int:
@@ -214,19 +239,22 @@ class ReplicaSet:
                 if bound in candidates and (bound.outstanding < self.limit or least >= self.limit):
                     return bound
                 # Full while another has room, or already tried by this call (a 429): this attempt
-                # goes elsewhere, the debate stays bound.
-                return self._least(key, candidates, least)
-            chosen = self._least(key, candidates, least)
+                # goes to the least loaded other replica, the debate stays bound.
+                return self._least(None, [c for c in candidates if c is not bound] or candidates)
+            chosen = self._least(key, candidates)
             self._bind(key, chosen.url)  # its first call, or its replica was taken out
             return chosen
-        return self._least(None, candidates, least)
+        return self._least(None, candidates)
 
-    def _least(self, key: str | None, candidates: list[ReplicaHealth], least: int) -> ReplicaHealth:
-        tied = [s for s in candidates if s.outstanding == least]
-        if len(tied) == 1:
-            return tied[0]
+    def _least(self, key: str | None, candidates: list[ReplicaHealth]) -> ReplicaHealth:
         if key is not None:
-            return max(tied, key=lambda s: _rank(key, s.url))
+            # The power of two choices: the key's two highest-ranked replicas, the less loaded one.
+            two = sorted(candidates, key=lambda s: _rank(key, s.url), reverse=True)[:2]
+            return two[1] if len(two) == 2 and _lighter(two[1], two[0]) else two[0]
+        least = min(s.outstanding for s in candidates)
+        tied = [s for s in candidates if s.outstanding == least]
+        fastest = min(s.ewma_s or 0.0 for s in tied)
+        tied = [s for s in tied if not _lighter_s(fastest, s.ewma_s or 0.0)]
         return tied[next(self._turn) % len(tied)]
 
     def _bind(self, key: str, url: str) -> None:
@@ -235,9 +263,10 @@ class ReplicaSet:
         while len(self._bound) > self._max_keys:
             self._bound.popitem(last=False)
 
-    def release(self, url: str, outcome: Outcome) -> None:
+    def release(self, url: str, outcome: Outcome, latency_s: float | None = None) -> None:
         """The attempt sent to ``url`` ended: ``ok`` (the server answered, whatever the status short of
-        a 5xx), ``failed`` (unreachable, 5xx, read timeout) or ``cancelled`` (no verdict)."""
+        a 5xx; ``latency_s`` is how long it took), ``failed`` (unreachable, 5xx, read timeout) or
+        ``cancelled`` (no verdict)."""
         i = self._index[url]
         state = self._states[i]
         ejected = False
@@ -246,6 +275,9 @@ class ReplicaSet:
             if len(self.urls) == 1:
                 pass
             elif outcome == "ok":
+                if latency_s is not None:
+                    old = state.ewma_s
+                    state.ewma_s = latency_s if old is None else old + EWMA_WEIGHT * (latency_s - old)
                 state.failures = 0
                 state.down_until = 0.0
                 state.probing = False

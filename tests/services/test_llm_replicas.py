@@ -274,3 +274,22 @@ async def test_debate_usage_is_exact_over_replicas_with_a_failure() -> None:
 async def _debate(models: RoleModelsFromSettings, config: DebateConfig, job: str) -> Any:
     with job_log_context(job):
         return await run_debate(POOL.question, POOL, config, models)
+
+
+def test_a_new_debate_avoids_the_replica_other_processes_load() -> None:
+    # Nothing of this process in flight anywhere, but a's replies have been slow lately (others'
+    # load on it): new debates start on b. Reply times within the noise margin count as equal.
+    def starts(replicas: ReplicaSet) -> set[str]:
+        picked = set()
+        for k in range(40):
+            url = replicas.pick(f"debate-{k}")
+            replicas.release(url, "cancelled")
+            picked.add(url)
+        return picked
+
+    slow = ReplicaSet(["http://a:1", "http://b:1"])
+    slow._states[0].ewma_s, slow._states[1].ewma_s = 1.0, 0.2
+    assert starts(slow) == {slow.urls[1]}
+    even = ReplicaSet(["http://c:1", "http://d:1"])
+    even._states[0].ewma_s, even._states[1].ewma_s = 0.21, 0.2
+    assert starts(even) == set(even.urls)

@@ -1,0 +1,336 @@
+"""Scaling benchmark: questions per hour with 1, 2 and 4 worker processes and 1, 2 and 4 LLM replicas.
+
+Everything is a real process on loopback, as in a deployment: a private redis-server, the gateway
+(``parley api``), R scripted OpenAI-compatible servers of fixed latency, each serving at most
+``--capacity`` requests at a time (like a llama.cpp server with that many slots: more wait inside
+it), and W Celery worker nodes (``parley worker``, each its own main process, as on separate hosts)
+that share the Redis and list the R replicas in ``PARLEY_LLM_BASE_URL``. The LLM does no work, so
+what is measured is how the service itself scales, not a model's speed.
+
+Three series, each run as one batch per point (``--items-per-unit`` x k debates, POST to the last
+finished debate):
+
+* ``workers``: W = 1, 2, 4 worker processes against 4 replicas with room to spare: the workers bound
+  the throughput;
+* ``replicas``: R = 1, 2, 4 replicas, each serving ``--replica-capacity`` request at a time, under 4
+  worker nodes running ``--per-node-saturate`` debates each, more than the replicas can serve: the
+  replicas bound it, so it shows how evenly calls are spread (least outstanding requests, one
+  debate to one replica, the power of two choices between processes that cannot see each other);
+* ``both``: W = R = 1, 2, 4 together (one debate per worker, ``--capacity`` per replica).
+
+Each point's efficiency is its questions per hour over k times the series' first point (1.0 =
+linear). Writes ``scaling.json``, ``scaling.md`` and ``scaling.png`` to ``--out``.
+
+Run: ``HF_HUB_OFFLINE=1 .venv/bin/python -m bench.scaling --out reports/scaling`` (about 5 minutes on
+2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.gateway_bench import start_process, wait_http
+from parley_testing.processes import ROOT, RedisServer, WorkerProcess, worker_env
+from parley_testing.scripted_llm import free_port
+
+# No retrieval; the judge agrees in round 1: two debaters together, then the judge, then the summary
+# (4 calls, 3 LLM latencies one after another).
+CONFIG = {"knowledge": "none", "rounds": 3}
+
+
+@dataclass(frozen=True)
+class Point:
+    series: str
+    k: int  # the scaled quantity (workers, replicas or both)
+    workers: int  # worker nodes
+    per_node: int  # debates each node runs at once (its prefork processes)
+    replicas: int
+    capacity: int  # requests each replica serves at a time
+
+
+def plan(args: argparse.Namespace) -> list[Point]:
+    ks = [int(k) for k in args.ks.split(",")]
+    points: list[Point] = []
+    for series in args.series.split(","):
+        for k in ks:
+            if series == "workers":
+                points.append(Point(series, k, k, 1, max(ks), args.capacity))
+            elif series == "replicas":
+                points.append(Point(series, k, max(ks), args.per_node_saturate, k, args.replica_capacity))
+            elif series == "both":
+                points.append(Point(series, k, k, 1, k, args.capacity))
+            else:
+                raise SystemExit(f"unknown series {series!r} (workers, replicas, both)")
+    return points
+
+
+class Stack:
+    """Redis, the gateway and the scripted replicas, shared by every point (workers change)."""
+
+    def __init__(self, tmp: Path, args: argparse.Namespace, replicas: int) -> None:
+        self.tmp = tmp
+        self.args = args
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.redis = RedisServer(tmp / "redis").start()
+        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+        self.base_env.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+        api_port = free_port()
+        api_env = {**self.base_env, "PARLEY_API_REDIS_URL": self.redis.url}
+        api_env["PARLEY_API_RATE_LIMIT_PER_MINUTE"] = "1000000"
+        api_env["PARLEY_API_METRICS_PORT"] = "0"
+        api = [sys.executable, "-m", "api.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)]
+        self.procs.append(start_process(api, api_env, tmp / "api.log"))
+        self.api = f"http://127.0.0.1:{api_port}"
+        self.replica_ports: dict[int, list[int]] = {}
+        wait_http(self.api + "/healthz")
+
+    def replica_urls(self, count: int, capacity: int) -> list[str]:
+        """``count`` scripted servers serving ``capacity`` requests at a time (started once each)."""
+        ports = self.replica_ports.setdefault(capacity, [])
+        while len(ports) < count:
+            port = free_port()
+            args = [sys.executable, "-m", "parley_testing.scripted_llm", "--port", str(port)]
+            args += ["--latency", str(self.args.latency), "--capacity", str(capacity)]
+            self.procs.append(start_process(args, self.base_env, self.tmp / f"llm-{port}.log"))
+            wait_http(f"http://127.0.0.1:{port}/v1/models")
+            ports.append(port)
+        return [f"http://127.0.0.1:{p}/v1" for p in ports[:count]]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.redis.stop()
+
+
+def start_workers(stack: Stack, point: Point, urls: list[str], tag: str) -> list[WorkerProcess]:
+    """W worker nodes (each a main process and ``per_node`` pool processes), started side by side."""
+    env = worker_env(
+        stack.redis.url,
+        ",".join(urls),
+        PARLEY_LLM_MAX_CONCURRENCY=str(point.capacity),
+        PARLEY_WORKER_WORKER_MAX_TASKS_PER_CHILD="100000",
+        PARLEY_WORKER_SWEEP_INTERVAL_S="0",
+    )
+    workers = []
+    for i in range(point.workers):
+        node_env = {**env, "PARLEY_WORKER_METRICS_PORT": str(free_port())}
+        log = stack.tmp / f"worker-{tag}-{i}.log"
+        workers.append(WorkerProcess(node_env, log, concurrency=point.per_node, name=f"{tag}n{i}"))
+    errors: list[BaseException] = []
+
+    def start(w: WorkerProcess) -> None:
+        try:
+            w.start(timeout_s=120)
+        except BaseException as exc:  # reported below, after every start has ended
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for w in workers:
+            w.stop()
+        raise errors[0]
+    time.sleep(1.0)  # every pool process connected to the broker
+    return workers
+
+
+def replica_attempts(workers: list[WorkerProcess]) -> dict[str, float]:
+    """Attempts per replica, summed over the nodes' /metrics (``parley_llm_replica_attempts_total``)."""
+    totals: dict[str, float] = {}
+    pattern = re.compile(r"^parley_llm_replica_attempts_total\{([^}]*)\} ([0-9.e+]+)$")
+    for w in workers:
+        port = w.env["PARLEY_WORKER_METRICS_PORT"]
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            m = pattern.match(line)
+            if not m:
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            if labels.get("outcome") == "ok":
+                totals[labels["replica"]] = totals.get(labels["replica"], 0) + float(m.group(2))
+    return dict(sorted(totals.items()))
+
+
+def run_point(stack: Stack, point: Point, items: int, tag: str) -> dict[str, Any]:
+    urls = stack.replica_urls(point.replicas, point.capacity)
+    workers = start_workers(stack, point, urls, tag)
+    try:
+        batch = [
+            {"id": f"{tag}-{i}", "question": f"What is the capital of country {tag}-{i}?"}
+            for i in range(items)
+        ]
+        with httpx.Client(base_url=stack.api, timeout=120) as client:
+            t0 = time.time()
+            resp = client.post("/v1/batches", json={"items": batch, "config": CONFIG})
+            assert resp.status_code == 202, resp.text
+            batch_id = resp.json()["batch_id"]
+            while client.get(f"/v1/batches/{batch_id}").json()["status"] not in ("completed", "failed"):
+                time.sleep(0.25)
+            rows = [json.loads(x) for x in client.get(f"/v1/batches/{batch_id}/results").text.splitlines()]
+        r = stack.redis.client()
+        finished = [float(r.hget(f"parley:job:{row['job_id']}", "finished_at") or 0) for row in rows]
+        r.close()
+        completed = [row for row in rows if row["status"] == "completed"]
+        calls = sum(row["result"]["usage"]["calls"] for row in completed)
+        wall = max(finished) - t0
+        spread = replica_attempts(workers)
+    finally:
+        for w in workers:
+            w.stop()
+    return {
+        "series": point.series,
+        "k": point.k,
+        "worker_nodes": point.workers,
+        "debates_per_node": point.per_node,
+        "replicas": point.replicas,
+        "replica_capacity": point.capacity,
+        "items": items,
+        "completed": len(completed),
+        "calls_per_debate": round(calls / max(1, len(completed)), 2),
+        "wall_s": round(wall, 2),
+        "questions_per_hour": round(len(completed) / wall * 3600, 0),
+        "replica_calls": spread,
+    }
+
+
+def efficiency(rows: list[dict[str, Any]]) -> None:
+    """Each point's questions per hour over k x its series' first point's (1.0 = linear)."""
+    for series in {r["series"] for r in rows}:
+        points = sorted((r for r in rows if r["series"] == series), key=lambda r: r["k"])
+        base = points[0]
+        for r in points:
+            ideal = base["questions_per_hour"] * r["k"] / base["k"]
+            r["linear_questions_per_hour"] = round(ideal, 0)
+            r["efficiency"] = round(r["questions_per_hour"] / ideal, 3) if ideal else None
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "# Scaling with worker processes and LLM replicas",
+        "",
+        f"Scripted LLM of fixed latency {report['latency_s']} s per call; "
+        f"{report['cpu_count']} CPUs ({report['machine']}). Command: `{report['command']}`",
+        "",
+        "| series | worker nodes × debates each | replicas × capacity | debates | wall s | questions/h | "
+        "linear | efficiency | calls per replica |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["points"]:
+        spread = " / ".join(f"{v:.0f}" for v in r["replica_calls"].values()) or "–"
+        lines.append(
+            f"| {r['series']} (k={r['k']}) | {r['worker_nodes']} × {r['debates_per_node']} | "
+            f"{r['replicas']} × {r['replica_capacity']} | {r['completed']}/{r['items']} | {r['wall_s']} | "
+            f"{r['questions_per_hour']:.0f} | {r['linear_questions_per_hour']:.0f} | {r['efficiency']:.2f} | "
+            f"{spread} |"
+        )
+    lines += [
+        "",
+        "Efficiency: questions per hour over k times the series' k=1 point. `workers`: W worker nodes "
+        "(one debate each) against replicas with room to spare; `replicas`: R replicas under more "
+        "debates than they can serve; `both`: W = R.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for series in dict.fromkeys(r["series"] for r in report["points"]):
+        pts = sorted((r for r in report["points"] if r["series"] == series), key=lambda r: r["k"])
+        ks = [p["k"] for p in pts]
+        ax.plot(ks, [p["questions_per_hour"] for p in pts], marker="o", label=f"{series}")
+        ax.plot(ks, [p["linear_questions_per_hour"] for p in pts], linestyle=":", color="grey")
+    ax.set_xlabel("k (worker processes, replicas, or both)")
+    ax.set_ylabel("questions per hour")
+    ax.set_xticks(sorted({r["k"] for r in report["points"]}))
+    ax.set_title(f"Scaling, scripted LLM {report['latency_s']} s/call (dotted: linear)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    points = plan(args)
+    tmp = Path(tempfile.mkdtemp(prefix="parley-scaling-"))
+    stack = Stack(tmp, args, max(p.replicas for p in points))
+    rows = []
+    try:
+        for n, point in enumerate(points):
+            items = args.items_per_unit * point.k
+            row = run_point(stack, point, items, f"p{n}")
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    finally:
+        stack.stop()
+    efficiency(rows)
+    return {
+        "latency_s": args.latency,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+        "points": rows,
+        "logs": str(tmp),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--series", default="workers,replicas,both", help="workers, replicas, both")
+    parser.add_argument("--ks", default="1,2,4", help="the values of k")
+    parser.add_argument("--latency", type=float, default=0.25, help="scripted LLM seconds per call")
+    parser.add_argument(
+        "--capacity", type=int, default=2, help="requests a replica serves at once (workers, both)"
+    )
+    parser.add_argument(
+        "--replica-capacity", type=int, default=1, help="requests a replica serves at once (replicas series)"
+    )
+    parser.add_argument(
+        "--per-node-saturate", type=int, default=2, help="debates per worker node in the replicas series"
+    )
+    parser.add_argument("--items-per-unit", type=int, default=16, help="debates per point = this x k")
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "scaling")
+    args = parser.parse_args(argv)
+    report = run(args)
+    report["command"] = "python -m bench.scaling " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "scaling.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "scaling.md").write_text(markdown(report))
+    plot(report, args.out / "scaling.png")
+    print(markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The batch-throughput benchmark on a tiny batch: real redis, gateway and worker; a scripted LLM (the
+harness, fast) and, marked ``llm``, the real embedded 0.5B server (the one the command starts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.throughput import Setting, load_items, main, parse_settings
+from parley_testing.processes import redis_binary
+from tests.support.scripted_llm import ScriptedLLM
+
+needs_redis = pytest.mark.skipif(redis_binary() is None, reason="redis-server not installed")
+
+
+@pytest.mark.unit
+def test_settings_and_items() -> None:
+    assert parse_settings("2x4,4x16") == [Setting(2, 4), Setting(4, 16)]
+    # W processes x calls each fill about S slots; never fewer than a MADKE round's two debaters.
+    assert [s.per_process for s in parse_settings("1x4,2x4,2x8,4x8,8x8")] == [4, 2, 4, 2, 2]
+    items = load_items(Path("data/nq_open_vital_dev.jsonl"), Path("reports/nq100-0.5b/pools.jsonl"), 3)
+    assert len(items) == 3 and all(it["answers"] and it["pool"] for it in items)
+    assert set(items[0]["pool"][0]) <= {"source", "title", "text", "url", "score"}
+
+
+@pytest.mark.integration
+@needs_redis
+def test_a_tiny_batch_through_the_service_with_a_scripted_llm(tmp_path: Path) -> None:
+    with ScriptedLLM(latency_s=0.05, default_reply="The answer is [one].") as llm:
+        llm.on("[Yes]", "They agree. [Yes]")
+        report = main(
+            ["--questions", "3", "--settings", "1x2,2x4", "--llm-url", llm.base_url,
+             "--config", json.dumps({"knowledge": "none", "rounds": 2}), "--structured-output", "off",
+             "--pools", str(tmp_path / "no-pools.jsonl"),
+             "--out", str(tmp_path)]
+        )  # fmt: skip
+    rows = report["rows"]
+    assert [r["setting"] for r in rows] == ["1x2", "2x4"]
+    assert all(r["completed"] == 3 and r["questions_per_hour"] > 0 for r in rows)
+    # The first question's gold answer is "one": every setting answers it the same way.
+    assert all(r["accuracy_contains"] == pytest.approx(1 / 3, abs=1e-3) for r in rows)
+    assert rows[1]["accuracy_diff_vs_first"]["diff"] == 0.0
+    assert rows[0]["speedup_vs_first"] == 1.0
+    assert "| external | 2x4 | 2 | 3/3 |" in (tmp_path / "throughput.md").read_text()
+    assert (tmp_path / "throughput.png").stat().st_size > 1000
+
+
+@pytest.mark.llm
+@needs_redis
+def test_a_tiny_batch_on_the_embedded_model(tmp_path: Path) -> None:
+    report = main(
+        ["--questions", "2", "--settings", "1x2", "--servers", "xllamacpp", "--model", "qwen2.5-coder-0.5b",
+         "--config", json.dumps({"protocol": "rag", "prompt_style": "robust"}), "--out", str(tmp_path)]
+    )  # fmt: skip
+    (row,) = report["rows"]
+    assert row["completed"] == 2 and row["prompt_tokens_per_s"] > 0 and row["server_cores"] > 0
