@@ -118,6 +118,9 @@ class DebateContext:
             tokens_used=max(kept_tokens, spent.tokens if spent else 0),
         )
         self._on_usage = on_usage
+        # Calls cut off by a cancellation while the server was working on them: each is left to end
+        # (the server answers, or the connection ends) and then charged what it really cost.
+        self._late: set[asyncio.Task[None]] = set()
         self._event_counts: dict[str, int] = {}
         self._order: dict[int, int] = {id(r): i for i, r in enumerate(self.transcript)}
         # Trace spans per round (no-ops unless tracing is configured), under the caller's span.
@@ -272,8 +275,8 @@ class DebateContext:
             self.budget.cancel(reservation)
             await self._charge(refund)
             raise
-        try:
-            completion = await model.complete(
+        call = asyncio.ensure_future(
+            model.complete(
                 messages,
                 temperature=self.config.temperature if temperature is None else temperature,
                 max_tokens=reply_tokens,
@@ -281,10 +284,20 @@ class DebateContext:
                 seed=None if self.config.seed is None else self.config.seed + seq,
                 cache_key=cache_key(role, agent),
             )
-        except (asyncio.CancelledError, LLMTimeout) as exc:
+        )
+        try:
+            # Shielded: a cancellation of the debate does not cut the request, whose real usage is
+            # then charged once the server answers or the connection ends (settle_late_calls).
+            completion = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            if call.done():  # the request itself was cut (its client closed): it may have been served
+                self.budget.forfeit(reservation)
+            else:
+                self._late.add(asyncio.ensure_future(self._settle_when_done(call, reservation)))
+            raise
+        except LLMTimeout as exc:
             # Cut off in flight: the server may have spent all of it, so all of it stays charged.
-            if isinstance(exc, LLMTimeout):
-                observe_llm_error(role, model.model, endpoint, exc)
+            observe_llm_error(role, model.model, endpoint, exc)
             self.budget.forfeit(reservation)
             raise
         except LLMError as exc:
@@ -297,8 +310,12 @@ class DebateContext:
             self.budget.cancel(reservation)
             await self._charge(refund)
             raise
-        used = completion.prompt_tokens + completion.completion_tokens
-        self.budget.settle(reservation, used)
+        await self._settle(reservation, completion)
+        return completion
+
+    async def _settle(self, reservation: Reservation, completion: ChatCompletion) -> None:
+        """Replace the worst case charged for a call with what the server says it used."""
+        self.budget.settle(reservation, completion.prompt_tokens + completion.completion_tokens)
         await self._charge(
             Spend(
                 completion.prompt_tokens - reservation.prompt,
@@ -306,7 +323,32 @@ class DebateContext:
                 0,
             )
         )
-        return completion
+
+    async def _settle_when_done(self, call: asyncio.Future[ChatCompletion], reservation: Reservation) -> None:
+        """A call the debate stopped waiting for: charged what it served once it ends. A timeout or a
+        request cut meanwhile keeps the worst case charged; a refusal gives it back (nothing served)."""
+        try:
+            completion = await call
+        except (asyncio.CancelledError, LLMTimeout):
+            self.budget.forfeit(reservation)
+            return
+        except BaseException:
+            self.budget.cancel(reservation)
+            await self._charge(Spend(-reservation.prompt, -reservation.reply, -1))
+            return
+        await self._settle(reservation, completion)
+
+    async def settle_late_calls(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``, undisturbed by a cancellation) for the calls a cancellation
+        cut off to end and be charged their real usage; those still running then stay charged at
+        their worst case (safe for the operator) and their requests are cut."""
+        if not self._late:
+            return
+        late = list(self._late)
+        self._late.clear()
+        _, pending = await asyncio.shield(asyncio.wait(late, timeout=timeout_s))
+        for task in pending:
+            task.cancel()
 
     async def _charge(self, spend: Spend) -> None:
         """Tell the usage sink, shielded so a cancellation arriving meanwhile cannot lose the charge."""

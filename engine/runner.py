@@ -20,6 +20,10 @@ from engine.registry import spec_for
 from engine.result import Checkpoint, DebateResult
 from services.knowledge import KnowledgePool, empty_pool
 
+# How long a stopped debate waits for its calls in flight to end so they are charged what they served;
+# below the worker's lease (15 s by default), so a worker handing a job back still holds it meanwhile.
+LATE_SETTLEMENT_S = 10.0
+
 
 def pool_for(config: DebateConfig, pool: KnowledgePool) -> KnowledgePool:
     """The part of the shared pool this configuration may use, renumbered from 1."""
@@ -70,6 +74,10 @@ async def run_debate(
         outcome = await protocol(ctx, ProtocolRun(on_checkpoint, resume, gold))
     except BudgetExhausted as exc:
         outcome = answer_within_budget(ctx, exc)
+    finally:
+        # A cancelled (or failed) debate's calls in flight are charged what the server served, not
+        # their worst case: wait for them, bounded, before the caller closes the LLM clients.
+        await ctx.settle_late_calls(LATE_SETTLEMENT_S)
     usage, by_role = ctx.usage()
     return DebateResult(
         question=question,

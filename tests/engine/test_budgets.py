@@ -135,10 +135,11 @@ async def test_every_call_is_reported_to_the_usage_sink_as_it_ends(scripted: Scr
 
 
 @pytest.mark.slow
-async def test_a_call_cancelled_in_flight_is_charged_its_reservation(scripted: ScriptedLLM) -> None:
-    """A cancelled debate's calls in flight may have been served in full: they count as reserved."""
+async def test_a_call_cancelled_in_flight_is_charged_what_the_server_served(scripted: ScriptedLLM) -> None:
+    """A cancelled debate's calls in flight are held at their worst case until the server answers,
+    then charged what it really served: the debate ends once they are settled."""
     script(scripted)
-    scripted.latency_s = 5.0
+    scripted.latency_s = 2.0
     spends: list[Spend] = []
 
     async def on_usage(spend: Spend) -> None:
@@ -156,8 +157,39 @@ async def test_a_call_cancelled_in_flight_is_charged_its_reservation(scripted: S
         await task
     messages: list[ChatMessage] = scripted.requests[0]["messages"]
     worst = prompt_token_bound(messages) + 32
-    assert sum(s.tokens for s in spends) == 4 * worst
+    holds = [s for s in spends if s.calls == 1]
+    assert len(holds) == 4 and sum(s.tokens for s in holds) == 4 * worst  # held before sending
+    assert sum(s.tokens for s in spends) == served_tokens(scripted) < 4 * worst  # settled to the served
     assert sum(s.calls for s in spends) == 4
+
+
+@pytest.mark.slow
+async def test_a_cancelled_call_the_server_never_answers_in_time_stays_at_its_worst_case(
+    scripted: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Safe for the operator: a call still running when the settlement wait ends keeps its worst case."""
+    import engine.runner
+
+    monkeypatch.setattr(engine.runner, "LATE_SETTLEMENT_S", 0.5)
+    script(scripted)
+    scripted.latency_s = 5.0
+    spends: list[Spend] = []
+
+    async def on_usage(spend: Spend) -> None:
+        spends.append(spend)
+
+    task = asyncio.ensure_future(
+        run(scripted, on_usage, protocol="self_consistency", samples=2, max_tokens=32)
+    )
+    for _ in range(500):
+        if len(scripted.requests) == 2:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    worst = prompt_token_bound(scripted.requests[0]["messages"]) + 32
+    assert sum(s.tokens for s in spends) == 2 * worst and sum(s.calls for s in spends) == 2
 
 
 def test_reservations_are_atomic_and_settled_with_real_use() -> None:
