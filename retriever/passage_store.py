@@ -67,11 +67,6 @@ class PassageStore(Protocol):
     def close(self) -> None: ...
 
 
-def _hit(pid: Any, score: float, payload: Any, vector: Any) -> Hit:
-    vec = None if vector is None else np.asarray(vector, dtype=np.float32)
-    return Hit(id=str(pid), score=float(score), payload=dict(payload or {}), vector=vec)
-
-
 def storage_error(exc: BaseException, where: str) -> VectorStoreError:
     """A clear error for a full disk (from Python, Qdrant or Lucene alike), else the store's own words."""
     text = str(exc)
@@ -215,7 +210,7 @@ class EdgePassageStore:
         recs = self._shard.retrieve([p.id for p in scored], with_payload=True, with_vector=with_vectors)
         by_id = {str(r.id): r for r in recs}
         return [
-            _hit(p.id, p.score, r.payload, r.vector if with_vectors else None)
+            Hit.of(p.id, p.score, r.payload, r.vector if with_vectors else None)
             for p, r in ((p, by_id.get(str(p.id))) for p in scored)
             if r is not None
         ]
@@ -227,7 +222,7 @@ class EdgePassageStore:
         recs = self._shard.retrieve(list(ids), with_payload=True, with_vector=with_vectors)
         by_id = {str(r.id): r for r in recs}
         return [
-            _hit(r.id, 0.0, r.payload, r.vector if with_vectors else None)
+            Hit.of(r.id, 0.0, r.payload, r.vector if with_vectors else None)
             for r in (by_id.get(str(i)) for i in ids)
             if r is not None
         ]
@@ -403,7 +398,7 @@ class ServerPassageStore:
             with_vectors=with_vectors,
             search_params=params,
         )
-        return [_hit(p.id, p.score, p.payload, p.vector if with_vectors else None) for p in res.points]
+        return [Hit.of(p.id, p.score, p.payload, p.vector if with_vectors else None) for p in res.points]
 
     def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[Hit]:
         if not ids:
@@ -411,7 +406,7 @@ class ServerPassageStore:
         recs = self._client.retrieve(self.name, ids=list(ids), with_payload=True, with_vectors=with_vectors)
         by_id = {str(r.id): r for r in recs}
         return [
-            _hit(r.id, 0.0, r.payload, r.vector if with_vectors else None)
+            Hit.of(r.id, 0.0, r.payload, r.vector if with_vectors else None)
             for r in (by_id.get(str(i)) for i in ids)
             if r is not None
         ]

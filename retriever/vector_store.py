@@ -1,10 +1,11 @@
-"""Qdrant access through qdrant-client: the knowledge pools (small, per question) embedded or on a server.
+"""A Qdrant server through qdrant-client: the client the retriever shares between the passage
+collection (``retriever.passage_store.ServerPassageStore``) and the pools collection
+(``retriever.stores.ServerPoolCollection``), when ``PARLEY_RETRIEVER_QDRANT_URL`` is set.
 
-Embedded mode (``qdrant-client`` with ``path=``) is the zero-setup default for the pools: brute force,
-fast enough for a few thousand points, one process per storage folder (so only the retriever process
-opens it; workers use the retriever's HTTP API). The embedded client is not thread-safe, so every call
-goes through one lock; the server client is called concurrently. The Wikipedia passages, millions of
-points, live in ``retriever.passage_store`` (Qdrant Edge embedded, or the same Qdrant server).
+Without a server the retriever keeps both in embedded Qdrant Edge shards (``EdgePassageStore``), not
+here. ``VectorStore.open(path=...)`` (qdrant-client's local mode, brute force, one process per folder,
+every call under one lock since that client is not thread-safe) serves the tests of this facade only.
+Also here: ``Hit``, what every store's search and retrieve return, and the store errors.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ class Hit:
     score: float
     payload: dict[str, Any]
     vector: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, pid: Any, score: float, payload: Any, vector: Any) -> Hit:
+        """A hit from a Qdrant point (server or Edge alike): string id, float score, float32 vector."""
+        vec = None if vector is None else np.asarray(vector, dtype=np.float32)
+        return cls(id=str(pid), score=float(score), payload=dict(payload or {}), vector=vec)
 
 
 class VectorStore:
@@ -168,7 +175,7 @@ class VectorStore:
             res = c.query_points(
                 name, query=vector.tolist(), limit=limit, with_payload=True, with_vectors=with_vectors
             )
-        return [_hit(p.id, p.score, p.payload, p.vector if with_vectors else None) for p in res.points]
+        return [Hit.of(p.id, p.score, p.payload, p.vector if with_vectors else None) for p in res.points]
 
     def retrieve(self, name: str, ids: Sequence[str], *, with_vectors: bool = False) -> list[Hit]:
         """Points by id in the order asked; missing ids are skipped."""
@@ -181,7 +188,7 @@ class VectorStore:
         for pid in ids:
             r = by_id.get(str(pid))
             if r is not None:
-                out.append(_hit(r.id, 0.0, r.payload, r.vector if with_vectors else None))
+                out.append(Hit.of(r.id, 0.0, r.payload, r.vector if with_vectors else None))
         return out
 
     def delete_ids(self, name: str, ids: Sequence[str]) -> None:
@@ -206,13 +213,6 @@ class VectorStore:
         if self.embedded_path is None:
             return None
         return dir_size(self.embedded_path)
-
-
-def _hit(pid: Any, score: float, payload: Any, vector: Any) -> Hit:
-    vec = None
-    if vector is not None:
-        vec = np.asarray(vector, dtype=np.float32)
-    return Hit(id=str(pid), score=float(score), payload=dict(payload or {}), vector=vec)
 
 
 def dir_size(path: Path) -> int:
