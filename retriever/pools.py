@@ -257,8 +257,9 @@ class PoolService:
                 raise InvalidRequest(f"{name} must be between 0 and {MAX_K}, got {k}")
         return q
 
-    def cache_key(self, question: str, k_wiki: int, k_web: int) -> str:
+    def cache_key(self, question: str, k_wiki: int, k_web: int, rerank: bool | None = None) -> str:
         """sha256 of the normalised question and everything that changes the pool's content."""
+        s = self.settings
         key = {
             "q": normalize_question(question),
             "k_wiki": k_wiki,
@@ -269,15 +270,31 @@ class PoolService:
             # Fusion and dedupe settings change which passages a pool holds.
             "fusion": [self.settings.rrf_k, self.settings.rrf_bm25_weight, self.settings.fusion_depth],
             "dedupe": self.settings.dedupe_cosine,
+            # The second stage, when this pool ran it, and every setting that changes its order.
+            "rerank": (
+                [
+                    s.rerank_model,
+                    s.rerank_depth,
+                    s.rerank_candidates,
+                    s.rerank_rrf_k,
+                    s.rerank_first_stage_weight,
+                ]
+                if self.wiki.uses_rerank(rerank)
+                else None
+            ),
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
-    async def build_pool(self, question: str, k_wiki: int = 5, k_web: int = 5) -> KnowledgePool:
-        """The pool for ``question``: from the cache when fresh, else built once even under concurrency."""
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, rerank: bool | None = None
+    ) -> KnowledgePool:
+        """The pool for ``question``: from the cache when fresh, else built once even under concurrency.
+
+        ``rerank`` False skips the deployment's second stage for this pool (None or True use it)."""
         t0 = time.perf_counter()
         q = self.validate(question, k_wiki, k_web)
         self.wiki.check_ready()
-        qhash = self.cache_key(q, k_wiki, k_web)
+        qhash = self.cache_key(q, k_wiki, k_web, rerank)
         # Single flight: register before the first await, so a concurrent request for the same key
         # always finds either the in-flight build or (after it) the published cache entry.
         fut = self._inflight.get(qhash)
@@ -297,7 +314,7 @@ class PoolService:
                     update={"question": q, "cached": True, "timings_ms": {"cache_ms": ms, "total_ms": ms}}
                 )
             else:
-                pool = await self._assemble(q, qhash, k_wiki, k_web, t0)
+                pool = await self._assemble(q, qhash, k_wiki, k_web, t0, rerank)
             fut.set_result(pool)
             return pool
         except BaseException as exc:
@@ -307,12 +324,14 @@ class PoolService:
         finally:
             self._inflight.pop(qhash, None)
 
-    async def _assemble(self, q: str, qhash: str, k_wiki: int, k_web: int, t0: float) -> KnowledgePool:
+    async def _assemble(
+        self, q: str, qhash: str, k_wiki: int, k_web: int, t0: float, rerank: bool | None
+    ) -> KnowledgePool:
         timings: dict[str, float] = {}
         warnings: list[str] = []
         web_task = asyncio.create_task(self._web(q, k_web, warnings, timings))
         wiki_hits, maybe_qvec = await self.wiki.search_and_embed(
-            q, k_wiki, with_vectors=True, timings=timings
+            q, k_wiki, with_vectors=True, timings=timings, rerank=rerank
         )
         if maybe_qvec is None:  # k_wiki = 0 or BM25-only mode: the header and web dedupe still need it
             t = time.perf_counter()

@@ -13,9 +13,10 @@ import httpx
 
 from retriever.bm25 import Bm25Index
 from retriever.embedder import Embedder
-from retriever.indexer import make_embedder, open_stores
+from retriever.indexer import make_embedder, open_passages, open_stores
 from retriever.passage_store import PassageStore
 from retriever.pools import PoolBackend, PoolService, PoolStore
+from retriever.rerank import BiEncoderRescorer
 from retriever.search import WikiRetriever
 from retriever.settings import RetrieverSettings
 from retriever.websearch import BraveSearch, SearxngSearch, SerperSearch, WebSearch
@@ -46,6 +47,24 @@ def make_web_search(settings: RetrieverSettings, client: httpx.AsyncClient | Non
     return SearxngSearch(settings.searxng_url, **kw)
 
 
+def open_reranker(settings: RetrieverSettings, first_stage_passages: int) -> BiEncoderRescorer | None:
+    """The second stage the settings ask for, checked now: a stage whose weights or vectors are missing
+    stops the start with a message naming the fix (``RerankUnavailable``), never a silent downgrade."""
+    if settings.rerank_model is None:
+        return None
+    stage = settings.rerank_settings()
+    store = open_passages(stage)
+    try:
+        reranker = BiEncoderRescorer(
+            settings, store, make_embedder(stage, threads=settings.serve_torch_threads)
+        )
+        reranker.check(first_stage_passages)
+    except BaseException:
+        store.close()
+        raise
+    return reranker
+
+
 @dataclass
 class RetrieverRuntime:
     settings: RetrieverSettings
@@ -56,6 +75,7 @@ class RetrieverRuntime:
     pools: PoolService
     web: WebSearch | None
     http: httpx.AsyncClient | None
+    reranker: BiEncoderRescorer | None = None
     _closed: bool = False
     _closing: asyncio.Task[None] | None = None
 
@@ -70,6 +90,7 @@ class RetrieverRuntime:
     ) -> RetrieverRuntime:
         """Open the stores and wire the components; ``web``/``transport`` let tests swap the network."""
         passages, store = open_stores(settings)
+        reranker: BiEncoderRescorer | None = None
         try:
             emb = embedder or make_embedder(settings, threads=settings.serve_torch_threads)
             bm25 = (
@@ -77,7 +98,8 @@ class RetrieverRuntime:
                 if settings.bm25_enabled and Bm25Index.available(settings.bm25_dir)
                 else None
             )
-            wiki = WikiRetriever(settings, passages, emb, bm25)
+            reranker = open_reranker(settings, passages.count())
+            wiki = WikiRetriever(settings, passages, emb, bm25, reranker)
             http = None
             if web is None and settings.web_provider != "none":
                 http = httpx.AsyncClient(timeout=settings.web_timeout_s, transport=transport)
@@ -88,8 +110,10 @@ class RetrieverRuntime:
         except BaseException:
             passages.close()
             store.close()
+            if reranker is not None:
+                reranker.store.close()
             raise
-        return cls(settings, store, passages, emb, wiki, service, web, http)
+        return cls(settings, store, passages, emb, wiki, service, web, http, reranker)
 
     def warm(self) -> None:
         """Load the model, the passage store's pages and the JVM now rather than on the first request."""
@@ -98,6 +122,8 @@ class RetrieverRuntime:
             self.passages.search(vec, 1)
         if self.wiki.bm25 is not None:
             self.wiki.bm25.warm()
+        if self.reranker is not None:
+            self.reranker.embedder.embed(["warm-up"])
 
     def sweep(self) -> int:
         return self.pools.sweep()
@@ -128,6 +154,8 @@ class RetrieverRuntime:
             self.wiki.bm25.close()
         self.passages.close()
         self.store.close()
+        if self.reranker is not None:
+            self.reranker.store.close()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -142,3 +170,5 @@ class RetrieverRuntime:
             await asyncio.to_thread(self.wiki.bm25.close)
         self.passages.close()
         self.store.close()
+        if self.reranker is not None:
+            self.reranker.store.close()

@@ -29,6 +29,7 @@ from retriever.bm25 import Bm25Index
 from retriever.embedder import Embedder
 from retriever.indexer import BUILD_HINT, IndexMissing, outdated_index_hint
 from retriever.passage_store import PassageStore
+from retriever.rerank import BiEncoderRescorer
 from retriever.settings import RetrieverSettings, SearchMode
 from retriever.vector_store import Hit, point_id
 
@@ -76,11 +77,13 @@ class WikiRetriever:
         store: PassageStore,
         embedder: Embedder,
         bm25: Bm25Index | None,
+        reranker: BiEncoderRescorer | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.bm25 = bm25
+        self.reranker = reranker
         self._bm25_opening = asyncio.Lock()
         self._ready = False
 
@@ -119,12 +122,20 @@ class WikiRetriever:
         qvec: np.ndarray | None = None,
         with_vectors: bool = False,
         timings: dict[str, float] | None = None,
+        rerank: bool | None = None,
     ) -> list[PassageHit]:
-        """Top-k passages for ``query``; ``timings`` (if given) receives per-stage milliseconds."""
+        """Top-k passages for ``query``; ``timings`` (if given) receives per-stage milliseconds.
+
+        ``rerank`` None uses the second stage when one is configured; False skips it; True asks for it
+        (ignored when the deployment has none: the caller reads ``uses_rerank``)."""
         hits, _ = await self.search_and_embed(
-            query, k, mode, qvec=qvec, with_vectors=with_vectors, timings=timings
+            query, k, mode, qvec=qvec, with_vectors=with_vectors, timings=timings, rerank=rerank
         )
         return hits
+
+    def uses_rerank(self, rerank: bool | None) -> bool:
+        """Whether a search with this ``rerank`` request runs the second stage here."""
+        return self.reranker is not None and rerank is not False
 
     async def search_and_embed(
         self,
@@ -135,6 +146,7 @@ class WikiRetriever:
         qvec: np.ndarray | None = None,
         with_vectors: bool = False,
         timings: dict[str, float] | None = None,
+        rerank: bool | None = None,
     ) -> tuple[list[PassageHit], np.ndarray | None]:
         """``search`` that also returns the query vector it computed (None for pure BM25 or k = 0), so the
         pool builder can overlap embedding with BM25 and still reuse the vector for dedupe and caching."""
@@ -145,6 +157,67 @@ class WikiRetriever:
         timings = timings if timings is not None else {}
         if k <= 0:
             return [], qvec
+        reranker = self.reranker if self.uses_rerank(rerank) else None
+        if reranker is not None:
+            # The second encoder's query runs on its own thread while the first stage searches.
+            rerank_query = asyncio.create_task(self._rerank_query(reranker, query, timings))
+            try:
+                depth = max(k, self.settings.rerank_depth)
+                first, qvec = await self._first_stage(query, depth, mode, qvec, with_vectors, timings)
+                ranked = await self._second_stage(reranker, await rerank_query, first, k, timings)
+            finally:
+                rerank_query.cancel()
+        else:
+            first, qvec = await self._first_stage(query, k, mode, qvec, with_vectors, timings)
+            ranked = [(h.pid, h.score) for h in first[:k]]
+        known = {h.pid: h for h in first}
+        missing = [pid for pid, _ in ranked if pid not in known]
+        for h in await self._by_pids(missing, with_vectors=with_vectors):
+            known[h.pid] = h
+        return [_replace_score(known[pid], score) for pid, score in ranked if pid in known], qvec
+
+    async def _rerank_query(
+        self, reranker: BiEncoderRescorer, query: str, timings: dict[str, float]
+    ) -> np.ndarray:
+        t = time.perf_counter()
+        vec = await reranker.embed_query(query)
+        timings["rerank_encode_ms"] = elapsed_ms(t)
+        return vec
+
+    async def _second_stage(
+        self,
+        reranker: BiEncoderRescorer,
+        rqvec: np.ndarray,
+        first: list[PassageHit],
+        k: int,
+        timings: dict[str, float],
+    ) -> list[tuple[str, float]]:
+        """Weighted RRF of the first-stage order and the second encoder's cosine order, top k."""
+        s = self.settings
+        t = time.perf_counter()
+        head = [h.pid for h in first[: s.rerank_depth]]
+        extra = await reranker.nearest(rqvec, s.rerank_candidates) if s.rerank_candidates else []
+        candidates = list(dict.fromkeys([*head, *extra]))  # the first stage's, then the new ones, once each
+        rescored = await reranker.rescore(rqvec, candidates)
+        if s.rerank_first_stage_weight > 0:
+            fused = rrf_fuse(
+                [head, rescored.order], k=s.rerank_rrf_k, weights=[s.rerank_first_stage_weight, 1.0]
+            )
+        else:
+            fused = [(p, rescored.cosine.get(p, 0.0)) for p in rescored.order]
+        timings["rerank_ms"] = elapsed_ms(t)
+        return fused[:k]
+
+    async def _first_stage(
+        self,
+        query: str,
+        k: int,
+        mode: SearchMode,
+        qvec: np.ndarray | None,
+        with_vectors: bool,
+        timings: dict[str, float],
+    ) -> tuple[list[PassageHit], np.ndarray | None]:
+        """Dense, BM25 or hybrid top-k, best first (hybrid: weighted RRF of the two top-``fusion_depth``)."""
         if mode == "bm25":
             return await self._bm25_only(query, k, with_vectors, timings), qvec
         depth = k if mode == "dense" else max(k, self.settings.fusion_depth)

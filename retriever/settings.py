@@ -36,7 +36,9 @@ class RetrieverSettings(ParleySettings):
     qdrant_url: str | None = Field(default=None, description="Qdrant server URL; unset = embedded store")
     qdrant_api_key: SecretStr | None = None
     embedding_model: str | None = Field(
-        default=None, description="sentence-transformers model path; unset = bundled all-MiniLM-L6-v2"
+        default=None,
+        description="first-stage encoder: a packaged name (all-mpnet-base-v2) or a sentence-transformers "
+        "folder; unset = bundled all-MiniLM-L6-v2",
     )
     embedding_device: str = Field(
         default="cpu", description="cpu, or a torch GPU device (cuda, cuda:1) that runs the torch encoder"
@@ -105,6 +107,27 @@ class RetrieverSettings(ParleySettings):
     rrf_bm25_weight: float = Field(default=0.5, ge=0, description="weight of BM25 ranks in RRF (dense = 1)")
     fusion_depth: int = Field(default=50, ge=1, le=500, description="candidates per retriever for RRF")
     dedupe_cosine: float = Field(default=0.95, gt=0, le=1.0)
+
+    # Second ranking stage (retriever/rerank.py)
+    rerank_model: str | None = Field(
+        default=None,
+        description="second ranking stage: the first stage's candidates rescored with this encoder's stored "
+        "vectors (a packaged name: all-mpnet-base-v2, or a folder); built by `parley index build --rerank`; "
+        "unset = no second stage",
+    )
+    rerank_depth: int = Field(
+        default=50, ge=1, le=200, description="first-stage candidates the second stage reorders"
+    )
+    rerank_candidates: int = Field(
+        default=50,
+        ge=0,
+        le=200,
+        description="the second encoder's own nearest passages added to the candidates (0 = none)",
+    )
+    rerank_rrf_k: int = Field(default=5, ge=1, description="RRF constant of the final order")
+    rerank_first_stage_weight: float = Field(
+        default=0.5, ge=0, description="weight of the first-stage order in the final RRF (second stage = 1)"
+    )
     max_question_chars: int = Field(default=2000, ge=10)
     pool_ttl_s: float = Field(default=24 * 3600.0, gt=0)
     sweep_interval_s: float = Field(default=600.0, gt=0, description="how often expired pools are deleted")
@@ -148,6 +171,24 @@ class RetrieverSettings(ParleySettings):
         slug = re.sub(r"[^a-z0-9]+", "_", self.model_name.lower()).strip("_")
         suffix = "_int8" if self.encoder == "onnx-int8" else ""
         return f"wikipedia_{slug}{suffix}"
+
+    def rerank_settings(self) -> RetrieverSettings:
+        """The second stage's own collection: its encoder at fp32, its own folder, manifest and
+        checkpoints, no BM25 (the first stage's serves both). None of its other settings differ."""
+        if self.rerank_model is None:
+            raise ValueError("no rerank_model is configured")
+        slug = re.sub(r"[^a-z0-9]+", "_", Path(self.rerank_model.rstrip("/")).name.lower()).strip("_")
+        return self.model_copy(
+            update={
+                "embedding_model": self.rerank_model,
+                # Dynamic int8 costs all-mpnet-base-v2 too much (cosine 0.90 to fp32, against MiniLM's 0.995).
+                "encoder": "onnx-fp32",
+                "data_dir": self.data_dir / "rerank" / slug,
+                "passages_collection": None,
+                "bm25_enabled": False,
+                "rerank_model": None,
+            }
+        )
 
     @property
     def pools_path(self) -> Path:

@@ -1,0 +1,387 @@
+"""Does the pool hold the answer? answer-in-pool@k and recall@k per retrieval configuration, with latency.
+
+Run (from the repository root, after `parley index build` and, for the second stage,
+`PARLEY_RETRIEVER_RERANK_MODEL=all-mpnet-base-v2 parley index build --rerank`):
+
+    HF_HUB_OFFLINE=1 PARLEY_RETRIEVER_RERANK_MODEL=all-mpnet-base-v2 .venv/bin/python -m bench.pool_quality \
+        --questions data/nq_open_vital_dev.jsonl --out reports/pool-quality
+
+For every question of ``--questions`` (JSONL with ``question`` and ``answers``) and every configuration:
+
+- **answer-in-pool@k** (k = 1, 3, 5, 10, 20, 50): a SQuAD-normalised gold alias occurs as whole words in
+  the text of one of the pool's passages, where the pool is exactly what ``POST /v1/pools`` would hold
+  for ``k_wiki=k, k_web=0``: the configuration's top k, near-duplicates removed by the service's own rule;
+- **recall@k**: the share of the question's answer-bearing passages in the top k, where the
+  answer-bearing passages are those found in the top 50 of *any* configuration (pooled judgements, as
+  TREC does when nobody labelled the whole corpus); questions with none are left out;
+- per-stage latency p50/p95 (query encoding, dense, BM25, fusion, the second stage's encoding and
+  rescoring, total) of each search, on this machine, one question at a time;
+- the paired bootstrap 95 % CI (``evaluation.metrics.paired_bootstrap``) of each configuration's
+  answer-in-pool@5 and @10 against the first one;
+- the latency of the pool service itself (cold ``build_pool``, k_wiki 5) with the settings as configured.
+
+Writes ``bench.json``, ``bench.md`` and ``answer_in_pool.png`` (answer-in-pool against k, one line per
+configuration) to ``--out``. ``--split even|odd`` keeps every other question (tune on one half, report on
+the other).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.retrieval_bench import has_answer, percentile
+from evaluation.metrics import paired_bootstrap
+from retriever.pools import _Candidate, dedupe
+from retriever.runtime import RetrieverRuntime
+from retriever.search import PassageHit, WikiRetriever
+from retriever.settings import RetrieverSettings, SearchMode
+
+ROOT = Path(__file__).resolve().parent.parent
+KS = (1, 3, 5, 10, 20, 50)
+DEPTH = max(KS)
+STAGES = ("embed_ms", "dense_ms", "bm25_ms", "fuse_ms", "rerank_encode_ms", "rerank_ms", "total_ms")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One retrieval configuration: a search mode, the second stage on or off, and setting overrides."""
+
+    name: str
+    mode: SearchMode
+    rerank: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)
+    second_encoder_only: bool = False  # dense search over the second stage's own collection
+    note: str = ""
+
+
+CONFIGS: dict[str, Config] = {
+    c.name: c
+    for c in (
+        Config("hybrid", "hybrid", note="first stage alone: MiniLM + BM25, weighted RRF (k 5, BM25 0.5)"),
+        Config("dense", "dense", note="MiniLM alone"),
+        Config("bm25", "bm25", note="BM25 alone (Lucene, title + text)"),
+        Config(
+            "hybrid-rrf60",
+            "hybrid",
+            overrides={"rrf_k": 60, "rrf_bm25_weight": 1.0},
+            note="textbook RRF (k 60, equal weights)",
+        ),
+        Config("dense-mpnet", "dense", second_encoder_only=True, note="all-mpnet-base-v2 alone"),
+        Config(
+            "hybrid+rescore",
+            "hybrid",
+            rerank=True,
+            overrides={"rerank_candidates": 0},
+            note="first stage's top 50 reordered by mpnet (no new candidates)",
+        ),
+        Config("hybrid+mpnet", "hybrid", rerank=True, note="the second stage as configured (the default)"),
+    )
+}
+
+
+def pool_has_answer(hits: Sequence[PassageHit], k: int, aliases: list[str], dedupe_cosine: float) -> bool:
+    """Whether the pool of ``k_wiki=k`` (top k, near-duplicates removed as the service does) holds it."""
+    kept = dedupe(
+        [_Candidate("wikipedia", h.title, h.text, h.url, h.score, h.vector) for h in hits[:k]], dedupe_cosine
+    )
+    return has_answer([c.text for c in kept], aliases)
+
+
+def retriever_for(config: Config, rt: RetrieverRuntime) -> WikiRetriever | None:
+    """A WikiRetriever with the configuration's settings over the runtime's stores (None: not available)."""
+    if (config.second_encoder_only or config.rerank) and rt.reranker is None:
+        return None
+    if config.second_encoder_only:
+        assert rt.reranker is not None
+        stage = rt.settings.rerank_settings()
+        return WikiRetriever(stage, rt.reranker.store, rt.reranker.embedder, None)
+    settings = rt.settings.model_copy(update=config.overrides)
+    return WikiRetriever(settings, rt.passages, rt.embedder, rt.wiki.bm25, rt.reranker)
+
+
+async def run_config(
+    wiki: WikiRetriever, config: Config, questions: list[dict[str, Any]], dedupe_cosine: float
+) -> dict[str, Any]:
+    in_pool: dict[int, list[float]] = {k: [] for k in KS}
+    ranked: list[list[str]] = []
+    texts: dict[str, str] = {}
+    stages: dict[str, list[float]] = {s: [] for s in STAGES}
+    for q in questions[:5]:  # warm-up: first JVM queries, ONNX sessions' first shapes
+        await wiki.search(q["question"], DEPTH, config.mode, with_vectors=True, rerank=config.rerank)
+    for q in questions:
+        timings: dict[str, float] = {}
+        t = time.perf_counter()
+        hits = await wiki.search(
+            q["question"], DEPTH, config.mode, with_vectors=True, timings=timings, rerank=config.rerank
+        )
+        timings["total_ms"] = (time.perf_counter() - t) * 1000
+        for s in STAGES:
+            if s in timings:
+                stages[s].append(timings[s])
+        for k in KS:
+            in_pool[k].append(float(pool_has_answer(hits, k, q["answers"], dedupe_cosine)))
+        ranked.append([h.pid for h in hits])
+        texts.update({h.pid: h.text for h in hits})
+    return {
+        "in_pool": in_pool,
+        "ranked": ranked,
+        "texts": texts,
+        "latency_ms": {
+            s: {"p50": round(percentile(v, 50), 1), "p95": round(percentile(v, 95), 1)}
+            for s, v in stages.items()
+            if v
+        },
+    }
+
+
+def pooled_recall(
+    runs: dict[str, dict[str, Any]], questions: list[dict[str, Any]]
+) -> tuple[dict[str, dict[int, float]], int]:
+    """recall@k against the answer-bearing passages of all configurations' top 50, per configuration."""
+    texts: dict[str, str] = {}
+    for r in runs.values():
+        texts.update(r["texts"])
+    relevant: list[set[str]] = []
+    for i, q in enumerate(questions):
+        union = {pid for r in runs.values() for pid in r["ranked"][i]}
+        relevant.append({pid for pid in union if has_answer([texts[pid]], q["answers"])})
+    judged = [i for i, rel in enumerate(relevant) if rel]
+    out: dict[str, dict[int, float]] = {}
+    for name, r in runs.items():
+        out[name] = {
+            k: statistics.mean(len(relevant[i] & set(r["ranked"][i][:k])) / len(relevant[i]) for i in judged)
+            if judged
+            else 0.0
+            for k in KS
+        }
+    return out, len(judged)
+
+
+async def pool_latency(rt: RetrieverRuntime, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Cold ``build_pool`` (k_wiki 5, Wikipedia only) as the service runs it, settings as configured."""
+    rt.pools.sweep(now=time.time() + 2 * rt.settings.pool_ttl_s)  # an empty cache: every pool is built
+    lat: list[float] = []
+    stages: dict[str, list[float]] = {}
+    for q in questions:
+        t = time.perf_counter()
+        pool = await rt.pools.build_pool(q["question"], k_wiki=5, k_web=0)
+        lat.append((time.perf_counter() - t) * 1000)
+        for key, v in pool.timings_ms.items():
+            stages.setdefault(key, []).append(v)
+    return {
+        "questions": len(lat),
+        "second_stage": rt.reranker.name if rt.reranker is not None else None,
+        "p50": round(percentile(lat, 50), 1),
+        "p95": round(percentile(lat, 95), 1),
+        "stage_p50": {k: round(percentile(v, 50), 1) for k, v in stages.items()},
+        "stage_p95": {k: round(percentile(v, 95), 1) for k, v in stages.items()},
+    }
+
+
+async def measure(
+    settings: RetrieverSettings, questions: list[dict[str, Any]], names: list[str], latency_questions: int
+) -> dict[str, Any]:
+    rt = RetrieverRuntime.open(settings)
+    try:
+        rt.warm()
+        runs: dict[str, dict[str, Any]] = {}
+        skipped: list[str] = []
+        for name in names:
+            config = CONFIGS[name]
+            wiki = retriever_for(config, rt)
+            if wiki is None:
+                skipped.append(name)
+                continue
+            t = time.perf_counter()
+            runs[name] = await run_config(wiki, config, questions, settings.dedupe_cosine)
+            print(
+                f"{name:16s} in-pool@5 {statistics.mean(runs[name]['in_pool'][5]):.3f} "
+                f"@10 {statistics.mean(runs[name]['in_pool'][10]):.3f} ({time.perf_counter() - t:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        recall, judged = pooled_recall(runs, questions)
+        base = next(iter(runs))
+        table = {}
+        for name, r in runs.items():
+            table[name] = {
+                "note": CONFIGS[name].note,
+                "answer_in_pool": {k: round(statistics.mean(v), 4) for k, v in r["in_pool"].items()},
+                "recall": {k: round(v, 4) for k, v in recall[name].items()},
+                "latency_ms": r["latency_ms"],
+                "vs_first": {
+                    f"@{k}": _ci(paired_bootstrap(runs[base]["in_pool"][k], r["in_pool"][k])) for k in (5, 10)
+                },
+            }
+        return {
+            "questions": len(questions),
+            "judged_questions": judged,
+            "baseline": base,
+            "configs": table,
+            "skipped": skipped,
+            "pool_latency_ms": await pool_latency(rt, questions[:latency_questions]),
+        }
+    finally:
+        await rt.aclose()
+
+
+def _ci(ci: Any) -> dict[str, Any]:
+    return {
+        "diff": round(ci.diff, 4),
+        "low": round(ci.low, 4),
+        "high": round(ci.high, 4),
+        "excludes_0": ci.significant,
+    }
+
+
+def write_reports(out: Path, result: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    cfgs = result["configs"]
+    lines = [
+        "# Does the pool hold the answer?",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Machine: {result['machine']}; {result['date']}  ",
+        f"Questions: {result['questions']} ({result['questions_file']}); recall@k over the "
+        f"{result['judged_questions']} with an answer-bearing passage in some configuration's top 50.",
+        "",
+        "## answer-in-pool@k (the pool of k_wiki = k, near-duplicates removed)",
+        "",
+        "| configuration | " + " | ".join(f"@{k}" for k in KS) + f" | @5 vs {result['baseline']} (95 % CI) |",
+        "|---|" + "---|" * (len(KS) + 1),
+    ]
+    for name, c in cfgs.items():
+        ci = c["vs_first"]["@5"]
+        mark = "" if ci["excludes_0"] else " (may be noise)"
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{c['answer_in_pool'][k]:.3f}" for k in KS)
+            + f" | {ci['diff']:+.3f} [{ci['low']:+.3f}, {ci['high']:+.3f}]{mark} |"
+        )
+    lines += [
+        "",
+        "## recall@k (pooled judgements)",
+        "",
+        "| configuration | " + " | ".join(f"@{k}" for k in KS) + " |",
+    ]
+    lines.append("|---|" + "---|" * len(KS))
+    for name, c in cfgs.items():
+        lines.append(f"| {name} | " + " | ".join(f"{c['recall'][k]:.3f}" for k in KS) + " |")
+    lines += [
+        "",
+        "## Latency per search of the top 50, ms (p50 / p95, one question at a time)",
+        "",
+        "| configuration | " + " | ".join(s.removesuffix("_ms") for s in STAGES) + " |",
+        "|---|" + "---|" * len(STAGES),
+    ]
+    for name, c in cfgs.items():
+        lat = c["latency_ms"]
+        cells = [f"{lat[s]['p50']} / {lat[s]['p95']}" if s in lat else "–" for s in STAGES]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    pl = result["pool_latency_ms"]
+    lines += [
+        "",
+        f"Pool service, cold `build_pool` (k_wiki 5, second stage: {pl['second_stage'] or 'none'}, "
+        f"{pl['questions']} questions): p50 {pl['p50']} ms, p95 **{pl['p95']} ms**; "
+        f"stage p50 {pl['stage_p50']}, p95 {pl['stage_p95']}.",
+        "",
+        "Configurations: " + "; ".join(f"**{n}** {c['note']}" for n, c in cfgs.items()) + ".",
+        *(
+            [f"Skipped (no second stage configured): {', '.join(result['skipped'])}."]
+            if result["skipped"]
+            else []
+        ),
+        "",
+        "![answer-in-pool@k](answer_in_pool.png)",
+        "",
+    ]
+    (out / "bench.md").write_text("\n".join(lines), encoding="utf-8")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, c in cfgs.items():
+        ax.plot(KS, [c["answer_in_pool"][k] for k in KS], marker="o", markersize=3, label=name)
+    ax.set_xscale("log")
+    ax.set_xticks(KS, [str(k) for k in KS])
+    ax.set_xlabel("k (passages in the pool)")
+    ax.set_ylabel("answer-in-pool@k")
+    ax.set_title(f"Pool holds a gold answer ({result['questions_file']}, n={result['questions']})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "answer_in_pool.png", dpi=120)
+    plt.close(fig)
+
+
+def load_questions(path: Path, split: str | None, limit: int | None) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for i, row in enumerate(rows):
+        if not isinstance(row.get("question"), str) or not isinstance(row.get("answers"), list):
+            raise SystemExit(f"{path}:{i + 1}: each line needs a 'question' string and an 'answers' list")
+    if split is not None:
+        rows = rows[0 if split == "even" else 1 :: 2]
+    return rows[:limit] if limit else rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--questions", type=Path, required=True, help="JSONL: question, answers")
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "pool-quality")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
+    ap.add_argument("--split", choices=["even", "odd"], default=None)
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--latency-questions", type=int, default=200)
+    ap.add_argument("--data-dir", type=Path, default=None, help="override PARLEY_RETRIEVER_DATA_DIR")
+    args = ap.parse_args(argv)
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
+    settings = RetrieverSettings(warmup=False, **({"data_dir": args.data_dir} if args.data_dir else {}))
+    questions = load_questions(args.questions, args.split, args.limit)
+    result = asyncio.run(measure(settings, questions, names, args.latency_questions))
+    result.update(
+        {
+            "command": " ".join(["HF_HUB_OFFLINE=1", "python -m bench.pool_quality", *sys.argv[1:]]),
+            "questions_file": args.questions.name + (f" ({args.split} half)" if args.split else ""),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), "
+            f"Python {platform.python_version()}",
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "settings": {
+                k: getattr(settings, k)
+                for k in (
+                    "rrf_k",
+                    "rrf_bm25_weight",
+                    "fusion_depth",
+                    "dedupe_cosine",
+                    "rerank_model",
+                    "rerank_depth",
+                    "rerank_candidates",
+                    "rerank_rrf_k",
+                    "rerank_first_stage_weight",
+                )
+            },
+        }
+    )
+    write_reports(args.out, result)
+    print((args.out / "bench.md").read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()
