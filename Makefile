@@ -117,6 +117,13 @@ docs: install
 bench-engine: install
 	$(PY) -m bench.engine_bench
 
+# The soak (bench/soak.py): the whole service under load for SOAK_MINUTES with faults every
+# SOAK_FAULT_EVERY seconds; JSON, markdown and PNG in reports/soak/. A 3-minute version is a slow test.
+SOAK_MINUTES ?= 60
+SOAK_FAULT_EVERY ?= 90
+soak: install system-deps
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) --fault-every $(SOAK_FAULT_EVERY) --out reports/soak
+
 # --- Images and the compose deployment (docs/deployment.md) ------------------------------------------
 # Every wheel the image needs (torch's CPU build included), for image builds that reach no index:
 # `make wheelhouse` here, carry the folder over, then `make images PARLEY_OFFLINE=1` there.

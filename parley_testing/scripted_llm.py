@@ -133,6 +133,9 @@ class ScriptedLLM:
         self.max_in_flight = 0
         # Tokens answered with 200, as this server counts them (words): what a provider would bill.
         self.tokens_served = 0
+        # Told of every 200 answer: (request body, tokens, whether its client had already gone away,
+        # as a client that timed out has). The soak attributes served tokens to keys with it.
+        self.on_served: Callable[[dict[str, Any], int, bool], None] | None = None
         self._lock = threading.Lock()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -212,6 +215,8 @@ class ScriptedLLM:
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
             with self._lock:
                 self.tokens_served += prompt_tokens + len(text.split())
+            if self.on_served is not None:
+                self.on_served(body, prompt_tokens + len(text.split()), await request.is_disconnected())
             return JSONResponse(
                 {
                     "id": f"chatcmpl-{len(self.requests)}",

@@ -1,0 +1,50 @@
+"""The soak, short: three minutes of load with one fault of each kind, overlapping, on real processes
+(redis-server with AOF, the gateway, two Celery workers, the retriever, the scripted LLM)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.soak import FAULTS, main
+from parley_testing.processes import redis_binary
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(redis_binary() is None, reason="redis-server not installed"),
+]
+
+
+def test_three_minutes_with_every_fault_loses_nothing_and_charges_what_was_served(tmp_path: Path) -> None:
+    report = main(
+        [
+            "--minutes", "3", "--fault-every", "20", "--warmup", "10", "--window-minutes", "1",
+            "--burst-s", "8", "--drain", "240", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    jobs = report["jobs"]
+    # Every fault was injected once and recovered from.
+    assert sorted(f["kind"] for f in report["faults"]) == sorted(FAULTS), report["faults"]
+    assert report["faults_not_recovered"] == [], report["faults_not_recovered"]
+    # Nothing lost, nothing run twice, every job ended; failures only with a reason (the LLM faults).
+    assert jobs["submitted"] > 50
+    assert jobs["lost"] == 0, jobs["not_terminal"]
+    assert jobs["run_twice"] == 0, jobs["run_twice_tags"]
+    assert jobs["completed"] > jobs["submitted"] / 2
+    assert all("LLM error" in reason for reason in jobs["failed_reasons"]), jobs["failed_reasons"]
+    assert jobs["cancelled"] >= 1  # the client that disconnected from its stream
+    # Every job is charged exactly what was served for it, but those with a call that timed out,
+    # which keep that call's worst case; no key keeps a reservation once its jobs have ended.
+    assert report["jobs_charged_not_served"] == 0, report["jobs_charged_not_served_list"]
+    for key, tokens in report["tokens"].items():
+        assert tokens["reserved_left"] == 0, (key, tokens)
+        if not tokens["served_after_client_left"]:
+            assert tokens["charged"] == tokens["served"], (key, tokens)
+    saved = json.loads((tmp_path / "soak.json").read_text())
+    assert saved["jobs"] == jobs
+    assert "| worker_kill |" in (tmp_path / "soak.md").read_text()
+    assert (tmp_path / "soak.png").stat().st_size > 1000
