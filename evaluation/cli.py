@@ -108,6 +108,24 @@ def eval_command(
     pool: Annotated[
         str, typer.Option(help="knowledge: file (the dataset's own pools), retriever, or auto")
     ] = "auto",
+    suite: Annotated[
+        str | None,
+        typer.Option(
+            help="a named suite (evidence: RAG, single, MADKE and the same-budget vote on --limit "
+            "questions, default 300; CoT, self-consistency, MAD, society, MALLM on --extra-limit, 100)"
+        ),
+    ] = None,
+    extra_limit: Annotated[
+        int | None, typer.Option(min=1, help="--suite: questions of the second tier (default 100)")
+    ] = None,
+    paper_setting: Annotated[
+        bool,
+        typer.Option(
+            "--paper-setting",
+            help="--suite: MADKE in the paper's exact setting (the madke preset) and every run in the "
+            "paper's wording",
+        ),
+    ] = False,
     same_budget: Annotated[
         bool,
         typer.Option(
@@ -117,7 +135,10 @@ def eval_command(
     ] = False,
     prompt_styles: Annotated[
         str | None,
-        typer.Option(help="comma-separated prompt styles, e.g. paper,robust (labels protocol-style)"),
+        typer.Option(
+            help="comma-separated prompt styles, e.g. paper,robust (labels protocol-style); default: "
+            "PARLEY_EVAL_PROMPT_STYLE (auto: robust on the embedded model, paper on an endpoint)"
+        ),
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N usable items")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto|nq|fever|mc|kks|madke|ciar|numeric")] = "auto",
@@ -176,6 +197,9 @@ def eval_command(
     boot_seed = settings.bootstrap_seed if seed is None else seed
     try:
         if report_only:
+            if suite is not None:
+                _print_suite(console, _suite_report_only(suite, out, samples, boot_seed, not no_plots), out)
+                return
             report = rebuild_report(out, compare=pairs, samples=samples, seed=boot_seed, plots=not no_plots)
             _print_summary(console, report, out)
             return
@@ -203,7 +227,18 @@ def eval_command(
             benchmark=benchmark,
             pool=pool,
             same_budget=same_budget,
+            default_style=default_prompt_style(settings.prompt_style, api=bool(api or settings.api_url)),
         )
+        evaluate_fn = None
+        if suite is not None:
+            if api or settings.api_url:
+                raise PlanError(
+                    "--suite runs in-process only (its same-budget vote sizes itself per question)"
+                )
+            request, evaluate_fn = _suite_plan(
+                suite, request, limit, extra_limit, paper_setting, not no_plots
+            )
+
         with sigterm_as_interrupt():
             outcome = asyncio.run(
                 _evaluate(
@@ -216,6 +251,7 @@ def eval_command(
                     api=api,
                     api_key=api_key,
                     ctx_obj=ctx.find_root().obj,
+                    evaluate_fn=evaluate_fn,
                 )
             )
     except KeyboardInterrupt:
@@ -230,7 +266,23 @@ def eval_command(
     except EvalAborted as exc:
         console.print(f"[red]stopped:[/red] {exc}")
         raise typer.Exit(3) from None
+    if suite is not None:
+        _print_suite(console, outcome, out)
+        return
     _print_outcome(console, outcome, out)
+
+
+def default_prompt_style(setting: str, *, api: bool) -> str:
+    """The style of runs that name none: ``PARLEY_EVAL_PROMPT_STYLE``, where ``auto`` is the style the
+    model answers reliably with. The embedded models (packaged or a local GGUF) read the papers'
+    free-text prompts badly (64 % of the 1.5B's debater replies unreadable against 0.5 % robust,
+    docs/benchmarks-and-reports.md), so an evaluation at the papers' wording would measure the prompt
+    format more than the protocols; a configured endpoint or the gateway keeps the papers' wording."""
+    if setting != "auto":
+        return setting
+    from services.settings import LLMSettings
+
+    return "paper" if api or LLMSettings().base_url else "robust"
 
 
 def _check_choices(*, on_error: str, primary: str) -> None:
@@ -266,9 +318,13 @@ async def _evaluate(
     api: str | None,
     api_key: str | None,
     ctx_obj: Any = None,
+    evaluate_fn: Any = None,
 ) -> Any:
-    """Build the real dependencies (LLM, pools, judge or the API client) and run the harness."""
+    """Build the real dependencies (LLM, pools, judge or the API client) and run the harness (or
+    ``evaluate_fn``, a suite's two tiers, with the same dependencies)."""
     from evaluation.harness import PlanError, evaluate
+
+    evaluate = evaluate_fn or evaluate
     from evaluation.judge import LLMJudge
     from services.llm import OpenAIChatClient
 
@@ -309,6 +365,68 @@ async def _evaluate(
             await judge_client.aclose()
 
 
+def _suite_plan(
+    name: str, request: Any, limit: int | None, extra_limit: int | None, paper_setting: bool, plots: bool
+) -> tuple[Any, Any]:
+    """The suite's first request (what the in-process runner prepares the LLM and pools for) and the
+    function that runs both tiers with those dependencies and writes the suite report."""
+    from evaluation.harness import evaluate as harness_evaluate
+    from evaluation.suite import get_suite, run_suite, suite_requests
+
+    chosen = get_suite(name)
+    main, extra = suite_requests(
+        chosen, request, main_limit=limit, extra_limit=extra_limit, paper_setting=paper_setting
+    )
+
+    async def evaluate_fn(_: Any, **deps: Any) -> Any:
+        return await run_suite(chosen, main, extra, harness_evaluate, plots=plots, **deps)
+
+    return main, evaluate_fn
+
+
+def _suite_report_only(name: str, out: Path, samples: int, seed: int, plots: bool) -> dict[str, Any]:
+    from evaluation.harness import PlanError
+    from evaluation.store import Workspace
+    from evaluation.suite import get_suite, write_suite_report
+
+    ws = Workspace(out)
+    manifest = ws.load_manifest()
+    if manifest is None:
+        raise PlanError(f"{out} holds no evaluation (no eval.json)")
+    labels = [r.label for r in manifest.runs]
+    return write_suite_report(ws, get_suite(name), labels=labels, samples=samples, seed=seed, plots=plots)
+
+
+def _print_suite(console: Any, report: dict[str, Any], out: Path) -> None:
+    """The suite's runs with their CIs, the verdict and where the report is."""
+    from rich.table import Table
+
+    def pct(v: float | None) -> str:
+        return "–" if v is None else f"{100 * v:.1f}"
+
+    table = Table(title=f"suite {report['suite']} · accuracy = {report['primary']}")
+    for col in ("run", "n", "acc%", "95% CI", "tok/q", "s/q", "unparseable%"):
+        table.add_column(col, justify="left" if col == "run" else "right", no_wrap=col == "run")
+    for r in report["runs"]:
+        table.add_row(
+            r["label"],
+            str(r["n"]),
+            pct(r["accuracy"]),
+            f"[{pct(r['ci_low'])}, {pct(r['ci_high'])}]",
+            "–" if r["tokens_per_q"] is None else f"{r['tokens_per_q']:.0f}",
+            "–" if r["seconds_per_q"] is None else f"{r['seconds_per_q']:.1f}",
+            pct(r["unparseable"]),
+        )
+    console.print(table)
+    for line in report["verdict"]:
+        console.print(line)
+    for warning in report["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    console.print(
+        f"report: {out / 'suite.md'} · {out / 'suite.json'} · plot: {out / 'plots' / 'cost_accuracy.png'}"
+    )
+
+
 def _print_presets() -> None:
     """``--list-presets``: name, what it runs, the paper and where its settings and figures come from."""
     from evaluation.presets import PRESETS
@@ -346,6 +464,10 @@ def _print_summary(console: Any, report: dict[str, Any], out: Path) -> None:
             "–" if r["seconds_per_q"] is None else f"{r['seconds_per_q']:.2f}",
         )
     console.print(table)
+    from evaluation.report import unparseable_warnings
+
+    for warning in unparseable_warnings(report):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     for c in report["comparisons"]:
         if not c["n"]:
             console.print(f"{c['b']} − {c['a']}: no item finished in both runs yet")

@@ -66,6 +66,10 @@ class EvalRequest:
     benchmark: str | None = None
     pool: str = "auto"  # auto: the dataset's own pools when it has them; file; retriever
     same_budget: bool = False
+    # The prompt style of runs that name none (no --prompt-styles, no prompt_style in the config, no
+    # preset): the one the model answers reliably with (robust on the embedded models). None: the
+    # engine's default, the papers' wording.
+    default_style: str | None = None
 
 
 @dataclass
@@ -77,11 +81,18 @@ class EvalOutcome:
     report: dict[str, Any]
 
 
-def plan_runs(protocols: Sequence[str], styles: Sequence[str] | None, base: dict[str, Any]) -> list[RunSpec]:
+def plan_runs(
+    protocols: Sequence[str],
+    styles: Sequence[str] | None,
+    base: dict[str, Any],
+    default_style: str | None = None,
+) -> list[RunSpec]:
     """One ``RunSpec`` per protocol × style, each validated as a full ``DebateConfig``.
 
-    Labels are ``protocol`` when no styles are asked for (the config's own style), ``protocol-style``
-    otherwise. Validation happens before anything runs, so a typo fails in a second, not an hour in.
+    Labels are ``protocol`` when no styles are asked for, ``protocol-style`` otherwise. Without styles
+    the run uses ``default_style`` (the style the model answers reliably with, chosen per model by the
+    caller) unless the config sets ``prompt_style`` itself; without either, the config's default.
+    Validation happens before anything runs, so a typo fails in a second, not an hour in.
     """
     if not protocols:
         raise PlanError("no protocols given")
@@ -103,6 +114,8 @@ def plan_runs(protocols: Sequence[str], styles: Sequence[str] | None, base: dict
             values = {**shared, "protocol": protocol}
             if style is not None:
                 values["prompt_style"] = style
+            elif default_style is not None and "prompt_style" not in shared:
+                values["prompt_style"] = default_style
             try:
                 cfg = DebateConfig.model_validate(values)
             except ValidationError as exc:
@@ -133,7 +146,9 @@ def plan_request(request: EvalRequest) -> list[RunSpec]:
     """The runs of a request: a preset's run (and any ``--protocols`` next to it as baselines with the
     preset's shared settings) or the protocols × styles, plus a same-budget vote run per debate."""
     if request.preset is None:
-        specs = plan_runs(request.protocols, request.prompt_styles, request.base_config)
+        specs = plan_runs(
+            request.protocols, request.prompt_styles, request.base_config, request.default_style
+        )
     else:
         specs = plan_preset(request.preset, request.protocols, request.prompt_styles, request.base_config)
     if request.same_budget:

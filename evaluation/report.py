@@ -163,6 +163,18 @@ def judge_rule_agreement(transcripts: Iterable[DebateResult]) -> dict[str, Any]:
     return {"verdicts": n, "agreement": agree / n if n else None}
 
 
+# A run with more of its replies unreadable than this measures the prompt format more than the
+# protocol: the report says so above its tables.
+UNPARSEABLE_WARN = 0.05
+
+
+def unparseable_share(rates: dict[str, dict[str, float]]) -> float | None:
+    """Share of a run's LLM replies (every role: answers, selections, verdicts, votes) that could not
+    be parsed; None without transcripts."""
+    records = sum(v["records"] for v in rates.values())
+    return sum(v["errors"] for v in rates.values()) / records if records else None
+
+
 def run_metrics(
     spec: RunSpec,
     items: Sequence[Item],
@@ -225,7 +237,8 @@ def run_metrics(
             [a for a, _ in turn_answers], examples, [s for _, s in turn_answers], label
         ),
         "example_answers": list(examples),
-        "parse_errors": parse_error_rates(trans.values()),
+        "parse_errors": (rates := parse_error_rates(trans.values())),
+        "unparseable": unparseable_share(rates),
         "selection": selection_stats(trans.values()),
         "judge_rule": judge_rule_agreement(trans.values()),
         "accuracy_by_round": accuracy_by_round(by_id, trans, primary),
@@ -429,18 +442,20 @@ def render_markdown(report: dict[str, Any]) -> str:
         + ". Percentages are over finished (ok) items.",
         "",
         *_setup_lines(report),
-        "| run | ok | failed | pending | accuracy % | EM % | F1 % | contains % | judge % | Co2 % | Cons % "
-        "| rounds | calls/q | tokens/q | out tok/q | s/q |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *_unparseable_lines(report),
+        "| run | style | ok | failed | pending | accuracy % | EM % | F1 % | contains % | judge % | Co2 % "
+        "| Cons % | rounds | calls/q | tokens/q | out tok/q | s/q | unparseable % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         lines.append(
-            f"| {r['label']} | {r['ok']} | {r['failed']} | {r['pending']} | {_fmt(r['accuracy'], True)} "
+            f"| {r['label']} | {r['prompt_style']} | {r['ok']} | {r['failed']} | {r['pending']} "
+            f"| {_fmt(r['accuracy'], True)} "
             f"| {_fmt(r['em'], True)} | {_fmt(r['f1'], True)} | {_fmt(r['contains'], True)} "
             f"| {_fmt(r['judge_accuracy'], True)} | {_fmt(r['co2'], True)} | {_fmt(r['cons'], True)} "
             f"| {_fmt(r['avg_rounds'], digits=2)} | {_fmt(r['calls_per_q'], digits=2)} "
             f"| {_fmt(r['tokens_per_q'], digits=0)} | {_fmt(r['completion_tokens_per_q'], digits=0)} "
-            f"| {_fmt(r['seconds_per_q'], digits=2)} |"
+            f"| {_fmt(r['seconds_per_q'], digits=2)} | {_fmt(r.get('unparseable'), True)} |"
         )
     if any(r["kks_strict"] is not None for r in report["runs"]):
         lines += ["", "| run | KKS strict % | KKS smooth % |", "|---|---|---|"]
@@ -466,6 +481,30 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append("")
             lines.append("Failed items are retried when the same command is run again.")
     return "\n".join(lines) + "\n"
+
+
+def unparseable_warnings(report: dict[str, Any], threshold: float = UNPARSEABLE_WARN) -> list[str]:
+    """One warning per run whose share of unparseable replies is above ``threshold``."""
+    out = []
+    for r in report["runs"]:
+        share = r.get("unparseable")
+        if share is not None and share > threshold:
+            worst = max(r["parse_errors"].items(), key=lambda kv: kv[1]["rate"])
+            out.append(
+                f"{r['label']} ({r['prompt_style']} prompts): {100 * share:.1f} % of its replies could "
+                f"not be parsed (most: {worst[0]} {worst[1]['errors']}/{worst[1]['records']}); its "
+                f"accuracy measures the prompt format as much as the protocol — try the robust style"
+            )
+    return out
+
+
+def _unparseable_lines(report: dict[str, Any]) -> list[str]:
+    warnings = unparseable_warnings(report)
+    if not warnings:
+        return []
+    lines = [f"**Warning: more than {100 * UNPARSEABLE_WARN:.0f} % unparseable replies**", ""]
+    lines += [f"- {w}" for w in warnings]
+    return [*lines, ""]
 
 
 def _setup_lines(report: dict[str, Any]) -> list[str]:

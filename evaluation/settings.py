@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
@@ -26,6 +28,12 @@ class EvalSettings(ParleySettings):
     api_key: SecretStr | None = None
     api_poll_interval_s: float = Field(default=2.0, gt=0)
     api_timeout_s: float = Field(default=30.0, gt=0)
+    prompt_style: Literal["auto", "paper", "robust"] = Field(
+        default="auto",
+        description="prompt style of runs that name none (no --prompt-styles, --set prompt_style or "
+        "preset): auto = robust on the embedded models (what they answer reliably with), the papers' "
+        "wording on a configured endpoint or the gateway",
+    )
     bootstrap_samples: int = Field(default=10_000, ge=100)
     bootstrap_seed: int = 0
     max_consecutive_failures: int = Field(

@@ -1,0 +1,245 @@
+"""``parley eval --suite evidence``: both tiers over one folder, resumed after an interruption without
+redoing finished questions, and a report whose CIs are the bootstrap's arithmetic; plus the prompt
+style chosen per model and the warning about unparseable replies. A scripted LLM plays every role."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from evaluation.cli import default_prompt_style
+from evaluation.harness import EvalRequest, PlanError, evaluate, plan_request, plan_runs
+from evaluation.metrics import paired_bootstrap
+from evaluation.report import unparseable_warnings
+from evaluation.runner import budget_label
+from evaluation.scoring import Scores
+from evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
+from evaluation.suite import EVIDENCE, Suite, accuracy_ci, run_suite, suite_requests, write_suite_report
+from tests.evaluation.conftest import QUESTIONS, FixedPools, models_for, scripted_reply, write_jsonl
+from tests.support.scripted_llm import ScriptedLLM
+
+SMALL = Suite(
+    name="evidence",
+    summary="test sizes",
+    main=EVIDENCE.main,
+    extra=EVIDENCE.extra,
+    main_limit=4,
+    extra_limit=2,
+    debate="madke",
+    extra_config=EVIDENCE.extra_config,
+)
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def base_request(dataset: Path, out: Path, **kw: Any) -> EvalRequest:
+    return EvalRequest(
+        dataset=dataset,
+        out=out,
+        protocols=["madke"],
+        primary="contains",
+        bootstrap_samples=500,
+        progress=False,
+        default_style="robust",
+        **kw,
+    )
+
+
+@pytest.mark.integration  # the scripted LLM is a real HTTP server
+async def test_the_suite_runs_both_tiers_and_resumes_without_redoing(
+    nq_dataset: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "evidence"
+    main, extra = suite_requests(SMALL, base_request(nq_dataset, out))
+    assert (main.limit, extra.limit, main.same_budget, extra.same_budget) == (4, 2, True, False)
+    labels = [s.label for s in plan_request(main)] + [s.label for s in plan_request(extra)]
+    assert labels == ["rag", "single", "madke", budget_label("madke"), *EVIDENCE.extra]
+    pools = FixedPools()
+    with ScriptedLLM(latency_s=0.05) as llm:
+        llm.on(lambda body: True, scripted_reply)
+        models = models_for(llm.base_url)
+        task = asyncio.create_task(run_suite(SMALL, main, extra, evaluate, models=models, pool_builder=pools))
+        madke = out / "results" / "madke.jsonl"
+        while not (madke.exists() and any(r["status"] == "ok" for r in lines(madke))):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        task.cancel()  # Ctrl-C, SIGTERM or a stopped machine: the item in flight is dropped
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        before = {
+            label: {
+                r["id"]: r["finished_at"]
+                for r in lines(out / "results" / f"{label}.jsonl")
+                if r["status"] == "ok"
+            }
+            for label in ("rag", "single", "madke")
+        }
+        assert before["rag"] and before["madke"] and len(before["madke"]) < 4
+        builds = len(pools.calls)
+        report = await run_suite(SMALL, main, extra, evaluate, models=models, pool_builder=pools)
+    assert len(pools.calls) == builds  # the pools were kept: none built again
+    for label, done in before.items():
+        after = {r["id"]: r for r in lines(out / "results" / f"{label}.jsonl")}
+        for item_id, finished_at in done.items():
+            # the same record: not redone, not retried
+            assert after[item_id]["finished_at"] == finished_at and after[item_id]["attempt"] == 1
+    runs = {r["label"]: r for r in report["runs"]}
+    assert set(runs) == set(labels)
+    assert all(runs[x]["n"] == 4 for x in ("rag", "single", "madke", budget_label("madke")))
+    assert all(runs[x]["n"] == 2 for x in EVIDENCE.extra)
+    assert runs["madke"]["prompt_style"] == "robust" and runs["madke"]["setting"].startswith("Parley's:")
+    pairs = {(c["a"], c["b"]) for c in report["comparisons"]}
+    assert {("rag", "madke"), (budget_label("madke"), "madke"), ("single", "madke"), ("rag", "cot")} <= pairs
+    assert (out / "plots" / "cost_accuracy.png").stat().st_size > 10_000
+    text = (out / "suite.md").read_text()
+    assert "## Paired differences against rag and against vote-budget-madke" in text
+    assert "32B" in text and "Qwen1.5-72B-Chat" in text  # what the papers report, and at what size
+
+
+@pytest.mark.unit
+def test_suite_requests_refuse_what_they_would_ignore_and_take_the_paper_setting(tmp_path: Path) -> None:
+    dataset = write_jsonl(tmp_path / "nq.jsonl", QUESTIONS)
+    with pytest.raises(PlanError, match="drop --protocols"):
+        suite_requests(EVIDENCE, EvalRequest(dataset=dataset, out=tmp_path / "o", protocols=["single"]))
+    with pytest.raises(PlanError, match="cannot be larger"):
+        suite_requests(EVIDENCE, base_request(dataset, tmp_path / "o"), main_limit=50, extra_limit=60)
+    main, extra = suite_requests(EVIDENCE, base_request(dataset, tmp_path / "o"), paper_setting=True)
+    specs = {s.label: s for s in plan_request(main)}
+    assert set(specs) == {"madke", "rag", "single", budget_label("madke")}
+    madke = specs["madke"].config
+    # the paper's setting, exactly: 2 agents, ≤3 rounds, T=0.5, 5+5 items, ≤3 selected, Prompt 3.1, LLM judge
+    assert (madke["agents"], madke["rounds"], madke["temperature"], madke["k_wiki"], madke["k_web"]) == (
+        2,
+        3,
+        0.5,
+        5,
+        5,
+    )
+    assert (madke["max_selected"], madke["selection"], madke["prompt_style"], madke["judge"]) == (
+        3,
+        True,
+        "paper",
+        "llm",
+    )
+    assert all(s.prompt_style == "paper" for s in specs.values())
+    assert all(s.prompt_style == "paper" for s in plan_request(extra))
+    assert (
+        next(s for s in plan_request(extra) if s.label == "mallm").config["mallm"]["decision"] == "majority"
+    )
+    assert (main.limit, extra.limit) == (300, 100)
+
+
+@pytest.mark.unit
+def test_the_report_ci_arithmetic_on_fixed_results(tmp_path: Path) -> None:
+    """40 questions: RAG right on 10, MADKE on those 10 and 12 more, the vote on 16. Each accuracy's CI
+    and each paired difference are the bootstrap of exactly those 0/1 vectors."""
+    n = 40
+    rag = [1.0] * 10 + [0.0] * 30
+    madke = [1.0] * 22 + [0.0] * 18
+    vote = [1.0] * 16 + [0.0] * 24
+    single = [1.0] * 4 + [0.0] * 36
+    ws = Workspace(tmp_path / "fixed")
+    runs = {"rag": rag, "single": single, "madke": madke, budget_label("madke"): vote}
+    specs = [
+        RunSpec(
+            label=label,
+            protocol="self_consistency" if label.startswith("vote") else label,
+            prompt_style="robust",
+            config={"protocol": label, "prompt_style": "robust"},
+            budget_of="madke" if label.startswith("vote") else None,
+        )
+        for label in runs
+    ]
+    ws.save_manifest(Manifest(dataset="fixture", format="nq", primary="contains", runs=specs))
+    from evaluation.datasets import Item
+
+    ws.save_items([Item(id=f"q{i}", question=f"question {i}", answers=["x"]) for i in range(n)])
+    for label, values in runs.items():
+        for i, v in enumerate(values):
+            ws.write_result(
+                ResultRecord(
+                    id=f"q{i}",
+                    index=i,
+                    run=label,
+                    protocol=label,
+                    prompt_style="robust",
+                    status="ok",
+                    question=f"question {i}",
+                    gold=["x"],
+                    scores=Scores(em=v, f1=v, contains=v, correct=v),
+                    prompt_tokens=100 * (1 + i % 3),
+                    completion_tokens=10,
+                    seconds=1.5,
+                )
+            )
+    report = write_suite_report(ws, EVIDENCE, labels=list(runs), samples=2000, seed=3, plots=True)
+    by_label = {r["label"]: r for r in report["runs"]}
+    for label, values in runs.items():
+        r = by_label[label]
+        expected = paired_bootstrap([0.0] * n, values, samples=2000, seed=3)
+        assert r["accuracy"] == pytest.approx(sum(values) / n)
+        assert (r["ci_low"], r["ci_high"]) == (pytest.approx(expected.low), pytest.approx(expected.high))
+        # and it is the usual interval: within 3 points of p ± 1.96·sqrt(p(1−p)/n)
+        p = sum(values) / n
+        half = 1.96 * np.sqrt(p * (1 - p) / n)
+        assert r["ci_low"] == pytest.approx(p - half, abs=0.03) and r["ci_high"] == pytest.approx(
+            p + half, abs=0.03
+        )
+        assert r["tokens_per_q"] == pytest.approx(sum(100 * (1 + i % 3) + 10 for i in range(n)) / n)
+    diffs = {(c["a"], c["b"]): c for c in report["comparisons"]}
+    madke_rag = diffs[("rag", "madke")]
+    expected = paired_bootstrap(rag, madke, samples=2000, seed=3)
+    assert madke_rag["diff"] == pytest.approx(0.30) and madke_rag["n"] == n
+    assert (madke_rag["ci_low"], madke_rag["ci_high"]) == (
+        pytest.approx(expected.low),
+        pytest.approx(expected.high),
+    )
+    assert madke_rag["significant"] and madke_rag["ci_low"] > 0.1
+    vote_madke = diffs[(budget_label("madke"), "madke")]
+    assert vote_madke["diff"] == pytest.approx(0.15)
+    assert report["verdict"][0].startswith("madke beats RAG: +30.0 points")
+    assert any("madke beats the same-budget vote: +15.0 points" in v for v in report["verdict"])
+    assert accuracy_ci([], samples=100, seed=0) == (None, 0.0, 0.0)
+    assert (tmp_path / "fixed" / "plots" / "cost_accuracy.png").exists()
+    assert "| madke | 40 | 0 | 55.0 |" in (tmp_path / "fixed" / "suite.md").read_text()
+
+
+@pytest.mark.unit
+def test_eval_uses_the_style_each_model_answers_reliably_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PARLEY_LLM_BASE_URL", raising=False)
+    assert default_prompt_style("auto", api=False) == "robust"  # the embedded model
+    assert default_prompt_style("auto", api=True) == "paper"  # the gateway: its own configuration
+    assert default_prompt_style("paper", api=False) == "paper"
+    monkeypatch.setenv("PARLEY_LLM_BASE_URL", "http://gpu-box:8000/v1")
+    assert default_prompt_style("auto", api=False) == "paper"  # a configured endpoint
+    specs = plan_runs(["madke", "single"], None, {}, default_style="robust")
+    assert [(s.label, s.prompt_style) for s in specs] == [("madke", "robust"), ("single", "robust")]
+    assert specs[0].config["judge"] == "auto"  # resolves to both with the robust style
+    # a config or a preset that asks for the paper's wording keeps it
+    asked = plan_runs(["madke"], None, {"prompt_style": "paper"}, default_style="robust")
+    assert asked[0].prompt_style == "paper"
+
+
+@pytest.mark.unit
+def test_the_report_warns_about_unparseable_replies() -> None:
+    runs = [
+        {
+            "label": "madke-paper",
+            "prompt_style": "paper",
+            "unparseable": 0.31,
+            "parse_errors": {
+                "debater": {"records": 100, "errors": 40, "rate": 0.4},
+                "judge": {"records": 30, "errors": 0, "rate": 0.0},
+            },
+        },
+        {"label": "madke-robust", "prompt_style": "robust", "unparseable": 0.01, "parse_errors": {}},
+    ]
+    warnings = unparseable_warnings({"runs": runs})
+    assert len(warnings) == 1 and warnings[0].startswith("madke-paper (paper prompts): 31.0 %")
+    assert "debater 40/100" in warnings[0]
