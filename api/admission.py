@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 
-from api.problems import Problem
+from api.errors import Refused, StorageFull, StorageTooLarge
 from api.settings import ApiSettings
 from engine.config import DebateConfig
 from services.egress import parse_networks, refusal_as_written
@@ -24,13 +24,8 @@ from services.jobstore import BatchRecord, JobRecord, JobStore, stored_size
 from services.metrics import REFUSALS
 
 
-def refused(field: str, msg: str) -> Problem:
-    return Problem(
-        422,
-        f"{field}: {msg}",
-        type_="/problems/validation",
-        extra={"errors": [{"loc": field.split("."), "msg": msg, "type": "refused"}]},
-    )
+def refused(field: str, msg: str) -> Refused:
+    return Refused(field, msg)
 
 
 def private_target(url: str, allowed: Sequence[str]) -> str | None:
@@ -54,7 +49,7 @@ def admit_pool(config: DebateConfig, pool: list[Any] | None, *, field: str = "po
 
 
 def admit_config(config: DebateConfig, settings: ApiSettings, *, field: str = "config") -> DebateConfig:
-    """The config as it will run (budgets filled in), or a 422 ``Problem`` naming the refused field."""
+    """The config as it will run (budgets filled in), or ``Refused`` naming the refused field."""
     known = ", ".join(settings.llm_endpoints) or "none configured"
     for i, spec in enumerate(config.team or []):
         where = f"{field}.team.{i}"
@@ -111,18 +106,14 @@ async def admit_storage(
     adding = stored_size(jobs, batch)
     if adding > cap:
         REFUSALS.labels("storage", owner).inc()
-        raise Problem(
-            413,
-            f"this request would store about {adding} bytes, more than this key's storage limit of {cap}",
-            type_="/problems/storage-limit",
+        raise StorageTooLarge(
+            f"this request would store about {adding} bytes, more than this key's storage limit of {cap}"
         )
     kept, frees_in = await store.stored_bytes(owner)
     if kept + adding > cap:
         REFUSALS.labels("storage", owner).inc()
-        raise Problem(
-            429,
+        raise StorageFull(
             f"this key keeps about {kept} bytes in the job store; this request adds about {adding}, "
             f"over its storage limit of {cap}. Space frees as old jobs expire.",
-            type_="/problems/storage-limit",
-            headers={"Retry-After": str(frees_in)},
+            retry_after_s=frees_in,
         )

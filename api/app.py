@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from api.admission import storage_cap
+from api.config_schema import exact_schemas
 from api.deps import ApiState, State
 from api.enqueue import CeleryEnqueuer, Enqueuer
 from api.gate import AuthGateMiddleware
@@ -117,6 +118,7 @@ def create_app(
         openapi_url="/openapi.json",
     )
     install_problem_handlers(app, settings.retry_after_s)
+    _exact_config_schema(app, settings)
 
     # Malformed JSON is the client's syntax error (400), not a semantic one (422).
     previous = app.exception_handlers[RequestValidationError]
@@ -172,3 +174,18 @@ def create_app(
         return JSONResponse({"status": "ok"})
 
     return app
+
+
+def _exact_config_schema(app: FastAPI, settings: ApiSettings) -> None:
+    """The OpenAPI document's config and request schemas as this deployment admits them."""
+    generate = app.openapi
+    done: list[bool] = []
+
+    def openapi() -> dict[str, Any]:
+        document = generate()
+        if not done:
+            exact_schemas(document, settings)
+            done.append(True)
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]

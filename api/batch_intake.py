@@ -20,6 +20,8 @@ from pydantic import ValidationError
 
 from api.admission import admit_config, admit_pool
 from api.deps import ApiState
+from api.errors import InvalidBatch, MalformedJson, TooDeep
+from api.guards import StoredResponse
 from api.jsonlimits import (
     BatchDocument,
     NotABatch,
@@ -30,10 +32,9 @@ from api.jsonlimits import (
     parse_batch_json,
     too_deep,
 )
-from api.problems import Problem
 from api.schemas import BatchAccepted, BatchItem
 from api.settings import ApiSettings
-from api.submission import submit_jobs
+from api.submission import fingerprint, idempotent, submit_jobs
 from engine.config import DebateConfig
 from services.jobstore import BatchRecord, JobRecord, new_id
 from services.task_queue import QUEUE_BATCH
@@ -41,15 +42,13 @@ from services.task_queue import QUEUE_BATCH
 MAX_REPORTED_ERRORS = 20
 
 
-def invalid(detail: str, errors: list[dict[str, Any]] | None = None) -> Problem:
-    return Problem(
-        422, detail, type_="/problems/invalid-batch", extra={"errors": errors} if errors is not None else None
-    )
+def invalid(detail: str, errors: list[dict[str, Any]] | None = None) -> InvalidBatch:
+    return InvalidBatch(detail, errors=errors)
 
 
 def _parse_config(raw: Any) -> DebateConfig:
     try:
-        return DebateConfig.model_validate(raw or {})
+        return DebateConfig.model_validate(raw, strict=True)
     except ValidationError as exc:
         errs = [{"loc": ["config", *e["loc"]], "msg": e["msg"]} for e in exc.errors()]
         raise invalid(f"config: {errs[0]['msg']}", errs) from exc
@@ -66,7 +65,7 @@ def _validate_items(raw_items: list[tuple[int, Any]], max_items: int) -> list[Ba
     seen: dict[str, int] = {}
     for line, raw in raw_items:
         try:
-            item = BatchItem.model_validate(raw)
+            item = BatchItem.model_validate(raw, strict=True)
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
@@ -86,19 +85,19 @@ def _validate_items(raw_items: list[tuple[int, Any]], max_items: int) -> list[Ba
     return items
 
 
-def _too_many(max_items: int) -> Problem:
+def _too_many(max_items: int) -> InvalidBatch:
     return invalid(f"the batch has more than {max_items} items; the limit is {max_items}")
 
 
-def _too_many_values(settings: ApiSettings) -> Problem:
+def _too_many_values(settings: ApiSettings) -> InvalidBatch:
     return invalid(
         f"the batch body holds more than {settings.max_batch_values} JSON values, its limit "
         f"(a batch is at most {settings.max_batch_items} items)"
     )
 
 
-def _too_deep(where: str, limit: int) -> Problem:
-    return Problem(400, f"{where} nests deeper than {limit} levels", type_="/problems/too-deep")
+def _too_deep(where: str, limit: int) -> TooDeep:
+    return TooDeep(f"{where} nests deeper than {limit} levels")
 
 
 def _parse_jsonl(data: bytes, settings: ApiSettings) -> list[tuple[int, Any]]:
@@ -148,7 +147,7 @@ def _parse_json_body(data: bytes, settings: ApiSettings) -> BatchDocument:
     except NotABatch as exc:
         raise invalid(str(exc)) from None
     except ValueError as exc:
-        raise Problem(400, f"body is not JSON: {exc}", type_="/problems/malformed-json") from exc
+        raise MalformedJson(f"body is not JSON: {exc}") from exc
 
 
 T = TypeVar("T")
@@ -171,7 +170,7 @@ def _config_json(raw: str, settings: ApiSettings) -> Any:
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise Problem(400, f"config is not JSON: {exc}", type_="/problems/malformed-json") from exc
+        raise MalformedJson(f"config is not JSON: {exc}") from exc
 
 
 async def batch_from_upload(
@@ -237,6 +236,27 @@ async def submit_batch(
     await submit_jobs(state, owner, jobs, QUEUE_BATCH, batch)
     location = f"/v1/batches/{batch_id}"
     return BatchAccepted(batch_id=batch_id, status="queued", total=len(jobs), location=location)
+
+
+async def accept_batch(
+    state: ApiState,
+    owner: str,
+    items: list[BatchItem],
+    config: DebateConfig,
+    idempotency_key: str | None,
+    path: str,
+) -> StoredResponse:
+    """``POST /v1/batches`` after its body was read: the operator's limits, then the batch queued once
+    per ``Idempotency-Key`` (a repeat gets the first answer)."""
+    config = admit_batch(items, config, state.settings)
+
+    async def handler() -> StoredResponse:
+        accepted = await submit_batch(state, owner, items, config)
+        return StoredResponse(202, accepted.model_dump(), {"Location": accepted.location})
+
+    return await idempotent(
+        state, owner, idempotency_key, fingerprint(canonical(items, config), path), handler
+    )
 
 
 def canonical(items: list[BatchItem], config: DebateConfig) -> bytes:

@@ -1,8 +1,8 @@
-"""Reading and cancelling a batch (the service layer under ``GET``/``DELETE /v1/batches/{id}``).
+"""Reading and cancelling a batch (the service layer under ``GET /v1/batches/{id}`` and its cancel).
 
 Results stream as JSONL in input order straight from the job store, a chunk of jobs at a time, so a
-10,000-item batch never sits in memory as one document. Errors are ``Problem``s; this module reads no
-request and builds no response.
+10,000-item batch never sits in memory as one document. Errors are typed (``api.errors``); this
+module reads no request and builds no response.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from api.deps import ApiState
-from api.problems import Problem
+from api.errors import NotFound
 from api.schemas import BatchView
 from services.jobstore import ACTIVE, TERMINAL, BatchRecord, JobStore
 
@@ -21,7 +21,7 @@ async def owned_batch(state: ApiState, owner: str, batch_id: str) -> BatchRecord
     """The batch, if it exists and belongs to ``owner``; another key's batch is a 404 like a missing one."""
     batch = await state.store.get_batch(batch_id)
     if batch is None or batch.owner != owner:
-        raise Problem(404, f"no batch {batch_id!r}", type_="/problems/not-found")
+        raise NotFound(f"no batch {batch_id!r}")
     return batch
 
 
@@ -81,6 +81,20 @@ async def result_lines(store: JobStore, batch_id: str) -> AsyncIterator[bytes]:
         index += 1
         head = json.dumps(row, ensure_ascii=False)
         yield f'{head[:-1]}, "result": {result_json or "null"}}}\n'.encode()
+
+
+async def owned_results(state: ApiState, owner: str, batch_id: str) -> AsyncIterator[bytes]:
+    """The result lines of ``owner``'s batch; ``NotFound`` (raised here, before any line) otherwise."""
+    await owned_batch(state, owner, batch_id)
+    return result_lines(state.store, batch_id)
+
+
+async def cancel_owned_batch(state: ApiState, owner: str, batch_id: str) -> BatchView:
+    """Cancel every unfinished item of ``owner``'s batch and return the batch as it stands; finished
+    items keep their results, and the batch stays readable."""
+    await owned_batch(state, owner, batch_id)
+    await cancel_unfinished(state, batch_id)
+    return await batch_view(state, owner, batch_id)
 
 
 async def cancel_unfinished(state: ApiState, batch_id: str) -> None:

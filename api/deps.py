@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request, Security
+from fastapi import Depends, Header, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.enqueue import Enqueuer
@@ -64,3 +64,14 @@ async def get_owner(
 
 State = Annotated[ApiState, Depends(get_state)]
 Owner = Annotated[str, Depends(get_owner)]
+# An Idempotency-Key as the schema documents it: 1 to 255 characters (a longer one is refused with 422).
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        min_length=1,
+        max_length=255,
+        description="repeat the request safely: the first response is stored and replayed for 24 h; "
+        "the same key with another body is refused (422 /problems/idempotency-key-reused), while the "
+        "first is still running it is a 409 (/problems/idempotency-in-progress)",
+    ),
+]

@@ -19,6 +19,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.errors import IdempotencyInProgress, IdempotencyKeyInvalid, IdempotencyKeyReused
 from api.problems import Problem, problem_response
 from services.jobstore import DAY_S, RECORD_OVERHEAD, storage_key
 from services.metrics import REFUSALS
@@ -177,7 +178,7 @@ class Idempotency:
     async def begin(self, owner: str, key: str, fingerprint: str) -> StoredResponse | None:
         """Claim ``key``; returns the stored response when this is a replay."""
         if not key or len(key) > 255:
-            raise Problem(400, "Idempotency-Key must be 1..255 characters")
+            raise IdempotencyKeyInvalid("Idempotency-Key must be 1..255 characters")
         rkey = self._key(owner, key)
         claim = json.dumps({"state": "pending", "fp": fingerprint})
         if await self._redis.set(rkey, claim, nx=True, ex=self._pending_ttl):
@@ -188,17 +189,10 @@ class Idempotency:
             return None
         stored = json.loads(raw)
         if stored.get("fp") != fingerprint:
-            raise Problem(
-                422,
-                "Idempotency-Key was already used with a different request",
-                type_="/problems/idempotency-key-reused",
-            )
+            raise IdempotencyKeyReused("Idempotency-Key was already used with a different request")
         if stored.get("state") == "pending":
-            raise Problem(
-                409,
-                "a request with this Idempotency-Key is still being processed",
-                type_="/problems/idempotency-in-progress",
-                headers={"Retry-After": "1"},
+            raise IdempotencyInProgress(
+                "a request with this Idempotency-Key is still being processed", retry_after_s=1
             )
         return StoredResponse(stored["status"], stored["body"], stored.get("headers", {}))
 

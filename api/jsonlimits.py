@@ -133,7 +133,7 @@ def parse_batch_json(text: str, *, max_items: int, max_config_chars: int) -> Bat
         _refuse_non_object(decoder, text, i, max_items)
     i = _skip_ws(text, i + 1)
     items: list[Any] | None = None
-    config: Any = None
+    config: Any = {}  # absent: the defaults; an explicit null is refused like any non-object
     if text[i : i + 1] == "}":
         raise NotABatch("body must be an object with an 'items' list")
     while True:

@@ -1,10 +1,8 @@
 """RFC 9457 problem details: every error the API returns is ``application/problem+json``.
 
 Redis (or the broker) being down is a 503 with ``Retry-After``, never a 500: the request was fine and
-can simply be repeated later. The OpenAPI document says the same: every 4xx/5xx response is
-documented as a ``Problem`` (``document_problems``), with the statuses every authenticated route, body
-and ``Idempotency-Key`` can produce, so a client generated from the schema (or a fuzzer checking
-responses against it) meets no undocumented status or content type.
+can simply be repeated later. The OpenAPI document says the same (``api.openapi_doc``): every
+4xx/5xx response is documented as a ``Problem`` with the problem types it can carry.
 """
 
 from __future__ import annotations
@@ -20,7 +18,9 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from services.problem_details import PROBLEM_JSON, STATUS_TITLES, problem_response, validation_errors
+from api import errors
+from api.openapi_doc import finish_document
+from services.problem_details import STATUS_TITLES, problem_response, validation_errors
 
 log = logging.getLogger("parley.api")
 
@@ -47,6 +47,37 @@ class Problem(Exception):
         self.extra = extra or {}
 
 
+# The one mapping from the service layer's typed errors to HTTP: status and problem type.
+SERVICE_PROBLEMS: dict[type[errors.ServiceError], tuple[int, str]] = {
+    errors.NotFound: (404, "/problems/not-found"),
+    errors.AlreadyFinished: (409, "/problems/finished"),
+    errors.Invalid: (422, "/problems/validation"),
+    errors.Refused: (422, "/problems/validation"),
+    errors.InvalidBatch: (422, "/problems/invalid-batch"),
+    errors.TooDeep: (400, "/problems/too-deep"),
+    errors.MalformedJson: (400, "/problems/malformed-json"),
+    errors.TooManyJobs: (429, "/problems/too-many-jobs"),
+    errors.QuotaExceeded: (429, "/problems/quota-exceeded"),
+    errors.TooManyStreams: (429, "/problems/too-many-streams"),
+    errors.StorageTooLarge: (413, "/problems/storage-limit"),
+    errors.StorageFull: (429, "/problems/storage-limit"),
+    errors.IdempotencyKeyInvalid: (400, "/problems/idempotency-key-invalid"),
+    errors.IdempotencyKeyReused: (422, "/problems/idempotency-key-reused"),
+    errors.IdempotencyInProgress: (409, "/problems/idempotency-in-progress"),
+}
+
+
+def problem_of(exc: errors.ServiceError) -> Problem:
+    """The problem a service error is answered with (its class, or the nearest mapped base)."""
+    status, type_ = next(
+        (SERVICE_PROBLEMS[cls] for cls in type(exc).__mro__ if cls in SERVICE_PROBLEMS),
+        (500, "about:blank"),
+    )
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
+    extra = {"errors": exc.errors} if exc.errors is not None else None
+    return Problem(status, exc.detail, type_=type_, headers=headers, extra=extra)
+
+
 def unavailable(request: Request | None, retry_after_s: int, what: str) -> JSONResponse:
     return problem_response(
         request,
@@ -67,92 +98,6 @@ def allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
-PROBLEM_SCHEMA: dict[str, Any] = {
-    "title": "Problem",
-    "type": "object",
-    "description": "RFC 9457 problem details; validation problems list each field in `errors`",
-    "required": ["type", "title", "status", "detail"],
-    "properties": {
-        "type": {"type": "string", "description": "URI reference naming the kind of problem"},
-        "title": {"type": "string"},
-        "status": {"type": "integer", "minimum": 400, "maximum": 599},
-        "detail": {"type": "string"},
-        "instance": {"type": "string", "description": "the request path"},
-        "errors": {"type": "array", "items": {"type": "object"}},
-    },
-}
-
-# What each status means on this API, for responses a route does not describe itself.
-PROBLEM_DESCRIPTIONS = {
-    400: "malformed request: a body that is not JSON, or a header value this API cannot read",
-    401: "missing or unknown API key (WWW-Authenticate: Bearer)",
-    404: "unknown id, or one of another key",
-    409: "conflict with the resource's state, or an Idempotency-Key still in progress",
-    413: "request body over the size limit",
-    422: "invalid request; `errors` names each refused field",
-    429: "rate limit, active-job limit, daily token quota or failed-authentication limit (Retry-After)",
-    503: "the job store or broker is unavailable; retry after Retry-After seconds",
-}
-_RETRY_AFTER = {
-    "Retry-After": {
-        "description": "seconds to wait before retrying",
-        "required": True,
-        "schema": {"type": "integer", "minimum": 1},
-    }
-}
-
-
-def document_problems(openapi: dict[str, Any]) -> dict[str, Any]:
-    """Document the problem responses every operation can give, all as ``application/problem+json``.
-
-    Statuses come from what the request carries: a security requirement (401, 429), a body (400,
-    413, 422), an ``Idempotency-Key`` (400, 409, 422), parameters (422); every route reads Redis
-    (503). FastAPI's own ``HTTPValidationError`` 422 schema is replaced, since the handlers above
-    answer validation errors as problems.
-    """
-    components = openapi.setdefault("components", {}).setdefault("schemas", {})
-    components["Problem"] = PROBLEM_SCHEMA
-    for item in openapi.get("paths", {}).values():
-        for op in item.values():
-            if isinstance(op, dict) and "responses" in op:
-                _document_operation(op)
-    for unused in ("HTTPValidationError", "ValidationError"):
-        components.pop(unused, None)
-    return openapi
-
-
-def _problem_statuses(op: dict[str, Any]) -> set[int]:
-    """The problem statuses an operation can give, from what its request carries."""
-    statuses = {503}
-    if op.get("security"):
-        statuses |= {401, 429}
-    if op.get("requestBody"):
-        statuses |= {400, 413, 422}
-    params = op.get("parameters", [])
-    if params:
-        statuses.add(422)
-    headers = {p.get("name", "").lower() for p in params if p.get("in") == "header"}
-    if "idempotency-key" in headers:
-        statuses |= {400, 409, 422}
-    return statuses
-
-
-def _document_operation(op: dict[str, Any]) -> None:
-    problem_content = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
-    responses = op["responses"]
-    for status in _problem_statuses(op):
-        responses.setdefault(str(status), {})
-    for code, response in responses.items():
-        if not code.isdigit() or int(code) < 400:
-            continue
-        if response.get("description") in (None, "", "Additional Response"):
-            response["description"] = PROBLEM_DESCRIPTIONS.get(int(code), "problem")
-        response["content"] = problem_content
-        if int(code) in (429, 503):
-            response["headers"] = _RETRY_AFTER
-    op["responses"] = dict(sorted(responses.items()))
-
-
 def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
     """Map every exception the app can raise to a problem document, and say so in the schema."""
     _document_in_openapi(app)
@@ -168,6 +113,10 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
             headers=exc.headers,
             extra=exc.extra,
         )
+
+    @app.exception_handler(errors.ServiceError)
+    async def _service(request: Request, exc: errors.ServiceError) -> JSONResponse:
+        return await _problem(request, problem_of(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -217,7 +166,7 @@ def _document_in_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = document_problems(generate())
+            app.openapi_schema = finish_document(generate())
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

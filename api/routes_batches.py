@@ -7,30 +7,22 @@ idempotency is ``api/submission.py``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
 
-from api.batch_intake import (
-    admit_batch,
-    batch_from_json,
-    batch_from_upload,
-    canonical,
-    invalid,
-    items_from_jsonl,
-    submit_batch,
-)
-from api.batches import batch_view, cancel_unfinished, owned_batch, result_lines
-from api.deps import ApiState, Owner, State
-from api.guards import StoredResponse
+from api.batch_intake import accept_batch, batch_from_json, batch_from_upload, invalid, items_from_jsonl
+from api.batches import batch_view, cancel_owned_batch, owned_results
+from api.deps import ApiState, IdempotencyKey, Owner, State
+from api.openapi_doc import FRAMEWORK, problem
 from api.problems import Problem
 from api.schemas import BatchAccepted, BatchItem, BatchView
-from api.submission import fingerprint, idempotent
 from engine.config import DebateConfig
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
+NOT_FOUND = problem("unknown id, or a batch of another key", "/problems/not-found")
 
 
 def _item_schema() -> dict[str, Any]:
@@ -99,17 +91,27 @@ async def read_batch(request: Request, state: ApiState) -> tuple[list[BatchItem]
     response_model=BatchAccepted,
     openapi_extra=_BODY_DOC,
     responses={
-        415: {"description": "a body that is not JSON, JSONL or multipart"},
-        422: {"description": "invalid items (nothing queued)"},
-        429: {},
-        503: {},
+        400: problem(
+            "a body that is not JSON, nests too deep, or a multipart body that cannot be read", FRAMEWORK
+        ),
+        413: problem(
+            "request body over the size limit, or more than the key may store", "/problems/storage-limit"
+        ),
+        415: problem("a body that is not JSON, JSONL or multipart", FRAMEWORK),
+        422: problem("invalid items (nothing queued)", "/problems/invalid-batch"),
+        429: problem(
+            "rate, active-job, daily token or storage limit (Retry-After)",
+            "/problems/too-many-jobs",
+            "/problems/quota-exceeded",
+            "/problems/storage-limit",
+        ),
     },
 )
 async def create_batch(
     request: Request,
     state: State,
     owner: Owner,
-    idempotency_key: Annotated[str | None, Header()] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Queue a batch: a JSON ``items`` list or a JSONL upload (``file``) plus one ``config``.
 
@@ -118,18 +120,11 @@ async def create_batch(
     """
     await request.body()  # read first: Starlette then parses the form from this buffer
     items, config = await read_batch(request, state)
-    config = admit_batch(items, config, state.settings)
-
-    async def handler() -> StoredResponse:
-        accepted = await submit_batch(state, owner, items, config)
-        return StoredResponse(202, accepted.model_dump(), {"Location": accepted.location})
-
-    return await idempotent(
-        state, owner, idempotency_key, fingerprint(canonical(items, config), request.url.path), handler
-    )
+    out = await accept_batch(state, owner, items, config, idempotency_key, request.url.path)
+    return JSONResponse(out.body, status_code=out.status, headers=out.headers)
 
 
-@router.get("/{batch_id}", response_model=BatchView, responses={404: {}})
+@router.get("/{batch_id}", response_model=BatchView, responses={404: NOT_FOUND})
 async def get_batch(batch_id: str, state: State, owner: Owner) -> BatchView:
     """Counts per status and the share of items finished."""
     return await batch_view(state, owner, batch_id)
@@ -137,7 +132,7 @@ async def get_batch(batch_id: str, state: State, owner: Owner) -> BatchView:
 
 @router.get(
     "/{batch_id}/results",
-    responses={200: {"content": {"application/x-ndjson": {}}}, 404: {}},
+    responses={200: {"content": {"application/x-ndjson": {}}}, 404: NOT_FOUND},
     response_class=StreamingResponse,
 )
 async def batch_results(batch_id: str, state: State, owner: Owner) -> StreamingResponse:
@@ -146,13 +141,28 @@ async def batch_results(batch_id: str, state: State, owner: Owner) -> StreamingR
     Unfinished items appear with their current status and ``result: null``; fetch again when the
     batch status is ``completed``.
     """
-    await owned_batch(state, owner, batch_id)
-    return StreamingResponse(result_lines(state.store, batch_id), media_type="application/x-ndjson")
+    lines = await owned_results(state, owner, batch_id)
+    return StreamingResponse(lines, media_type="application/x-ndjson")
 
 
-@router.delete("/{batch_id}", response_model=BatchView, responses={404: {}})
+@router.post("/{batch_id}/cancel", response_model=BatchView, responses={404: NOT_FOUND})
 async def cancel_batch(batch_id: str, state: State, owner: Owner) -> BatchView:
-    """Cancel every unfinished item of the batch; finished items keep their results."""
-    await owned_batch(state, owner, batch_id)
-    await cancel_unfinished(state, batch_id)
-    return await batch_view(state, owner, batch_id)
+    """Cancel every unfinished item of the batch; finished items keep their results.
+
+    The batch and its items stay readable (cancelled items with status ``cancelled``) until they
+    expire like any finished job.
+    """
+    return await cancel_owned_batch(state, owner, batch_id)
+
+
+@router.delete(
+    "/{batch_id}",
+    response_model=BatchView,
+    responses={404: NOT_FOUND},
+    deprecated=True,
+    summary="Cancel Batch (alias of POST /v1/batches/{batch_id}/cancel)",
+)
+async def cancel_batch_alias(batch_id: str, state: State, owner: Owner) -> BatchView:
+    """Kept for clients written before ``POST /v1/batches/{batch_id}/cancel``, which it is the same as:
+    it cancels the unfinished items, it deletes nothing. The batch stays readable."""
+    return await cancel_owned_batch(state, owner, batch_id)

@@ -6,57 +6,51 @@ Each route is HTTP in, a call into ``api/submission.py`` (intake, idempotency, o
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 
-from api.deps import Owner, State
-from api.guards import StoredResponse
-from api.problems import Problem
+from api.deps import IdempotencyKey, Owner, State
+from api.openapi_doc import problem
 from api.schemas import Accepted, DebateRequest, JobView
-from api.streams import SlottedEventSource, job_events, valid_stream_id
-from api.submission import (
-    admit_debate,
-    cancel_owned_debate,
-    fingerprint,
-    idempotent,
-    job_view,
-    owned_job,
-    submit_debate,
-)
+from api.streams import EVENT_ID_PATTERN, SlottedEventSource, sse_fields
+from api.submission import accept_debate, cancel_owned_debate, job_view, open_events, owned_job
 from services.jobstore import JobFull
 
 router = APIRouter(prefix="/v1/debates", tags=["debates"])
 
-NOT_FOUND = {"model": None, "description": "unknown id, or a job of another key (problem+json)"}
+NOT_FOUND = problem("unknown id, or a job of another key", "/problems/not-found")
+# What submitting can meet besides validation: the key's limits (active jobs, daily tokens, storage).
+LIMITS = problem(
+    "rate, active-job, daily token or storage limit (Retry-After)",
+    "/problems/too-many-jobs",
+    "/problems/quota-exceeded",
+    "/problems/storage-limit",
+)
+STORAGE = problem(
+    "request body over the size limit, or more than the key may store", "/problems/storage-limit"
+)
 
 
 @router.post(
     "",
     status_code=202,
     response_model=Accepted,
-    responses={429: {"description": "rate or queue limit (Retry-After)"}, 503: {"description": "Redis down"}},
+    responses={413: STORAGE, 429: LIMITS},
 )
 async def create_debate(
     body: DebateRequest,
     request: Request,
     state: State,
     owner: Owner,
-    idempotency_key: Annotated[str | None, Header()] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Queue one debate; answers 202 with the job id and a ``Location`` to poll."""
-    config = admit_debate(state, body)
-
-    async def handler() -> StoredResponse:
-        job = await submit_debate(state, owner, body, config)
-        location = f"/v1/debates/{job.job_id}"
-        accepted = Accepted(job_id=job.job_id, status="queued", location=location)
-        return StoredResponse(202, accepted.model_dump(), {"Location": location})
-
     raw = await request.body()
-    return await idempotent(state, owner, idempotency_key, fingerprint(raw, request.url.path), handler)
+    out = await accept_debate(state, owner, body, raw, idempotency_key, request.url.path)
+    return JSONResponse(out.body, status_code=out.status, headers=out.headers)
 
 
 def job_response(found: JobFull, status_code: int = 200) -> Response:
@@ -77,14 +71,33 @@ async def get_debate(job_id: str, state: State, owner: Owner) -> Response:
     return job_response(await owned_job(state, owner, job_id, with_result=True))
 
 
+CANCEL_RESPONSES: dict[int | str, dict[str, Any]] = {
+    404: NOT_FOUND,
+    409: problem("the debate had already finished; nothing to cancel", "/problems/finished"),
+}
+
+
+@router.post("/{job_id}/cancel", response_model=JobView, response_class=Response, responses=CANCEL_RESPONSES)
+async def cancel_debate(job_id: str, state: State, owner: Owner) -> Response:
+    """Cancel a queued or running debate; a running worker notices within a second and stops.
+
+    The debate stays readable (``GET /v1/debates/{id}`` answers it with status ``cancelled``) until
+    it expires like any finished job.
+    """
+    return job_response(await cancel_owned_debate(state, owner, job_id))
+
+
 @router.delete(
     "/{job_id}",
     response_model=JobView,
     response_class=Response,
-    responses={404: NOT_FOUND, 409: {"description": "finished"}},
+    responses=CANCEL_RESPONSES,
+    deprecated=True,
+    summary="Cancel Debate (alias of POST /v1/debates/{job_id}/cancel)",
 )
-async def cancel_debate(job_id: str, state: State, owner: Owner) -> Response:
-    """Cancel a queued or running debate; a running worker notices within a second and stops."""
+async def cancel_debate_alias(job_id: str, state: State, owner: Owner) -> Response:
+    """Kept for clients written before ``POST /v1/debates/{job_id}/cancel``, which it is the same as:
+    it cancels, it deletes nothing. The debate stays readable with status ``cancelled``."""
     return job_response(await cancel_owned_debate(state, owner, job_id))
 
 
@@ -92,9 +105,10 @@ async def cancel_debate(job_id: str, state: State, owner: Owner) -> Response:
     "/{job_id}/events",
     responses={
         200: {"content": {"text/event-stream": {}}},
-        400: {"description": "Last-Event-ID (or after) is not an event id of this API"},
         404: NOT_FOUND,
-        429: {"description": "too many open event streams for this key or server (Retry-After)"},
+        429: problem(
+            "too many open event streams for this key or server (Retry-After)", "/problems/too-many-streams"
+        ),
     },
     response_class=EventSourceResponse,
 )
@@ -103,24 +117,21 @@ async def debate_events(
     request: Request,
     state: State,
     owner: Owner,
-    last_event_id: Annotated[str | None, Header()] = None,
-    after: Annotated[str | None, Query(description="resume after this event id (= Last-Event-ID)")] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(pattern=EVENT_ID_PATTERN, description="resume after this event id (as the stream sent it)"),
+    ] = None,
+    after: Annotated[
+        str | None,
+        Query(pattern=EVENT_ID_PATTERN, description="resume after this event id (= Last-Event-ID)"),
+    ] = None,
 ) -> EventSourceResponse:
     """Server-Sent Events of the job; reconnect with ``Last-Event-ID`` to resume without gaps.
 
     The stream ends after ``job.completed``, ``job.failed`` or ``job.cancelled``.
     """
-    await owned_job(state, owner, job_id)
     start = last_event_id or after or "0-0"
-    if not valid_stream_id(start):
-        raise Problem(400, f"Last-Event-ID {start!r} is not an event id of this API")
-    # The stream reads through the event streams' own Redis pool; a slot per stream caps them.
-    slot = await state.streams.acquire(owner)
-    events = job_events(
-        state.event_store,
-        job_id,
-        start,
-        block_ms=state.settings.sse_block_ms,
-        disconnected=request.is_disconnected,
+    slot, events = await open_events(state, owner, job_id, start, request.is_disconnected)
+    return SlottedEventSource(
+        sse_fields(events), ping=int(state.settings.sse_ping_s), slots=state.streams, slot=slot
     )
-    return SlottedEventSource(events, ping=int(state.settings.sse_ping_s), slots=state.streams, slot=slot)

@@ -1,20 +1,14 @@
-"""``GET /v1/debates`` and ``GET /v1/batches``: the caller's recent jobs and batches, newest first.
-
-Both read the per-owner listing indexes of the job store, so a key only ever lists its own work.
-Pages are cursor-based: ``before`` is the last id of the previous page (``next_before``), which stays
-correct while new jobs arrive at the top; an offset would shift under them.
-"""
+"""``GET /v1/debates`` and ``GET /v1/batches``: the caller's recent jobs and batches, newest first
+(``api/listing.py``; pages by cursor, ``before`` = the previous page's ``next_before``)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field
 
-from api.batches import batch_status
 from api.deps import Owner, State
-from services.jobstore import TERMINAL, JobStatus
+from api.listing import BatchList, DebateList, recent_batches, recent_debates
 
 router = APIRouter(tags=["listing"])
 
@@ -27,81 +21,13 @@ Before = Annotated[
 ]
 
 
-class DebateSummary(BaseModel):
-    """One line of the job list: enough to find a debate, not its result."""
-
-    job_id: str
-    status: JobStatus
-    question: str
-    protocol: str = Field(description="the config's protocol")
-    created_at: float
-    finished_at: float | None = None
-    batch_id: str | None = None
-    item_id: str | None = None
-    error: str | None = None
-
-
-class DebateList(BaseModel):
-    items: list[DebateSummary]
-    next_before: str | None = Field(description="pass as `before` for the next page; null on the last")
-
-
-class BatchSummary(BaseModel):
-    batch_id: str
-    status: str = Field(description="queued, running, completed (every item finished)")
-    protocol: str
-    total: int
-    counts: dict[str, int]
-    progress: float = Field(ge=0, le=1, description="share of items finished")
-    created_at: float
-
-
-class BatchList(BaseModel):
-    items: list[BatchSummary]
-    next_before: str | None = Field(description="pass as `before` for the next page; null on the last")
-
-
-def _protocol(config: dict[str, Any]) -> str:
-    return str(config.get("protocol") or "madke")
-
-
 @router.get("/v1/debates", response_model=DebateList, responses={422: {"description": "bad limit"}})
 async def list_debates(state: State, owner: Owner, limit: Limit = 20, before: Before = None) -> DebateList:
     """The caller's recent debates (single and batch items), newest first."""
-    jobs = await state.store.list_jobs(owner, limit, before)
-    items = [
-        DebateSummary(
-            job_id=j.job_id,
-            status=j.status,
-            question=j.question,
-            protocol=_protocol(j.config),
-            created_at=j.created_at,
-            finished_at=j.finished_at,
-            batch_id=j.batch_id,
-            item_id=j.item_id,
-            error=j.error,
-        )
-        for j in jobs
-    ]
-    return DebateList(items=items, next_before=items[-1].job_id if len(items) == limit else None)
+    return await recent_debates(state, owner, limit, before)
 
 
 @router.get("/v1/batches", response_model=BatchList, responses={422: {"description": "bad limit"}})
 async def list_batches(state: State, owner: Owner, limit: Limit = 20, before: Before = None) -> BatchList:
     """The caller's recent batches with their counts per status, newest first."""
-    items: list[BatchSummary] = []
-    for batch in await state.store.list_batches(owner, limit, before):
-        counts = await state.store.batch_counts(batch.batch_id)
-        finished = sum(counts[s] for s in TERMINAL)
-        items.append(
-            BatchSummary(
-                batch_id=batch.batch_id,
-                status=batch_status(counts, batch.total),
-                protocol=_protocol(batch.config),
-                total=batch.total,
-                counts=counts,
-                progress=round(finished / batch.total, 4) if batch.total else 1.0,
-                created_at=batch.created_at,
-            )
-        )
-    return BatchList(items=items, next_before=items[-1].batch_id if len(items) == limit else None)
+    return await recent_batches(state, owner, limit, before)

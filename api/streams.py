@@ -1,4 +1,6 @@
-"""Caps on open event streams (SSE): per API process in memory, per key in Redis across replicas.
+"""Event streams: the one reader of a job's events (``JobEventReader``) and the caps on open streams.
+
+Caps on open event streams (SSE): per API process in memory, per key in Redis across replicas.
 
 A stream holds one connection of the SSE Redis pool (its blocking ``XREAD``) for as long as it is
 open, so the per-process cap is also that pool's size, and streams never take connections from the
@@ -17,6 +19,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
@@ -25,9 +28,9 @@ from redis.backoff import EqualJitterBackoff
 from sse_starlette.sse import EventSourceResponse
 from starlette.types import Receive, Scope, Send
 
-from api.problems import Problem
+from api.errors import TooManyStreams
 from api.settings import ApiSettings
-from services.jobstore import TERMINAL, TERMINAL_EVENTS, JobStore
+from services.jobstore import TERMINAL, TERMINAL_EVENTS, Event, JobStore
 from services.metrics import REFUSALS
 
 log = logging.getLogger("parley.api")
@@ -93,7 +96,7 @@ class StreamSlot:
 
 
 class StreamSlots:
-    """Hands out stream slots; ``acquire`` raises a 429 problem with ``Retry-After`` past either cap."""
+    """Hands out stream slots; ``acquire`` raises ``TooManyStreams`` (with a wait) past either cap."""
 
     def __init__(
         self,
@@ -110,18 +113,16 @@ class StreamSlots:
         self.per_key = per_key
         self.per_process = per_process
         self.slot_ttl_s = slot_ttl_s
-        self._retry_after = str(retry_after_s)
+        self._retry_after = retry_after_s
         self._acquire = redis.register_script(_ACQUIRE_LUA)
         self.open = 0
 
     def _key(self, owner: str) -> str:
         return f"{self._prefix}:streams:{owner}"
 
-    def _refused(self, detail: str, owner: str) -> Problem:
+    def _refused(self, detail: str, owner: str) -> TooManyStreams:
         REFUSALS.labels("streams", owner).inc()
-        return Problem(
-            429, detail, type_="/problems/too-many-streams", headers={"Retry-After": self._retry_after}
-        )
+        return TooManyStreams(detail, retry_after_s=self._retry_after)
 
     async def acquire(self, owner: str) -> StreamSlot:
         if self.open >= self.per_process:
@@ -191,34 +192,87 @@ class SlottedEventSource(EventSourceResponse):
                 await self._slots.release(self._slot)
 
 
-def valid_stream_id(value: str) -> bool:
-    """Whether ``value`` is a Redis stream id (``ms`` or ``ms-seq``), the only ``Last-Event-ID`` we issue."""
-    head, _, tail = value.partition("-")
-    return head.isdigit() and (tail == "" or tail.isdigit())
+# An event id as this API issues it: a Redis stream id, ``ms-seq`` (or ``ms``), each part a 64-bit
+# number; at most 19 digits each keeps any value the schema allows within what Redis reads.
+EVENT_ID_PATTERN = r"^[0-9]{1,19}(-[0-9]{1,19})?$"
 
 
-async def job_events(
-    store: JobStore,
-    job_id: str,
-    start: str,
-    *,
-    block_ms: int,
-    disconnected: Callable[[], Awaitable[bool]],
-) -> AsyncIterator[dict[str, str]]:
-    """A job's events after ``start`` as SSE fields, ending after its terminal event (or when the job
-    is already finished or gone, or the client left)."""
-    cursor = start
-    while True:
-        events = await store.read_events(job_id, cursor, block_ms=block_ms)
-        for ev in events:
-            cursor = ev.id
+class JobEventReader:
+    """The one reader of a job's event stream: the SSE route, the OpenAI-compatible stream and its
+    blocking wait all follow a job through it (and MCP progress arrives over the SSE route).
+
+    ``events()`` yields the events after ``start`` and ends after the terminal event, when the job is
+    already finished or gone, or when ``disconnected`` says the client left (``client_left``).
+    ``outcome`` is then the job's terminal status (None if the job is gone or the client left).
+    ``between`` runs after every read (a stream renews its slot there).
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        job_id: str,
+        start: str = "0-0",
+        *,
+        block_ms: int,
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
+        between: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.start = start
+        self.block_ms = block_ms
+        self.disconnected = disconnected
+        self.between = between
+        self.outcome: str | None = None
+        self.client_left = False
+
+    async def events(self) -> AsyncIterator[Event]:
+        cursor = self.start
+        while True:
+            events = await self.store.read_events(self.job_id, cursor, block_ms=self.block_ms)
+            for ev in events:
+                cursor = ev.id
+                yield ev
+                if ev.type in TERMINAL_EVENTS:
+                    self.outcome = ev.type.removeprefix("job.")
+                    return
+            if not events:
+                job = await self.store.get_job(self.job_id)
+                if job is None or job.status in TERMINAL:
+                    # Resumed after the terminal event (or the job expired): nothing more will come.
+                    self.outcome = job.status if job is not None else None
+                    return
+                if self.disconnected is not None and await self.disconnected():
+                    self.client_left = True
+                    return
+            if self.between is not None:
+                await self.between()
+
+
+def sse_fields(events: AsyncIterator[Event]) -> AsyncIterator[dict[str, str]]:
+    """Events as the fields of Server-Sent Events (``id``, ``event``, ``data``)."""
+
+    async def fields() -> AsyncIterator[dict[str, str]]:
+        async for ev in events:
             yield {"id": ev.id, "event": ev.type, "data": json.dumps(ev.data)}
-            if ev.type in TERMINAL_EVENTS:
-                return
-        if not events:
-            job = await store.get_job(job_id)
-            if job is None or job.status in TERMINAL:
-                # Resumed after the terminal event (or the job expired): nothing more will come.
-                return
-            if await disconnected():
-                return
+
+    return fields()
+
+
+class CancellingEventSource(SlottedEventSource):
+    """An event stream that runs ``on_end`` however it ends: after a finished job that is a no-op,
+    after a client that went away it cancels the job nobody is waiting for any more."""
+
+    def __init__(self, *args: Any, on_end: Callable[[], Awaitable[object]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_end = on_end
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await asyncio.wait_for(self._on_end(), timeout=5)
+                except Exception as exc:  # the store may be down; the sweeper ends orphaned jobs
+                    log.warning("could not cancel the job of a closed chat completion: %s", exc)

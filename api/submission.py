@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
 
 from api.admission import admit_config, admit_pool, admit_storage
 from api.deps import ApiState
+from api.errors import AlreadyFinished, Invalid, NotFound, QuotaExceeded, TooManyJobs
 from api.guards import StoredResponse
-from api.problems import Problem
-from api.schemas import DebateRequest, JobView, Progress
+from api.schemas import Accepted, DebateRequest, JobView, Progress
+from api.streams import JobEventReader, StreamSlot
 from engine.config import DebateConfig
-from services.jobstore import ACTIVE, BatchRecord, JobFull, JobRecord, new_id, usage_day
+from services.jobstore import ACTIVE, BatchRecord, Event, JobFull, JobRecord, new_id, usage_day
 from services.metrics import REFUSALS
 from services.task_queue import QUEUE_INTERACTIVE
 
@@ -38,22 +39,36 @@ async def idempotent(
     key: str | None,
     fp: str,
     handler: Callable[[], Awaitable[StoredResponse]],
-) -> JSONResponse:
-    """Run ``handler`` once per ``Idempotency-Key``; later requests with the key get its response."""
+) -> StoredResponse:
+    """Run ``handler`` once per ``Idempotency-Key``; later requests with the key get its response
+    (its headers then say ``Idempotent-Replayed: true``)."""
     if key is None:
-        out = await handler()
-        return JSONResponse(out.body, status_code=out.status, headers=out.headers)
+        return await handler()
     stored = await state.idempotency.begin(owner, key, fp)
     if stored is not None:
         headers = {**stored.headers, "Idempotent-Replayed": "true"}
-        return JSONResponse(stored.body, status_code=stored.status, headers=headers)
+        return StoredResponse(stored.status, stored.body, headers)
     try:
         out = await handler()
     except BaseException:
         await state.idempotency.abandon(owner, key)
         raise
     await state.idempotency.finish(owner, key, fp, out)
-    return JSONResponse(out.body, status_code=out.status, headers=out.headers)
+    return out
+
+
+def strictly(model: type[BaseModel], raw: bytes) -> None:
+    """``Invalid`` unless ``raw`` is ``model`` exactly as the schema says: no ``false`` taken for the
+    number 0, no ``"2"`` for the integer 2 (the lax parse that built the request allows both)."""
+    try:
+        model.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        found = [
+            {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+            for e in exc.errors(include_url=False)
+        ]
+        where = ".".join(str(p) for p in found[0]["loc"][1:])
+        raise Invalid(f"{where + ': ' if where else ''}{found[0]['msg']}", errors=found) from exc
 
 
 def seconds_to_next_day(now: float | None = None) -> int:
@@ -78,13 +93,11 @@ async def submit_jobs(
     if await state.store.reserve_tokens(owner, day, amount, quota) is None:
         used = await state.store.usage(owner, day)
         REFUSALS.labels("quota", owner).inc()
-        raise Problem(
-            429,
+        raise QuotaExceeded(
             f"this key's daily token quota of {quota} would be exceeded: {used.tokens} used and "
             f"{used.reserved} reserved today; this request reserves {amount} ({len(jobs)} job(s) x "
             f"{per_job} budget tokens). Ask for a smaller budget_tokens or wait for the next UTC day.",
-            type_="/problems/quota-exceeded",
-            headers={"Retry-After": str(seconds_to_next_day())},
+            retry_after_s=seconds_to_next_day(),
         )
     jobs = [j.model_copy(update={"reserved_tokens": per_job, "usage_day": day}) for j in jobs]
     try:
@@ -103,7 +116,7 @@ async def submit_jobs(
 
 
 def admit_debate(state: ApiState, body: DebateRequest, *, field: str = "config") -> DebateConfig:
-    """The request's config as it will run (operator endpoints, budgets, pool checked), or a 422.
+    """The request's config as it will run (operator endpoints, budgets, pool checked), or ``Refused``.
 
     ``field`` names the config in refusals (``parley`` on the OpenAI-compatible route).
     """
@@ -128,23 +141,39 @@ async def submit_debate(state: ApiState, owner: str, body: DebateRequest, config
     return job
 
 
+async def accept_debate(
+    state: ApiState, owner: str, body: DebateRequest, raw: bytes, idempotency_key: str | None, path: str
+) -> StoredResponse:
+    """``POST /v1/debates``: the config admitted, then the debate queued once per ``Idempotency-Key``
+    (a repeat with the same body gets the first answer); 202 with the job's ``Location``."""
+    strictly(DebateRequest, raw)
+    config = admit_debate(state, body)
+
+    async def handler() -> StoredResponse:
+        job = await submit_debate(state, owner, body, config)
+        location = f"/v1/debates/{job.job_id}"
+        accepted = Accepted(job_id=job.job_id, status="queued", location=location)
+        return StoredResponse(202, accepted.model_dump(), {"Location": location})
+
+    return await idempotent(state, owner, idempotency_key, fingerprint(raw, path), handler)
+
+
 async def check_capacity(state: ApiState, owner: str, adding: int) -> None:
-    """429 when the owner's unfinished jobs plus ``adding`` exceed the per-key limit."""
+    """``TooManyJobs`` when the owner's unfinished jobs plus ``adding`` exceed the per-key limit."""
     limit = state.settings.max_active_jobs_per_key
     active = await state.store.active_count(owner)
     if active + adding > limit:
-        raise Problem(
-            429,
+        raise TooManyJobs(
             f"this key has {active} unfinished jobs; adding {adding} would exceed its limit of {limit}",
-            type_="/problems/too-many-jobs",
-            headers={"Retry-After": "30"},
+            retry_after_s=30,
         )
 
 
 async def owned_job(state: ApiState, owner: str, job_id: str, *, with_result: bool = False) -> JobFull:
+    """The job if ``owner`` has it; ``NotFound`` for a missing one and for another key's alike."""
     found = (await state.store.get_jobs([job_id], with_result=with_result))[0]
     if found is None or found.job.owner != owner:
-        raise Problem(404, f"no debate {job_id!r}", type_="/problems/not-found")
+        raise NotFound(f"no debate {job_id!r}")
     return found
 
 
@@ -157,18 +186,28 @@ async def cancel_job(state: ApiState, job_id: str, reason: str) -> bool:
 
 
 async def cancel_owned_debate(state: ApiState, owner: str, job_id: str) -> JobFull:
-    """Cancel ``owner``'s debate and return it as it stands; 404 for another key's or a missing job,
-    409 when it had already finished (a completed result is never overwritten)."""
+    """Cancel ``owner``'s debate and return it as it stands; ``NotFound`` for another key's or a
+    missing job, ``AlreadyFinished`` when it had finished (a completed result is never overwritten)."""
     await owned_job(state, owner, job_id)
     ok = await cancel_job(state, job_id, "cancelled by the client")
     found = await owned_job(state, owner, job_id, with_result=True)
     if not ok and found.job.status != "cancelled":
-        raise Problem(
-            409,
-            f"debate {job_id!r} already {found.job.status}; nothing to cancel",
-            type_="/problems/finished",
-        )
+        raise AlreadyFinished(f"debate {job_id!r} already {found.job.status}; nothing to cancel")
     return found
+
+
+async def open_events(
+    state: ApiState, owner: str, job_id: str, start: str, disconnected: Callable[[], Awaitable[bool]]
+) -> tuple[StreamSlot, AsyncIterator[Event]]:
+    """``owner``'s job's events after ``start`` (``NotFound`` otherwise), read through the event
+    streams' own Redis pool under a stream slot (``TooManyStreams`` past the caps); the caller's
+    stream gives the slot back when it ends."""
+    await owned_job(state, owner, job_id)
+    slot = await state.streams.acquire(owner)
+    reader = JobEventReader(
+        state.event_store, job_id, start, block_ms=state.settings.sse_block_ms, disconnected=disconnected
+    )
+    return slot, reader.events()
 
 
 def job_view(job: JobRecord, result: dict[str, Any] | None) -> JobView:

@@ -212,7 +212,7 @@ class AsyncParleyClient:
 
     async def cancel(self, job_id: str) -> JobView:
         """Cancel a queued or running debate; a finished one is a ``ParleyError`` with status 409."""
-        return JobView.model_validate(await self._json("DELETE", f"/v1/debates/{job_id}"))
+        return JobView.model_validate(await self._json("POST", f"/v1/debates/{job_id}/cancel"))
 
     async def events(self, job_id: str, *, last_event_id: str | None = None) -> AsyncIterator[DebateEvent]:
         """The job's Server-Sent Events until it ends; ``last_event_id`` resumes after that event."""
@@ -279,7 +279,7 @@ class AsyncParleyClient:
         return BatchView.model_validate(await self._json("GET", f"/v1/batches/{batch_id}"))
 
     async def cancel_batch(self, batch_id: str) -> BatchView:
-        return BatchView.model_validate(await self._json("DELETE", f"/v1/batches/{batch_id}"))
+        return BatchView.model_validate(await self._json("POST", f"/v1/batches/{batch_id}/cancel"))
 
     async def wait_batch(
         self,

@@ -398,7 +398,7 @@
     cancel.addEventListener("click", async () => {
       cancel.disabled = true;
       try {
-        const after = await api(`/v1/debates/${enc(jobId)}`, { method: "DELETE", signal: v.signal });
+        const after = await api(`/v1/debates/${enc(jobId)}/cancel`, { method: "POST", signal: v.signal });
         state.status = after.status;
         renderStatus();
       } catch (err) {
@@ -1008,7 +1008,7 @@
       on: {
         click: async () => {
           try {
-            await api(`/v1/batches/${enc(batchId)}`, { method: "DELETE", signal: v.signal });
+            await api(`/v1/batches/${enc(batchId)}/cancel`, { method: "POST", signal: v.signal });
           } catch (err) {
             showError(err.message);
           }

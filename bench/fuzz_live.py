@@ -1,0 +1,123 @@
+"""Schemathesis from the outside, with every check, against a live stack: the gateway's OpenAPI
+document must say exactly what the API accepts and answers.
+
+Starts a private redis-server, a Celery worker process answering from the scripted LLM, and the
+gateway under uvicorn (one key, an operator endpoint named ``small``, small per-job budgets so every
+accepted debate ends within a second), then runs the schemathesis command line (``st run``, a process
+of its own that knows only the URL) with ``--checks all`` and prints its summary. The exit status is
+schemathesis's: 0 when no check failed.
+
+    .venv/bin/python bench/fuzz_live.py                       # 100 examples per operation
+    .venv/bin/python bench/fuzz_live.py --max-examples 20 --seed 7
+    .venv/bin/python bench/fuzz_live.py --serve               # only start the stack and wait (Ctrl-C)
+
+docs/fuzzing.md records the command and its last summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from api.guards import hash_key
+from api.settings import ApiSettings
+from parley_testing.processes import ROOT, ApiServer, RedisServer, WorkerProcess, worker_env
+from parley_testing.scripted_llm import JUDGE, SELECT, SUMMARY, ClosedPort, ScriptedLLM
+
+KEY = "fuzz-secret-key"
+
+
+def stack_settings(redis_url: str) -> ApiSettings:
+    return ApiSettings(
+        redis_url=redis_url,
+        keys={"fuzzer": hash_key(KEY)},
+        retry_after_s=2,
+        llm_endpoints=["small"],
+        # Fuzzing sends hundreds of requests a minute; the rate limit is not what is tested here.
+        rate_limit_per_minute=1_000_000,
+        max_active_jobs_per_key=1_000,
+        budget_calls_default=8,
+        budget_calls_max=16,
+        budget_tokens_default=4_000,
+        budget_tokens_max=8_000,
+        sse_block_ms=200,
+        sse_ping_s=1.0,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--max-examples", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2, help="schemathesis workers")
+    parser.add_argument("--serve", action="store_true", help="start the stack, print its URL and wait")
+    parser.add_argument("st_args", nargs="*", help="more arguments for st run (after --)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="parley-fuzz-") as tmp, ScriptedLLM(latency_s=0.01) as llm:
+        work = Path(tmp)
+        llm.on(SELECT, "The most helpful knowledge is [1].")
+        llm.on(JUDGE, "The agents agree. [Yes]")
+        llm.on(SUMMARY, "All agents agree. The final answer is [Paris].")
+        llm.on("Question:", "Based on the knowledge, the answer is [Paris].")
+        redis_server = RedisServer(work).start()
+        try:
+            with ClosedPort() as dead_retriever:
+                env = worker_env(
+                    redis_server.url,
+                    llm.base_url,
+                    dead_retriever.url,
+                    PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS="1",
+                    PARLEY_RETRIEVER_CLIENT_TIMEOUT_S="1",
+                    PARLEY_LLM_ENDPOINTS=json.dumps(
+                        {"small": {"base_url": llm.base_url, "model": "scripted"}}
+                    ),
+                )
+                with (
+                    WorkerProcess(env, work / "worker.log", concurrency=2),
+                    ApiServer(stack_settings(redis_server.url)) as api,
+                ):
+                    if args.serve:
+                        print(f"gateway at {api.url} (key {KEY}); Ctrl-C stops", flush=True)
+                        while True:
+                            time.sleep(3600)
+                    command = [
+                        str(Path(sys.executable).with_name("st")),
+                        "run",
+                        f"{api.url}/openapi.json",
+                        "--checks",
+                        "all",
+                        "-H",
+                        f"Authorization: Bearer {KEY}",
+                        "--max-examples",
+                        str(args.max_examples),
+                        "--seed",
+                        str(args.seed),
+                        "--generation-deterministic",
+                        "--workers",
+                        str(args.workers),
+                        "--request-timeout",
+                        "30",
+                        "--continue-on-failure",
+                        # The deprecated DELETE aliases of POST .../cancel: the same code, but a DELETE
+                        # that leaves the job readable is what use_after_free reports, by design.
+                        "--exclude-deprecated",
+                        *args.st_args,
+                    ]
+                    print("$", " ".join(command).replace(KEY, "$KEY"), flush=True)
+                    # Each request its own Idempotency-Key (bench/fuzz_hooks.py explains why).
+                    env = {**os.environ, "SCHEMATHESIS_HOOKS": "bench.fuzz_hooks", "PYTHONPATH": str(ROOT)}
+                    return subprocess.run(command, cwd=work, env=env, check=False).returncode
+        finally:
+            redis_server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
