@@ -76,7 +76,10 @@ MADKE = Preset(
     deviations=(
         "the paper's backbones are GPT-3.5-Turbo and Qwen1.5-32B/72B-Chat; the GPT-4 score needs --judge "
         "with a strong judge model",
-        "MADKE's published files carry the paper's own pools; other files use Parley's retriever",
+        "MADKE's published files carry the paper's own pools; other files use Parley's retriever (its "
+        "Wikipedia index, not the paper's DPR index of the 2021 dump), whose web half comes from the "
+        "configured search provider: with none (PARLEY_RETRIEVER_WEB_PROVIDER=none, the default) a pool "
+        "holds the 5 Wikipedia items only, not the paper's 5 + 5 Google results",
         "MADKE's reference code has a one-shot example per dataset (FEVER labels, MMLU-Med options); "
         "Parley's paper style uses one open-domain example, and FEVER/MMLU-Med questions name their "
         "labels or options",

@@ -247,6 +247,7 @@ def run_metrics(
         "numeric": avg(s.numeric for s in scores if s.numeric is not None)
         if any(s.numeric is not None for s in scores)
         else None,
+        "setting": run_setting(spec),
         "budget_of": spec.budget_of,
         "budget_tokens_per_q": avg(r.budget_tokens for r in ok if r.budget_tokens is not None)
         if spec.budget_of
@@ -483,6 +484,31 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_setting(spec: RunSpec) -> str:
+    """Which setting a run used, in words: for MADKE, the paper's published setting (MADKE §4.4 and
+    Prompt 3.1: the ``madke`` preset) or each value that differs from it; for the others, the style."""
+    from evaluation.presets import MADKE
+
+    cfg = spec.config
+    if spec.budget_of:
+        return f"self-consistency given {spec.budget_of}'s tokens per question, {spec.prompt_style} prompts"
+    if spec.protocol != "madke":
+        return f"{spec.prompt_style} prompts"
+    paper = MADKE.config
+    keys = ("agents", "rounds", "temperature", "k_wiki", "k_web", "selection", "max_selected")
+    differs = [
+        f"{k}={cfg.get(k)} (the paper: {paper[k]})"
+        for k in (*keys, "prompt_style", "judge")
+        if cfg.get(k) != paper[k]
+    ]
+    if not differs:
+        return (
+            "the paper's (MADKE §4.4: 2 agents, ≤3 rounds, T=0.5, 5 Wikipedia + 5 web items, ≤3 selected "
+            "with Prompt 3.1, the paper's prompts, LLM judge)"
+        )
+    return "Parley's: " + ", ".join(differs)
+
+
 def unparseable_warnings(report: dict[str, Any], threshold: float = UNPARSEABLE_WARN) -> list[str]:
     """One warning per run whose share of unparseable replies is above ``threshold``."""
     out = []
@@ -520,6 +546,11 @@ def _setup_lines(report: dict[str, Any]) -> list[str]:
             "Knowledge: the dataset's own pools (cut to each run's k_wiki/k_web)"
             + (f"; {dropped} pool entries without text were dropped." if dropped else ".")
         )
+        out.append("")
+    settings = {r["label"]: r.get("setting") for r in report["runs"] if r.get("setting")}
+    if settings:
+        out.append("Setting of each run:")
+        out += [f"- {label}: {setting}" for label, setting in settings.items()]
         out.append("")
     models = {r["label"]: r.get("models") or [] for r in report["runs"]}
     if any(models.values()):

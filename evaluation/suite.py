@@ -30,9 +30,15 @@ from typing import Any
 from evaluation import metrics
 from evaluation.harness import EvalOutcome, EvalRequest, PlanError
 from evaluation.presets import MADKE
-from evaluation.report import compare_runs, parse_error_rates, unparseable_share, unparseable_warnings
+from evaluation.report import (
+    compare_runs,
+    parse_error_rates,
+    run_setting,
+    unparseable_share,
+    unparseable_warnings,
+)
 from evaluation.runner import budget_label
-from evaluation.store import Manifest, ResultRecord, Workspace
+from evaluation.store import ResultRecord, Workspace
 
 
 @dataclass(frozen=True)
@@ -210,35 +216,6 @@ def _ok(results: dict[str, ResultRecord]) -> list[ResultRecord]:
     return [r for r in results.values() if r.status == "ok" and r.scores is not None]
 
 
-def setting_of(label: str, manifest: Manifest) -> str:
-    """Which setting a run used, in words: the paper's MADKE setting, or what differs from it."""
-    spec = next(s for s in manifest.runs if s.label == label)
-    cfg = spec.config
-    if spec.budget_of:
-        return f"self-consistency given {spec.budget_of}'s tokens per question, {spec.prompt_style} prompts"
-    if spec.protocol != "madke":
-        return f"{spec.prompt_style} prompts"
-    paper = MADKE.config
-    keys = (
-        "agents",
-        "rounds",
-        "temperature",
-        "k_wiki",
-        "k_web",
-        "selection",
-        "max_selected",
-        "prompt_style",
-        "judge",
-    )
-    differs = [f"{k}={cfg.get(k)} (paper {paper[k]})" for k in keys if cfg.get(k) != paper[k]]
-    if not differs:
-        return (
-            "the paper's (MADKE §4.4: 2 agents, ≤3 rounds, T=0.5, 5+5 pool, ≤3 selected, Prompt 3.1, "
-            "LLM judge)"
-        )
-    return "Parley's: " + ", ".join(differs)
-
-
 def write_suite_report(
     ws: Workspace,
     suite: Suite,
@@ -268,7 +245,7 @@ def write_suite_report(
                 "label": label,
                 "protocol": spec.protocol,
                 "prompt_style": spec.prompt_style,
-                "setting": setting_of(label, manifest),
+                "setting": run_setting(spec),
                 "n": len(ok),
                 "failed": sum(1 for r in results[label].values() if r.status == "failed"),
                 "accuracy": acc,

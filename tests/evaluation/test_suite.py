@@ -243,3 +243,35 @@ def test_the_report_warns_about_unparseable_replies() -> None:
     warnings = unparseable_warnings({"runs": runs})
     assert len(warnings) == 1 and warnings[0].startswith("madke-paper (paper prompts): 31.0 %")
     assert "debater 40/100" in warnings[0]
+
+
+@pytest.mark.unit
+def test_the_madke_preset_is_the_papers_setting_and_reports_say_which_each_run_used() -> None:
+    from engine.prompts import paper
+    from evaluation.presets import MADKE
+    from evaluation.report import run_setting
+    from services.knowledge import KnowledgeItem
+
+    # MADKE §4.4: 2 agents, at most 3 rounds, temperature 0.5, 5 Wikipedia + 5 Google items; Prompt 3.1
+    # selects up to 3; Prompt 3.4's LLM judge stops the debate.
+    cfg = MADKE.debate_config()
+    assert (cfg.agents, cfg.rounds, cfg.temperature, cfg.k_wiki, cfg.k_web) == (2, 3, 0.5, 5, 5)
+    assert (cfg.selection, cfg.max_selected, cfg.prompt_style, cfg.judge_mode) == (True, 3, "paper", "llm")
+    prompt = paper.select("q?", [KnowledgeItem(n=1, source="wikipedia", title="t", text="x")], None)
+    text = " ".join(str(m["content"]) for m in prompt)
+    assert (
+        "Please select knowledge from the knowledge pool that will help you answer the question. If the "
+        "knowledge pool does not contain the information needed to answer the question, add [No Found] "
+        "at the end of your response. If the knowledge pool has knowledge that can help you answer the "
+        "question, please return up to 3 of the most helpful knowledge. Put the number in square brackets."
+    ) in text  # Prompt 3.1, word for word
+    assert any("5 Wikipedia items only" in d for d in MADKE.deviations)
+    preset_run = plan_request(
+        EvalRequest(dataset=Path("d.jsonl"), out=Path("o"), protocols=[], preset="madke")
+    )[0]
+    assert run_setting(preset_run).startswith("the paper's (MADKE §4.4")
+    default_run = plan_runs(["madke"], None, {}, default_style="robust")[0]
+    assert (
+        run_setting(default_run)
+        == "Parley's: prompt_style=robust (the paper: paper), judge=auto (the paper: llm)"
+    )
