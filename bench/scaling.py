@@ -311,13 +311,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--ks", default="1,2,4", help="the values of k")
     parser.add_argument("--latency", type=float, default=0.25, help="scripted LLM seconds per call")
     parser.add_argument(
-        "--capacity", type=int, default=2, help="requests a replica serves at once (workers, both)"
+        "--capacity", type=int, default=4, help="requests a replica serves at once (workers, both)"
     )
     parser.add_argument(
         "--replica-capacity", type=int, default=1, help="requests a replica serves at once (replicas series)"
     )
     parser.add_argument(
-        "--per-node-saturate", type=int, default=2, help="debates per worker node in the replicas series"
+        "--per-node-saturate", type=int, default=3, help="debates per worker node in the replicas series"
     )
     parser.add_argument("--items-per-unit", type=int, default=16, help="debates per point = this x k")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "scaling")

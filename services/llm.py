@@ -374,7 +374,8 @@ class OpenAIChatClient:
         """One chat completion with bounded retries; raises a typed ``LLMError`` when it cannot.
 
         ``cache_key`` names the prompt family a call belongs to (an agent, the selection, the panel):
-        on an endpoint with ``slots`` it picks the server slot, elsewhere it is not sent.
+        on an endpoint with ``slots`` it picks the server slot outside a worker's job, elsewhere it is
+        not sent.
         """
         body: dict[str, Any] = {
             "model": self._model,
@@ -386,8 +387,14 @@ class OpenAIChatClient:
         if seed is not None:
             body["seed"] = seed
         if self._slots and cache_key is not None:
-            body["id_slot"] = SLOT_AFFINITY.slot(self._base_url, cache_key, self._slots)
             body["cache_prompt"] = True
+            if affinity_key() is None:
+                # One process's debate (parley ask, parley eval): each prompt family keeps a slot.
+                body["id_slot"] = SLOT_AFFINITY.slot(self._base_url, cache_key, self._slots)
+            # A worker's job: the worker's processes share the server and cannot see each other's
+            # slots, so the server picks the idle slot whose cached prompt shares the longest prefix
+            # with this one (llama.cpp's slot similarity), and restores evicted prompts from its
+            # host-memory cache.
         output_mode: Literal["schema", "text"] | None = None
         if json_schema is not None:
             if self._schema_supported is False:

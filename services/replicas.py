@@ -14,8 +14,9 @@ a ``ReplicaSet`` before every attempt where to send it:
 * **Affinity.** A debate's calls (keyed by the job id of the worker's log context, or an explicit
   ``affinity(...)`` block) go to the replica its first call went to, while that replica is healthy,
   so the prefix its server cached for the previous turn is found again. Only when that replica is
-  full (``limit`` calls of this process in flight) and another has room does a call spill over; the
-  debate stays bound to its replica.
+  full (``limit`` calls of this process in flight) and another has room does a call spill over (the
+  debate stays bound), and only when its replies have become ``move_ratio`` (1.5) times slower than
+  another replica's lately (other processes crowd it) does the debate move there for good.
 * **Ejection.** A replica that fails a call (connection error, 5xx, read timeout) is taken out for a
   cool-down that doubles with each consecutive failure (``cooldown_s`` … ``cooldown_max_s``); once it
   has passed, the next call is sent there as a probe (half-open: one call at a time) and its success
@@ -178,6 +179,7 @@ class ReplicaSet:
         clock: Callable[[], float] = time.monotonic,
         registry: ReplicaRegistry = REPLICA_HEALTH,
         max_keys: int = 10_000,
+        move_ratio: float | None = 1.5,
     ) -> None:
         if not urls:
             raise ValueError("a replica set needs at least one URL")
@@ -192,6 +194,7 @@ class ReplicaSet:
         self._index = {u: i for i, u in enumerate(self.urls)}
         self._bound: OrderedDict[str, str] = OrderedDict()  # affinity key -> URL, least recent first
         self._max_keys = max_keys
+        self.move_ratio = move_ratio
         self._turn = itertools.count()
 
     def __len__(self) -> int:
@@ -237,7 +240,11 @@ class ReplicaSet:
             if bound is not None and bound.failures == 0:
                 self._bound.move_to_end(key)
                 if bound in candidates and (bound.outstanding < self.limit or least >= self.limit):
-                    return bound
+                    better = self._congested(bound, candidates)
+                    if better is None:
+                        return bound
+                    self._bind(key, better.url)  # the debate moves to where replies come faster
+                    return better
                 # Full while another has room, or already tried by this call (a 429): this attempt
                 # goes to the least loaded other replica, the debate stays bound.
                 return self._least(None, [c for c in candidates if c is not bound] or candidates)
@@ -245,6 +252,22 @@ class ReplicaSet:
             self._bind(key, chosen.url)  # its first call, or its replica was taken out
             return chosen
         return self._least(None, candidates)
+
+    def _congested(self, bound: ReplicaHealth, candidates: list[ReplicaHealth]) -> ReplicaHealth | None:
+        """Another replica when ``bound`` replies ``move_ratio`` times slower than it lately (other
+        processes crowd it), else None: a debate leaves its cache only for a clear gain."""
+        if self.move_ratio is None or bound.ewma_s is None:
+            return None
+        # Only replicas whose reply times this process has seen compare (an unseen one proves nothing).
+        others = [
+            c for c in candidates if c is not bound and c.outstanding < self.limit and c.ewma_s is not None
+        ]
+        if not others:
+            return None
+        best = min(others, key=lambda c: (c.outstanding, c.ewma_s or 0.0))
+        if bound.ewma_s > self.move_ratio * (best.ewma_s or 0.0):
+            return best
+        return None
 
     def _least(self, key: str | None, candidates: list[ReplicaHealth]) -> ReplicaHealth:
         if key is not None:
