@@ -51,10 +51,12 @@ COPY api ./api
 COPY retriever ./retriever
 COPY engine ./engine
 COPY evaluation ./evaluation
+COPY inprocess ./inprocess
 COPY debate_worker ./debate_worker
 COPY services ./services
 COPY parley_cli ./parley_cli
 COPY parley_client ./parley_client
+COPY parley_wire ./parley_wire
 COPY parley_testing ./parley_testing
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
