@@ -33,7 +33,7 @@ import typer
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.settings import ParleySettings, default_data_dir
+from services.settings import ParleySettings, batch_defaults, default_data_dir
 
 if TYPE_CHECKING:
     from services.settings import LLMSettings
@@ -284,7 +284,8 @@ def plan(
     parley = [python, "-m", "parley_cli"]
 
     redis_url = _add_redis(settings, components, base, logs, redis_binary, messages)
-    llm_url = _add_llm(settings, llm, components, base, logs, parley, messages)
+    batch = batch_defaults()
+    llm_url = _add_llm(settings, llm, components, base, logs, parley, messages, batch.slots)
     retriever_url = f"http://127.0.0.1:{settings.retriever_port}"
     if _retriever_at(settings.retriever_port):
         messages.append(f"reusing the retriever at {retriever_url}")
@@ -320,10 +321,12 @@ def plan(
     worker_env["PARLEY_RETRIEVER_URL"] = retriever_url
     worker_env["PARLEY_LLM_BASE_URL"] = llm_url
     if environ.get("PARLEY_LLM_BASE_URL") is None and llm.base_url is None:
-        # The embedded server takes JSON schemas and serves 4 slots: 2 requests in flight per worker
-        # process, as in the compose deployment.
+        # The embedded server takes JSON schemas. Batches: two debates per core at once, their calls
+        # filling the server's slots (services.settings.batch_defaults, measured by bench.throughput);
+        # anything set in the environment wins.
         worker_env.setdefault("PARLEY_LLM_STRUCTURED_OUTPUT", "json_schema")
-        worker_env.setdefault("PARLEY_LLM_MAX_CONCURRENCY", "2")
+        worker_env.setdefault("PARLEY_LLM_MAX_CONCURRENCY", str(batch.max_concurrency))
+        worker_env.setdefault("PARLEY_WORKER_WORKER_CONCURRENCY", str(batch.worker_concurrency))
     worker_log = logs / "worker.log"
     argv = [*parley, "worker", "--loglevel", "INFO"]
     components.append(
@@ -384,8 +387,10 @@ def _add_llm(
     logs: Path,
     parley: list[str],
     messages: list[str],
+    slots: int,
 ) -> str:
-    """The LLM URL the worker uses: PARLEY_LLM_BASE_URL, an embedded server already up, or a new one."""
+    """The LLM URL the worker uses: PARLEY_LLM_BASE_URL, an embedded server already up, or a new one
+    (with ``slots`` KV-cache slots unless PARLEY_LLM_EMBEDDED_SLOTS says otherwise)."""
     if llm.base_url is not None:
         messages.append(f"using the LLM at {llm.base_url} (PARLEY_LLM_BASE_URL)")
         return llm.base_url
@@ -399,7 +404,9 @@ def _add_llm(
     check_model_file(llm)
     argv = [*parley, "llm", "serve", "--host", "127.0.0.1", "--port", str(settings.llm_port)]
     note = f"  ({llm.embedded_model}; the first start assembles the weights)"
-    components.append(Component("llm", argv, url, logs / "llm.log", lambda: http_ok(health), env, note))
+    llm_env = dict(env)
+    llm_env.setdefault("PARLEY_LLM_EMBEDDED_SLOTS", str(slots))
+    components.append(Component("llm", argv, url, logs / "llm.log", lambda: http_ok(health), llm_env, note))
     return url
 
 

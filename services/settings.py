@@ -10,7 +10,9 @@ to child processes (``parley up``, the test helpers).
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -150,7 +152,11 @@ class LLMSettings(ParleySettings):
         "`make native-llm` compiles for this CPU; auto: llama-server once built, else xllamacpp",
     )
     embedded_slots: int = Field(
-        default=4, ge=1, le=16, description="KV-cache slots of the server (selection, each agent, panel)"
+        default=4,
+        ge=1,
+        le=64,
+        description="KV-cache slots of the server, decoded together: about four per debate run at once "
+        "(selection, each agent, panel); `parley up` sets 4 x its worker processes",
     )
     embedded_cache_ram_mib: int = Field(
         default=512, ge=0, description="host-memory prompt cache bound of the server (MiB; 0 = off)"
@@ -191,6 +197,30 @@ class LLMSettings(ParleySettings):
         if bad:
             raise ValueError(f"endpoint names must match {ENDPOINT_NAME}: {bad}")
         return value
+
+
+@dataclass(frozen=True)
+class BatchDefaults:
+    """How ``parley up`` (and the compose file's defaults) run batches against the embedded server."""
+
+    worker_concurrency: int  # debates at once: the worker's pool processes
+    slots: int  # the server's KV-cache slots
+    max_concurrency: int  # LLM calls in flight per worker process
+
+
+def batch_defaults(cpus: int | None = None) -> BatchDefaults:
+    """The worker and server setting for batches on this many CPUs, chosen by ``bench.throughput``.
+
+    Two debates per core (at least 2, at most 8): while one debate's calls are evaluated another's
+    replies are decoded in the same batch, and the worker's own work (pools, Redis, parsing) never
+    leaves the server idle. Four slots per debate (at most 32): each prompt family of each debate
+    (the selection, each agent, the panel) keeps its prefix cached. Calls in flight per process fill
+    the slots (W x calls = S), so requests wait in the client, where no read timeout runs.
+    """
+    n = cpus if cpus is not None else (os.cpu_count() or 1)
+    workers = max(2, min(8, 2 * n))
+    slots = min(32, 4 * workers)
+    return BatchDefaults(workers, slots, max(2, slots // workers))
 
 
 class RetrieverClientSettings(ParleySettings):

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from parley_cli.up import UpError, UpSettings, plan
+from services.settings import batch_defaults
 from tests.api.support import script_agreeing
 from tests.support.scripted_llm import ScriptedLLM, free_port
 
@@ -60,6 +61,27 @@ def test_the_plan_gives_gateway_and_worker_one_redis_and_the_worker_the_urls(
     # A generated key is shown once; the gateway gets only its hash.
     assert p.key and p.key not in by_name["gateway"].env["PARLEY_API_KEYS"]
     assert all(c.log.parent == tmp_path.resolve() / "logs" for c in p.components)
+
+
+def test_the_embedded_model_gets_the_batch_defaults_for_this_machine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("PARLEY_API_KEYS", raising=False)
+    monkeypatch.delenv("PARLEY_LLM_BASE_URL", raising=False)
+    monkeypatch.delenv("PARLEY_LLM_EMBEDDED_SLOTS", raising=False)
+    ports = {"port": free_port(), "retriever_port": free_port(), "redis_port": free_port()}
+    settings = UpSettings(state_dir=tmp_path, keys="generate", llm_port=free_port(), **ports)
+    batch = batch_defaults()
+    p = plan(settings, {}, redis_binary="/usr/bin/redis-server")
+    by_name = {c.name: c for c in p.components}
+    assert by_name["llm"].env["PARLEY_LLM_EMBEDDED_SLOTS"] == str(batch.slots)
+    worker = by_name["worker"].env
+    assert worker["PARLEY_WORKER_WORKER_CONCURRENCY"] == str(batch.worker_concurrency)
+    assert worker["PARLEY_LLM_MAX_CONCURRENCY"] == str(batch.max_concurrency)
+    assert batch.worker_concurrency * batch.max_concurrency == batch.slots
+    # What the environment sets wins.
+    p = plan(settings, {"PARLEY_WORKER_WORKER_CONCURRENCY": "1"}, redis_binary="/usr/bin/redis-server")
+    assert {c.name: c for c in p.components}["worker"].env["PARLEY_WORKER_WORKER_CONCURRENCY"] == "1"
 
 
 def _group_members(pgids: set[int]) -> list[int]:
