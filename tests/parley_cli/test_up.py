@@ -69,8 +69,14 @@ def test_the_embedded_model_gets_the_batch_defaults_for_this_machine(
     monkeypatch.delenv("PARLEY_API_KEYS", raising=False)
     monkeypatch.delenv("PARLEY_LLM_BASE_URL", raising=False)
     monkeypatch.delenv("PARLEY_LLM_EMBEDDED_SLOTS", raising=False)
-    ports = {"port": free_port(), "retriever_port": free_port(), "redis_port": free_port()}
-    settings = UpSettings(state_dir=tmp_path, keys="generate", llm_port=free_port(), **ports)
+    settings = UpSettings(
+        state_dir=tmp_path,
+        keys="generate",
+        port=free_port(),
+        retriever_port=free_port(),
+        redis_port=free_port(),
+        llm_port=free_port(),
+    )
     batch = batch_defaults()
     p = plan(settings, {}, redis_binary="/usr/bin/redis-server")
     by_name = {c.name: c for c in p.components}
