@@ -32,7 +32,7 @@ from api.jsonlimits import (
     parse_batch_json,
     too_deep,
 )
-from api.schemas import BatchAccepted, BatchItem
+from api.schemas import BatchAccepted, BatchItem, as_json_types
 from api.settings import ApiSettings
 from api.submission import fingerprint, idempotent, submit_jobs
 from engine.config import DebateConfig
@@ -48,7 +48,7 @@ def invalid(detail: str, errors: list[dict[str, Any]] | None = None) -> InvalidB
 
 def _parse_config(raw: Any) -> DebateConfig:
     try:
-        return DebateConfig.model_validate(raw, strict=True)
+        return DebateConfig.model_validate(as_json_types(raw), strict=True)
     except ValidationError as exc:
         errs = [{"loc": ["config", *e["loc"]], "msg": e["msg"]} for e in exc.errors()]
         raise invalid(f"config: {errs[0]['msg']}", errs) from exc
@@ -65,7 +65,7 @@ def _validate_items(raw_items: list[tuple[int, Any]], max_items: int) -> list[Ba
     seen: dict[str, int] = {}
     for line, raw in raw_items:
         try:
-            item = BatchItem.model_validate(raw, strict=True)
+            item = BatchItem.model_validate(as_json_types(raw), strict=True)
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])

@@ -1,16 +1,22 @@
 """The debate config's schema as this deployment admits it, written into the OpenAPI document.
 
-pydantic's schema of ``DebateConfig`` says what each field may hold anywhere; a deployment narrows
-it: the budget caps (``PARLEY_API_BUDGET_*_MAX``), the LLM endpoints a team may name
-(``PARLEY_API_LLM_ENDPOINTS``), and whether a client may name a URL and model of its own
-(``PARLEY_API_ALLOW_CLIENT_URLS``). A question must hold some text once stripped. These are written
-here from the same settings the admission reads.
+pydantic's schema of ``DebateConfig`` says what each field may hold anywhere. The gateway admits
+less, and the document says so, from the same registry and settings the validation reads:
 
-The rules between fields (a setting the protocol does not use must keep its default, one ``team``
-entry per agent, a protocol's agent limits, mallm's voting within the turn limit, a pool only for a
-config that uses one, gold answers for ``truth_last``) are in the descriptions and are answered 422
-``/problems/validation`` naming the field: written as JSON Schema conditionals they are exact, but
-schema-driven clients and fuzzers (schemathesis among them) cannot generate requests from them.
+- the deployment's own limits: the budget caps (``PARLEY_API_BUDGET_*_MAX``), the LLM endpoints a
+  team may name (``PARLEY_API_LLM_ENDPOINTS``), no URL or model of the client's own unless
+  ``PARLEY_API_ALLOW_CLIENT_URLS``; a question with some text once stripped;
+- the rules between fields, one alternative per protocol: a setting the protocol does not use keeps
+  its default (``knowledge: "none"`` and one agent for a single-agent protocol are allowed too), the
+  protocol's agent limits, one ``team`` entry per agent; mallm's collective improvement only with a
+  voting decision; a request's pool only for a config that builds one, gold answers for
+  ``truth_last``.
+
+Alternatives (``anyOf``) rather than conditionals (``if``/``then``): schema-driven generators draw
+from the former and some refuse the latter (schemathesis 4 does, and also fails on the alternatives
+that would compare mallm's ``vote_after`` with ``rounds``). What stays in prose therefore: with a
+voting decision, mallm's ``vote_after`` may not exceed ``rounds``; a client URL, where allowed, is
+checked against the operator's networks.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 from api.settings import ApiSettings
+from engine.config import MAX_AGENTS, DebateConfig
+from engine.protocols.mallm.settings import VOTING_DECISIONS
+from engine.registry import PROTOCOLS
 
 # What Python's str.strip() removes (str.isspace), spelled out: JSON Schema's \s is another set.
 _PY_SPACE = "\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -31,10 +40,14 @@ def exact_schemas(openapi: dict[str, Any], settings: ApiSettings) -> dict[str, A
     if "DebateConfig" not in schemas:
         return openapi
     _budgets(schemas["DebateConfig"], settings)
+    _by_protocol(schemas["DebateConfig"])
+    _mallm_rules(schemas["MallmSettings"])
     _agent_spec(schemas["AgentSpec"], settings)
     _question(schemas["DebateRequest"])
+    _request_rules(schemas["DebateRequest"], items=False)
     batch = openapi["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     _question(batch["properties"]["items"]["items"])
+    _request_rules(batch, items=True)
     return openapi
 
 
@@ -68,3 +81,101 @@ def _agent_spec(schema: dict[str, Any], settings: ApiSettings) -> None:
 def _question(schema: dict[str, Any]) -> None:
     """A question with some text: what is left after ``strip()`` may not be empty."""
     schema["properties"]["question"]["pattern"] = QUESTION_PATTERN
+
+
+# -- the rules between fields ---------------------------------------------------------------------
+
+DEFAULT_PROTOCOL = DebateConfig.model_fields["protocol"].default
+DEFAULT_AGENTS = DebateConfig.model_fields["agents"].default
+NO_TEAM = [NULL, {"type": "array", "maxItems": 0}]
+VOTING = {"enum": sorted(VOTING_DECISIONS)}
+
+
+def _default_only(name: str) -> dict[str, Any]:
+    """A field the protocol does not use: absent or its default, nothing else."""
+    if name == "team":
+        return {"anyOf": NO_TEAM}
+    default = DebateConfig.model_fields[name].get_default(call_default_factory=True)
+    if hasattr(default, "model_dump"):  # mad, mallm: each given member at its default
+        return {"properties": {k: {"const": v} for k, v in default.model_dump(mode="json").items()}}
+    if name == "knowledge":
+        return {"enum": [default, "none"]}  # "none" says what a protocol without knowledge does
+    return {"const": default}
+
+
+def _team_sizes(low: int, high: int) -> list[dict[str, Any]]:
+    """One team entry per agent (no team, or an empty one, is every agent with the defaults)."""
+    out = []
+    for n in range(low, high + 1):
+        alt: dict[str, Any] = {
+            "properties": {
+                "agents": {"const": n},
+                "team": {"anyOf": [*NO_TEAM, {"type": "array", "minItems": n, "maxItems": n}]},
+            }
+        }
+        if n != DEFAULT_AGENTS:
+            alt["required"] = ["agents"]
+        out.append(alt)
+    return out
+
+
+def _protocol_branch(name: str) -> dict[str, Any]:
+    spec = PROTOCOLS[name]
+    props: dict[str, Any] = {"protocol": {"const": name}}
+    for field in DebateConfig.model_fields:
+        if field not in spec.settings and field not in ("agents", "protocol"):
+            props[field] = _default_only(field)
+    branch: dict[str, Any] = {"properties": props}
+    if name != DEFAULT_PROTOCOL:
+        branch["required"] = ["protocol"]
+    if spec.single_agent:
+        props["agents"] = {"enum": sorted({1, DEFAULT_AGENTS})}
+    else:
+        branch["anyOf"] = _team_sizes(spec.min_agents, spec.max_agents or MAX_AGENTS)
+    return branch
+
+
+def _by_protocol(schema: dict[str, Any]) -> None:
+    schema["anyOf"] = [_protocol_branch(name) for name in PROTOCOLS]
+
+
+def _mallm_rules(schema: dict[str, Any]) -> None:
+    # collective_improvement works only with a voting decision
+    schema["anyOf"] = [
+        {"properties": {"paradigm": {"enum": ["memory", "drafting"]}}},
+        {
+            "properties": {
+                "paradigm": {"const": "collective_improvement"},
+                "decision": {"enum": sorted(VOTING_DECISIONS)},
+            },
+            "required": ["paradigm", "decision"],
+        },
+    ]
+
+
+def _request_rules(schema: dict[str, Any], items: bool) -> None:
+    pools = sorted(n for n, s in PROTOCOLS.items() if s.uses_pool)
+    needs_pool = {
+        "properties": {"protocol": {"enum": pools}, "knowledge": {"enum": ["all", "wikipedia", "web"]}},
+        "anyOf": [{"properties": {"k_wiki": {"minimum": 1}}}, {"properties": {"k_web": {"minimum": 1}}}],
+    }
+    no_gold = {"properties": {"ordering": {"enum": ["fixed", "random", "madc"]}}}
+    answers = {"type": "array", "minItems": 1}
+    if not items:
+        gold = {"properties": {"answers": answers}, "required": ["answers"]}
+        schema["allOf"] = [
+            {"anyOf": [{"properties": {"pool": NULL}}, {"properties": {"config": needs_pool}}]},
+            {
+                "anyOf": [
+                    {"properties": {"config": no_gold}},
+                    {"properties": {"answers": answers}, "required": ["answers"]},
+                ]
+            },
+        ]
+        return
+    item = {"properties": {"items": {"items": {"properties": {"pool": NULL}}}}}
+    gold = {"properties": {"items": {"items": {"properties": {"answers": answers}, "required": ["answers"]}}}}
+    schema["allOf"] = [
+        {"anyOf": [item, {"properties": {"config": needs_pool}}]},
+        {"anyOf": [{"properties": {"config": no_gold}}, gold]},
+    ]

@@ -5,7 +5,7 @@ The request bodies are here (they validate the engine's ``DebateConfig``); the a
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -37,6 +37,21 @@ __all__ = [
 ]
 
 MAX_POOL_ITEMS = 50
+
+
+def as_json_types(value: Any) -> Any:
+    """A parsed JSON value with every integral float as an int (``3.0`` is the integer 3 in JSON
+    Schema), for strict validation: strict, ``false`` is no number and ``"2"`` no integer, as the
+    schema says, while ``3.0`` stays a valid integer."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [as_json_types(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_json_types(v) for k, v in value.items()}
+    return value
+
+
 # Every stored string is bounded: a gold answer is a short phrase.
 Answer = Annotated[str, Field(max_length=500)]
 

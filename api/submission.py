@@ -8,6 +8,7 @@ admission rules, per-key limits, token quotas and budgets to the same keys.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -18,7 +19,7 @@ from api.admission import admit_config, admit_pool, admit_storage
 from api.deps import ApiState
 from api.errors import AlreadyFinished, Invalid, NotFound, QuotaExceeded, TooManyJobs
 from api.guards import StoredResponse
-from api.schemas import Accepted, DebateRequest, JobView, Progress
+from api.schemas import Accepted, DebateRequest, JobView, Progress, as_json_types
 from api.streams import JobEventReader, StreamSlot
 from engine.config import DebateConfig
 from services.jobstore import ACTIVE, BatchRecord, Event, JobFull, JobRecord, new_id, usage_day
@@ -61,7 +62,7 @@ def strictly(model: type[BaseModel], raw: bytes) -> None:
     """``Invalid`` unless ``raw`` is ``model`` exactly as the schema says: no ``false`` taken for the
     number 0, no ``"2"`` for the integer 2 (the lax parse that built the request allows both)."""
     try:
-        model.model_validate_json(raw, strict=True)
+        model.model_validate(as_json_types(json.loads(raw)), strict=True)
     except ValidationError as exc:
         found = [
             {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
