@@ -220,40 +220,46 @@ def test_the_packaged_smollm2_is_checked_by_sha256(tmp_path: Path) -> None:
 
 @smollm2
 @pytest.mark.llm
+@pytest.mark.slow
 @pytest.mark.integration
 async def test_smollm2_is_served_end_to_end_by_name_and_from_a_local_file(tmp_path: Path) -> None:
     """The registry route and the local-file route each start the real server on the real file and
-    run a debate through it: a single answer, then a one-round MADKE debate (select, speak, judge)."""
+    answer through it: a one-round MADKE debate (select, speak, judge) by name, a single answer from
+    the copied file."""
     cache = tmp_path / "cache"
     packaged = assemble_gguf(MODELS["smollm2-135m"], cache)
     local = tmp_path / "downloads" / "SmolLM2-135M-Instruct-Q4_1.gguf"
     local.parent.mkdir()
     shutil.copyfile(packaged, local)
     settings = LLMSettings()
-    for name, alias in (("smollm2-135m", "smollm2-135m"), (str(local), "SmolLM2-135M-Instruct-Q4_1")):
+    routes = (
+        (
+            "smollm2-135m",
+            "smollm2-135m",
+            DebateConfig(prompt_style="robust", rounds=1, max_tokens=48, seed=1),
+        ),
+        (
+            str(local),
+            "SmolLM2-135M-Instruct-Q4_1",
+            DebateConfig(protocol="single", prompt_style="robust", max_tokens=32, seed=1),
+        ),
+    )
+    for name, alias, config in routes:
         with embedded_server(name, cache, n_ctx=2048, slots=2, kind="xllamacpp") as srv:
             assert srv.alias == alias and (srv.gguf == local.resolve()) == (name == str(local))
             models = build_role_models(settings, served=srv.served())
             try:
-                single = await run_debate(
-                    pool().question,
-                    pool(),
-                    DebateConfig(protocol="single", prompt_style="robust", max_tokens=48, seed=1),
-                    models,
-                )
-                madke = await run_debate(
-                    pool().question,
-                    pool(),
-                    DebateConfig(prompt_style="robust", rounds=1, max_tokens=64, seed=1, k_web=0),
-                    models,
-                )
+                result = await run_debate(pool().question, pool(), config, models)
             finally:
                 await models.aclose()
-        assert single.usage.calls == 1 and single.transcript[0].model == alias
-        assert single.transcript[0].completion_tokens > 0
-        roles = [r.role for r in madke.transcript]
-        assert roles.count("select") == 2 and roles.count("debater") == 2 and "judge" in roles
-        assert all(r.completion_tokens > 0 for r in madke.transcript)
+        assert result.transcript and all(
+            r.model == alias and r.completion_tokens > 0 for r in result.transcript
+        )
+        roles = [r.role for r in result.transcript]
+        if config.protocol == "madke":
+            assert roles.count("select") == 2 and roles.count("debater") == 2 and "judge" in roles
+        else:
+            assert roles == ["answer"]
 
 
 @pytest.mark.unit
