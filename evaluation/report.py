@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.config import DebateConfig
 from engine.prompts import PromptSet, get_prompts, paper
 from engine.registry import answer_roles
 from engine.result import DebateResult, TranscriptRecord
@@ -495,12 +496,12 @@ def run_setting(spec: RunSpec) -> str:
     if spec.protocol != "madke":
         return f"{spec.prompt_style} prompts"
     paper = MADKE.config
-    keys = ("agents", "rounds", "temperature", "k_wiki", "k_web", "selection", "max_selected")
-    differs = [
-        f"{k}={cfg.get(k)} (the paper: {paper[k]})"
-        for k in (*keys, "prompt_style", "judge")
-        if cfg.get(k) != paper[k]
-    ]
+    keys = ("agents", "rounds", "temperature", "k_wiki", "k_web", "selection", "max_selected", "prompt_style")
+    differs = [f"{k}={cfg.get(k)} (the paper: {paper[k]})" for k in keys if cfg.get(k) != paper[k]]
+    # judge=auto is the LLM judge with the paper's prompts: compare what the debate will do
+    judge = DebateConfig.model_validate(cfg).judge_mode
+    if judge != paper["judge"]:
+        differs.append(f"judge={cfg.get('judge')}→{judge} (the paper: {paper['judge']})")
     if not differs:
         return (
             "the paper's (MADKE §4.4: 2 agents, ≤3 rounds, T=0.5, 5 Wikipedia + 5 web items, ≤3 selected "

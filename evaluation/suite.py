@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from engine.config import KNOWLEDGE_FREE
 from evaluation import metrics
 from evaluation.harness import EvalOutcome, EvalRequest, PlanError
 from evaluation.presets import MADKE
@@ -239,7 +240,8 @@ def write_suite_report(
         acc, low, high = accuracy_ci([r.scores.correct for r in ok if r.scores], samples=samples, seed=seed)
         transcripts = ws.load_transcripts(label)
         rates = parse_error_rates(transcripts.values())
-        pools = [len(t.pool.items) for t in transcripts.values()]
+        uses_pool = spec.protocol not in KNOWLEDGE_FREE and spec.config.get("knowledge") != "none"
+        pools = [len(t.pool.items) for t in transcripts.values()] if uses_pool else []
         runs.append(
             {
                 "label": label,

@@ -151,7 +151,10 @@ def test_the_report_ci_arithmetic_on_fixed_results(tmp_path: Path) -> None:
             label=label,
             protocol="self_consistency" if label.startswith("vote") else label,
             prompt_style="robust",
-            config={"protocol": label, "prompt_style": "robust"},
+            config={
+                "protocol": "self_consistency" if label.startswith("vote") else label,
+                "prompt_style": "robust",
+            },
             budget_of="madke" if label.startswith("vote") else None,
         )
         for label in runs
@@ -270,8 +273,47 @@ def test_the_madke_preset_is_the_papers_setting_and_reports_say_which_each_run_u
         EvalRequest(dataset=Path("d.jsonl"), out=Path("o"), protocols=[], preset="madke")
     )[0]
     assert run_setting(preset_run).startswith("the paper's (MADKE §4.4")
+    # on an endpoint (the papers' wording), Parley's defaults are the paper's setting
+    assert run_setting(plan_runs(["madke"], None, {}, default_style="paper")[0]).startswith("the paper's")
     default_run = plan_runs(["madke"], None, {}, default_style="robust")[0]
     assert (
         run_setting(default_run)
-        == "Parley's: prompt_style=robust (the paper: paper), judge=auto (the paper: llm)"
+        == "Parley's: prompt_style=robust (the paper: paper), judge=auto→both (the paper: llm)"
     )
+
+
+@pytest.mark.integration  # the scripted LLM is a real HTTP server; the command runs in this process
+def test_parley_eval_suite_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole command: the root app's in-process runner, a configured endpoint (the papers' wording
+    by default), the dataset's own pools (no retriever), then --report-only."""
+    from typer.testing import CliRunner
+
+    from parley_cli import build_app
+
+    rows = [
+        {
+            "question": q["question"],
+            "answer": q["answers"],
+            "wiki_retrieval": [{"id": f"w{i}", "contents": f"Facts\n{q['question']}: {q['answers'][0]}."}],
+        }
+        for i, q in enumerate(QUESTIONS)
+    ]
+    dataset = tmp_path / "madke.json"
+    dataset.write_text(json.dumps(rows))
+    out = tmp_path / "suite"
+    with ScriptedLLM() as llm:
+        llm.on(lambda body: True, scripted_reply)
+        monkeypatch.setenv("PARLEY_LLM_BASE_URL", llm.base_url)
+        monkeypatch.setenv("PARLEY_LLM_MAX_ATTEMPTS", "1")
+        args = ["eval", "--suite", "evidence", "--dataset", str(dataset), "--out", str(out), "--limit", "3"]
+        args += ["--extra-limit", "2", "--no-progress", "--bootstrap-samples", "200", "--primary", "contains"]
+        done = CliRunner().invoke(build_app(), args)
+    assert done.exit_code == 0, done.output
+    suite = json.loads((out / "suite.json").read_text())
+    runs = {r["label"]: r for r in suite["runs"]}
+    assert runs["madke"]["n"] == 3 and runs["cot"]["n"] == 2 and runs["madke"]["prompt_style"] == "paper"
+    assert runs["madke"]["setting"].startswith("the paper's") and runs["cot"]["pool_items"] is None
+    rebuilt = CliRunner().invoke(
+        build_app(), ["eval", "--suite", "evidence", "--out", str(out), "--report-only"]
+    )
+    assert rebuilt.exit_code == 0 and "suite.md" in rebuilt.output
