@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 import typer
 
+from retriever.settings import RetrieverSettings
+
 index_app = typer.Typer(
     help="Build and inspect the Wikipedia dense + BM25 index.",
     no_args_is_help=True,
@@ -84,6 +86,7 @@ def build(
     from retriever.ingest import FileSource, ListSource
     from retriever.jvm import pyserini_available
     from retriever.settings import RetrieverSettings
+    from retriever.shipped_vectors import ShippedVectorsError
     from retriever.vector_store import VectorStoreError
     from retriever.weights import EncoderWeightsError
 
@@ -94,11 +97,7 @@ def build(
     s = _settings(data_dir)
     assert isinstance(s, RetrieverSettings)
     if rerank:
-        if s.rerank_model is None:
-            raise typer.BadParameter("--rerank needs PARLEY_RETRIEVER_RERANK_MODEL (e.g. all-mpnet-base-v2)")
-        s = s.rerank_settings()
-        bm25 = False
-        typer.echo(f"second stage: {s.model_name} ({s.encoder}) into {s.data_dir}")
+        s, bm25 = _second_stage(s), False
     if device is not None:
         s = s.model_copy(update={"embedding_device": device})
     source: FileSource | ListSource
@@ -125,12 +124,14 @@ def build(
             f"continuing the unfinished build of {label!r} after {pending['passages']} passages "
             f"(line {pending['line']}); --restart starts over"
         )
+    if rerank and vectors is None and label == "vital" and not limit:
+        vectors = _shipped(s, label)
     try:
         report = build_index(
             s, source, corpus=label, progress=True, bm25=want_bm25, vectors=vectors,
             workers=workers, device=device, restart=restart,
         )  # fmt: skip
-    except (VectorStoreError, EncoderError, EncoderWeightsError) as exc:
+    except (VectorStoreError, EncoderError, EncoderWeightsError, ShippedVectorsError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     _print_build(report)
@@ -191,6 +192,25 @@ def encode(
 
 
 @index_app.command("stats")
+def _second_stage(s: RetrieverSettings) -> RetrieverSettings:
+    """The settings of the second ranking stage's collection, or a usage error when none is configured."""
+    if s.rerank_model is None:
+        raise typer.BadParameter("--rerank needs PARLEY_RETRIEVER_RERANK_MODEL (e.g. all-mpnet-base-v2)")
+    stage = s.rerank_settings()
+    typer.echo(f"second stage: {stage.model_name} ({stage.encoder}) into {stage.data_dir}")
+    return stage
+
+
+def _shipped(s: RetrieverSettings, corpus: str) -> Path | None:
+    """The shipped vectors of the bundled corpus for this encoder, if any (instead of encoding it)."""
+    from retriever.indexer import shipped_shards
+
+    vectors = shipped_shards(s, corpus)
+    if vectors is not None:
+        typer.echo(f"importing the shipped {s.model_name} vectors of the bundled corpus (each batch checked)")
+    return vectors
+
+
 def stats(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     data_dir: Annotated[Path | None, typer.Option(help="override PARLEY_RETRIEVER_DATA_DIR")] = None,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from retriever import shipped_vectors
 from retriever.bm25 import Bm25Writer, bm25_index_exists
 from retriever.corpus import Passage, read_vital
 from retriever.embedder import Embedder
@@ -269,13 +270,25 @@ def ensure_index(settings: RetrieverSettings, *, progress: bool = True, limit: i
     Used by ``parley ask`` without a retriever URL, so a fresh checkout answers its first question
     after one build (with a progress bar) instead of an error. An unfinished build continues.
     """
-    if index_ready(settings):
-        return
-    hint = outdated_index_hint(settings)
-    if hint and progress:
-        print(f"note: {hint}; building the new index now")
-    passages = list(read_vital(settings.passage_words, limit=limit))
-    build_index(settings, passages, corpus="vital", progress=progress)
+    if not index_ready(settings):
+        hint = outdated_index_hint(settings)
+        if hint and progress:
+            print(f"note: {hint}; building the new index now")
+        passages = list(read_vital(settings.passage_words, limit=limit))
+        build_index(settings, passages, corpus="vital", progress=progress)
+    if settings.rerank_model is not None and not index_ready(settings.rerank_settings()):
+        stage = settings.rerank_settings()
+        passages = list(read_vital(settings.passage_words, limit=limit))
+        vectors = None if limit else shipped_shards(stage, "vital")
+        build_index(stage, passages, corpus="vital", progress=progress, bm25=False, vectors=vectors)
+
+
+def shipped_shards(settings: RetrieverSettings, corpus: str) -> Path | None:
+    """The shipped vectors of ``corpus`` for this encoder as a shards folder, or None when none ship."""
+    shipped = shipped_vectors.find(corpus, settings.passage_words, settings.model_name)
+    if shipped is None or settings.encoder == "onnx-int8":
+        return None
+    return shipped_vectors.as_shards(shipped, settings.ingest_dir / "shipped-vectors")
 
 
 def index_stats(settings: RetrieverSettings, store: PassageStore | None = None) -> dict[str, Any]:

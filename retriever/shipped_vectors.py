@@ -1,0 +1,91 @@
+"""Precomputed passage vectors of the bundled corpus, shipped with the package.
+
+Encoding the 12,373 Vital passages with all-mpnet-base-v2 (the second ranking stage's encoder) takes
+20-60 minutes on two CPU cores, which would turn a fresh clone's first answer from minutes into an
+hour. The vectors are computed once by the same encoder (``bench/ship_vectors.py``, fp32) and shipped as
+int8 codes with one float32 scale per row (9.5 MB instead of 38; cosine to the fp32 vectors ≥ 0.9999).
+A build of the second stage over the bundled corpus imports them like any ``--vectors`` shards: the
+importer re-encodes the first passage of every batch and refuses vectors that do not match their text,
+and the file's sha256 is checked before anything is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from services.errors import ParleyError
+
+HERE = Path(__file__).resolve().parent / "data"
+
+
+class ShippedVectorsError(ParleyError):
+    """The shipped vectors file is missing or not the recorded one."""
+
+
+@dataclass(frozen=True)
+class ShippedVectors:
+    corpus: str
+    passage_words: int
+    model: str
+    file: str  # under retriever/data/
+    sha256: str
+    rows: int
+
+
+SHIPPED: tuple[ShippedVectors, ...] = ()
+
+
+def quantize(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row symmetric int8: codes and the scale that brings each row back (row ≈ codes * scale)."""
+    scale = np.abs(vectors).max(axis=1) / 127.0
+    scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+    codes = np.clip(np.rint(vectors / scale[:, None]), -127, 127).astype(np.int8)
+    return codes, scale
+
+
+def dequantize(codes: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Unit float32 rows again."""
+    vecs = codes.astype(np.float32) * scale[:, None]
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    return (vecs / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+
+
+def save(path: Path, vectors: np.ndarray) -> str:
+    """Write the int8 file; returns its sha256 (to record in ``SHIPPED``)."""
+    codes, scale = quantize(vectors)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as fh:
+        np.savez(fh, codes=codes, scale=scale)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def find(corpus: str, passage_words: int, model: str) -> ShippedVectors | None:
+    """The shipped vectors for this corpus, split and encoder, if there are any."""
+    for s in SHIPPED:
+        if (s.corpus, s.passage_words, s.model) == (corpus, passage_words, model):
+            return s
+    return None
+
+
+def as_shards(shipped: ShippedVectors, folder: Path) -> Path:
+    """A folder with the vectors as one float32 ``.npy`` shard, for ``build_index(vectors=...)``."""
+    path = HERE / shipped.file
+    if not path.exists():
+        raise ShippedVectorsError(f"the shipped vectors {path} are missing: reinstall Parley")
+    data = path.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != shipped.sha256:
+        raise ShippedVectorsError(f"{path} has sha256 {actual}, expected {shipped.sha256}: reinstall Parley")
+    with np.load(path) as npz:
+        vecs = dequantize(npz["codes"], npz["scale"])
+    if vecs.shape[0] != shipped.rows:
+        raise ShippedVectorsError(f"{path} holds {vecs.shape[0]} rows, expected {shipped.rows}")
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.npy"):
+        old.unlink()
+    np.save(folder / "000000.npy", vecs)
+    return folder
