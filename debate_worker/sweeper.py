@@ -12,8 +12,9 @@ Two more kinds of stuck job are found by the same pass:
 
 * a ``queued`` job whose broker message was lost (a broker flushed or restored from an older
   snapshot, a publish that failed after the job was stored, a message deleted): once it has been
-  queued longer than ``orphan_after_s`` and its id is in no queue and no unacknowledged delivery on
-  two reads of the broker in a row, it is published again, or failed once it has used its attempts.
+  queued longer than ``orphan_after_s`` and its id is in no queue and no unacknowledged delivery
+  younger than ``orphan_after_s`` on two reads of the broker in a row, it is published again, or
+  failed once it has used its attempts.
   With the defaults (40 s, reads at most every 20 s, a sweep every 15 s) a lost message is sent again
   within about 100 s of the loss. The broker is read only when such a candidate exists, by every worker
   together at most once per ``orphan_after_s / 2`` and, for a long queue, no faster than
@@ -48,6 +49,7 @@ RUNNING = ("retrieving", "debating")
 _PRIORITY_SEP = "\x06\x16"
 _PRIORITIES = (0, 3, 6, 9)
 _UNACKED = "unacked"
+_UNACKED_INDEX = "unacked_index"  # delivery tag -> when it was delivered
 # Message headers carry the task's arguments as text (argsrepr): the job id is found there.
 _JOB_ID = re.compile(r"job_[0-9a-f]{32}")
 _PAGE = 1000  # messages per LRANGE: one reply stays small however long the queue is
@@ -129,9 +131,17 @@ class JobSweeper:
                     if len(page) < _PAGE:
                         break
                     start += _PAGE
-        unacked = await self.broker.hvals(_UNACKED)
+        # A delivery counts only while it is young: a queued job whose only message was delivered
+        # longer than orphan_after_s ago is held by no one (the consumer died with a Redis restart;
+        # kombu gives it back only after the visibility timeout, an hour by default). Sending it again
+        # is safe: the job's lease lets one copy run, the others find it taken or finished.
+        fresh = await self.broker.zrangebyscore(
+            _UNACKED_INDEX, time.time() - self.settings.orphan_after_s, "+inf"
+        )
+        unacked = await self.broker.hmget(_UNACKED, fresh) if fresh else []
         for message in unacked:
-            found.update(_JOB_ID.findall(_text(message)))
+            if message is not None:
+                found.update(_JOB_ID.findall(_text(message)))
         return found, read + len(unacked)
 
     async def broker_job_ids(self) -> set[str]:

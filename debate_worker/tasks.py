@@ -339,7 +339,7 @@ class JobRunner:
             )
 
         async def on_usage(spend: Spend) -> None:
-            await self.store.charge(job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls)
+            await self._charge(job_id, spend)
 
         spent_calls, spent_tokens = await self.store.spent(job_id)
         models = self.rt.models()
@@ -424,6 +424,25 @@ class JobRunner:
         finally:
             with contextlib.suppress(Exception):
                 await builder.aclose()
+
+    async def _charge(self, job_id: str, spend: Spend) -> None:
+        """Charge a call's cost to the job and its owner, through a restart of the store: a charge
+        that fails because Redis is unreachable is owed all the same (a settlement lost there would
+        leave the call at its worst case, a refund lost would charge a refused call), so it is tried
+        again, backing off, for up to ``charge_retry_s``; after that the error stops the attempt."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.rt.settings.charge_retry_s
+        delay = 0.1
+        while True:
+            try:
+                await self.store.charge(job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls)
+                return
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                if loop.time() + delay > deadline:
+                    raise
+                log.warning("job %s: the store is unreachable; charging again in %.1fs", job_id, delay)
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
 
     async def _emit(self, job_id: str, event: str, data: dict[str, Any]) -> None:
         if await self.store.emit(job_id, event, data) is None:

@@ -56,6 +56,12 @@ class WorkerSettings(ParleySettings):
         description="messages per second the orphan check may read from the broker on average: a "
         "long queue is read less often than every orphan_after_s / 2",
     )
+    charge_retry_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="how long an LLM call's charge is retried while the store is unreachable (a Redis "
+        "restart) before the attempt stops",
+    )
     store_retry_delay_s: float = Field(
         default=5.0, ge=0, description="pause before requeueing a job the store refused to update"
     )

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from tests.api.support import (
 )
 from tests.api.test_flow import read_sse
 from tests.retriever.support import ReplayServer
-from tests.support.scripted_llm import ClosedPort, ScriptedLLM
+from tests.support.scripted_llm import ClosedPort, ScriptedLLM, request_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -356,6 +358,13 @@ def test_redis_crash_mid_batch_restarted_from_its_aof_loses_nothing(tmp_path: Pa
     try:
         with ScriptedLLM(latency_s=0.3) as llm, ApiServer(api_settings(redis_server.url)) as api:
             script_agreeing(llm)
+            served: Counter[str] = Counter()  # item -> tokens the LLM answered for it
+
+            def count(body: dict[str, Any], tokens: int, client_gone: bool) -> None:
+                match = re.search(r"\((\d+)\)", request_text(body))
+                served[match.group(1) if match else "?"] += tokens
+
+            llm.on_served = count
             env = worker_env(
                 redis_server.url,
                 llm.base_url,
@@ -385,10 +394,16 @@ def test_redis_crash_mid_batch_restarted_from_its_aof_loses_nothing(tmp_path: Pa
                 assert batch["counts"]["completed"] == 12, batch
                 r = redis_server.client()
                 try:
+                    charged = {}
                     for row in client.get(f"/v1/batches/{batch_id}/results").text.splitlines():
-                        job_id = json.loads(row)["job_id"]
+                        job_id, item = json.loads(row)["job_id"], json.loads(row)["id"]
                         types = [f["type"] for _, f in r.xrange(f"parley:job:{job_id}:events")]
                         assert types.count("job.completed") == 1, (job_id, types)
+                        charged[item] = int(r.hget(f"parley:job:{job_id}", "used_tokens") or 0)
+                    # Each job is charged what the LLM served for it, the calls the crash cut included
+                    # (a charge that found the store down is made once it is back).
+                    mismatched = {i: (c, served[i]) for i, c in charged.items() if c != served[i]}
+                    assert mismatched == {}, mismatched
                 finally:
                     r.close()
     finally:

@@ -185,3 +185,35 @@ async def test_default_settings_resend_a_lost_message_within_two_minutes_at_a_bo
         print(f"lost message sent again {resent_after:.0f} s after the loss; {read} messages read in 10 min")
     finally:
         await store.aclose()
+
+
+async def test_a_delivery_nobody_holds_any_more_counts_as_lost(redis_server: RedisServer) -> None:
+    """A queued job whose message sits only in kombu's unacked hash, delivered long ago (its consumer
+    died with a Redis restart; kombu restores it only after the visibility timeout, an hour), is sent
+    again; one delivered just now (a worker about to start it) is not."""
+    store = RedisJobStore.from_url(redis_server.url, prefix="orphun")
+    settings = WorkerSettings(redis_url=redis_server.url, key_prefix="orphun", orphan_after_s=0.2)
+    published: list[str] = []
+    sweeper = JobSweeper(
+        store, settings, lambda job_id, queue: published.append(job_id), queues=("orphun.q",)
+    )
+    try:
+        held, stale = (
+            JobRecord(job_id=f"job_{i:032x}", owner="u", question=Q, queue="orphun.q") for i in (7, 8)
+        )
+        await store.create_jobs([held, stale])
+        await asyncio.sleep(0.3)  # both queued longer than orphan_after_s
+        r = store.redis
+        for tag, job in (("t-held", held), ("t-stale", stale)):
+            await r.hset(
+                "unacked", tag, f'[{{"headers": {{"argsrepr": "[\'{job.job_id}\']"}}}}, "", "orphun.q"]'
+            )
+        await r.zadd("unacked_index", {"t-stale": time.time() - 60})
+        for _ in range(2):  # absent on two reads in a row
+            await r.zadd("unacked_index", {"t-held": time.time()})  # delivered just now, each time
+            await r.delete("orphun:sweep:next_broker_read", "orphun:sweep:lock")
+            assert await sweeper.sweep() is not None
+        assert published == [stale.job_id]
+    finally:
+        await store.redis.delete("unacked", "unacked_index")
+        await store.aclose()
