@@ -290,10 +290,9 @@ class DebateContext:
             # then charged once the server answers or the connection ends (settle_late_calls).
             completion = await asyncio.shield(call)
         except asyncio.CancelledError:
-            if call.done():  # the request itself was cut (its client closed): it may have been served
-                self.budget.forfeit(reservation)
-            else:
-                self._late.add(asyncio.ensure_future(self._settle_when_done(call, reservation)))
+            # Settled by how the request ends, or ended: it may have failed (a refusal, given back) or
+            # answered in the same instant as the cancellation, or been cut itself (worst case kept).
+            self._late.add(asyncio.ensure_future(self._settle_when_done(call, reservation)))
             raise
         except LLMTimeout as exc:
             # Cut off in flight: the server may have spent all of it, so all of it stays charged.

@@ -18,7 +18,7 @@ from engine.config import DebateConfig
 from engine.context import SingleModel, Spend
 from engine.runner import run_debate
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm import ChatMessage, OpenAIChatClient
+from services.llm import ChatMessage, LLMError, OpenAIChatClient, RetryPolicy
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 pytestmark = pytest.mark.unit
@@ -203,3 +203,36 @@ def test_reservations_are_atomic_and_settled_with_real_use() -> None:
     assert (budget.tokens_used, budget.tokens_reserved, budget.calls_used) == (25, 0, 1)
     third = budget.reserve(40, 20)
     assert budget.forfeit(third) == 60 and budget.tokens_used == 85
+
+
+@pytest.mark.slow
+async def test_an_llm_outage_at_any_point_of_a_debate_charges_exactly_what_was_served() -> None:
+    """503s from some instant on (the worker's retry policy: two attempts): the failing call is given
+    back, its siblings are cut by the failure and settled by how they end, whatever the timing (a
+    sibling whose own refusal lands in the same instant as the cancellation was once kept at its
+    worst case)."""
+    for trial in range(16):
+        with ScriptedLLM(latency_s=0.2) as llm:
+            script(llm)
+            spends: list[Spend] = []
+
+            async def on_usage(spend: Spend, spends: list[Spend] = spends) -> None:
+                spends.append(spend)
+
+            async def outage(after_s: float, server: ScriptedLLM = llm) -> None:
+                await asyncio.sleep(after_s)
+                server.fail_for(5, status=503)
+
+            start = asyncio.ensure_future(outage(0.025 * trial))
+            client = OpenAIChatClient(
+                llm.base_url, "scripted", structured_mode="off", retry=RetryPolicy(2, 0.05, 1.0)
+            )
+            cfg = DebateConfig(prompt_style="paper", judge="llm", rounds=2)
+            try:
+                await run_debate(POOL.question, POOL, cfg, SingleModel(client), on_usage=on_usage)
+            except LLMError:
+                pass
+            finally:
+                await client.aclose()
+                await start
+            assert sum(s.tokens for s in spends) == llm.tokens_served, (trial, spends)
