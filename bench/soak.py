@@ -568,10 +568,13 @@ class Soak:
         return {"job": job_id, "status": job.status, "recovered_s": _round(took)}
 
     def fault_loop(self, gw: Gateway) -> None:
+        if self.args.fault_every <= 0:  # a fault-free run: the baseline the latencies are compared to
+            return
         threads: list[threading.Thread] = []
         i = 0
         while not self.stop.wait(self.args.fault_every if i else self.args.warmup):
-            kind = FAULTS[i % len(FAULTS)]
+            kinds = self.args.faults.split(",") if self.args.faults else FAULTS
+            kind = kinds[i % len(kinds)]
             i += 1
 
             def run(kind: str = kind) -> None:
@@ -608,10 +611,11 @@ class Soak:
         end = time.monotonic() + self.args.minutes * 60
         while time.monotonic() < end:
             time.sleep(5)
-            done = sum(1 for j in self.ledger.jobs.values() if j.status in TERMINAL)
+            with self.ledger.lock:  # the load threads add jobs meanwhile
+                seen = list(self.ledger.jobs.values())
+            done = sum(1 for j in seen if j.status in TERMINAL)
             print(
-                f"[soak] {time.monotonic() - self.ledger.t0:6.0f} s: "
-                f"{len(self.ledger.jobs)} jobs, {done} ended",
+                f"[soak] {time.monotonic() - self.ledger.t0:6.0f} s: {len(seen)} jobs, {done} ended",
                 flush=True,
             )
         self.stop.set()
@@ -842,8 +846,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--minutes", type=float, default=60)
-    parser.add_argument("--fault-every", type=float, default=90, help="seconds between faults (they overlap)")
+    parser.add_argument(
+        "--fault-every", type=float, default=90, help="seconds between faults (they overlap); 0: none"
+    )
     parser.add_argument("--warmup", type=float, default=20, help="seconds before the first fault")
+    parser.add_argument("--faults", default="", help="only these kinds, comma-separated (default: all)")
     parser.add_argument("--window-minutes", type=float, default=10)
     parser.add_argument("--active", type=int, default=2, help="single debates each key keeps going")
     parser.add_argument("--batch-every", type=float, default=20, help="seconds between batches")
