@@ -27,8 +27,11 @@ def test_three_minutes_with_every_fault_loses_nothing_and_charges_what_was_serve
         ]
     )  # fmt: skip
     jobs = report["jobs"]
-    # Every fault was injected once and recovered from.
-    assert sorted(f["kind"] for f in report["faults"]) == sorted(FAULTS), report["faults"]
+    # Every job is charged exactly what was served for it, but those with a call that timed out,
+    # which keep that call's worst case.
+    assert report["jobs_charged_not_served"] == 0, report["jobs_charged_not_served_list"]
+    # Every kind of fault was injected and recovered from.
+    assert {f["kind"] for f in report["faults"]} == set(FAULTS), report["faults"]
     assert report["faults_not_recovered"] == [], report["faults_not_recovered"]
     # Nothing lost, nothing run twice, every job ended; failures only with a reason (the LLM faults).
     assert jobs["submitted"] > 50
@@ -37,9 +40,7 @@ def test_three_minutes_with_every_fault_loses_nothing_and_charges_what_was_serve
     assert jobs["completed"] > jobs["submitted"] / 2
     assert all("LLM error" in reason for reason in jobs["failed_reasons"]), jobs["failed_reasons"]
     assert jobs["cancelled"] >= 1  # the client that disconnected from its stream
-    # Every job is charged exactly what was served for it, but those with a call that timed out,
-    # which keep that call's worst case; no key keeps a reservation once its jobs have ended.
-    assert report["jobs_charged_not_served"] == 0, report["jobs_charged_not_served_list"]
+    # No key keeps a reservation once its jobs have ended.
     for key, tokens in report["tokens"].items():
         assert tokens["reserved_left"] == 0, (key, tokens)
         if not tokens["served_after_client_left"]:
