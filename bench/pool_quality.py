@@ -85,7 +85,12 @@ CONFIGS: dict[str, Config] = {
             overrides={"rerank_candidates": 0},
             note="first stage's top 50 reordered by mpnet (no new candidates)",
         ),
-        Config("hybrid+mpnet", "hybrid", rerank=True, note="the second stage as configured (the default)"),
+        Config(
+            "hybrid+mpnet",
+            "hybrid",
+            rerank=True,
+            note="the second stage as configured (top 50 + 20 mpnet neighbours, RRF k 10, first stage 0.5)",
+        ),
     )
 }
 

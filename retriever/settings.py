@@ -119,12 +119,12 @@ class RetrieverSettings(ParleySettings):
         default=50, ge=1, le=200, description="first-stage candidates the second stage reorders"
     )
     rerank_candidates: int = Field(
-        default=50,
+        default=20,
         ge=0,
         le=200,
         description="the second encoder's own nearest passages added to the candidates (0 = none)",
     )
-    rerank_rrf_k: int = Field(default=5, ge=1, description="RRF constant of the final order")
+    rerank_rrf_k: int = Field(default=10, ge=1, description="RRF constant of the final order")
     rerank_first_stage_weight: float = Field(
         default=0.5, ge=0, description="weight of the first-stage order in the final RRF (second stage = 1)"
     )
