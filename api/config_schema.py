@@ -13,10 +13,9 @@ less, and the document says so, from the same registry and settings the validati
   ``truth_last``.
 
 Alternatives (``anyOf``) rather than conditionals (``if``/``then``): schema-driven generators draw
-from the former and some refuse the latter (schemathesis 4 does, and also fails on the alternatives
-that would compare mallm's ``vote_after`` with ``rounds``). What stays in prose therefore: with a
-voting decision, mallm's ``vote_after`` may not exceed ``rounds``; a client URL, where allowed, is
-checked against the operator's networks.
+from the former and some refuse the latter (schemathesis 4 does). What stays in prose therefore: a
+client URL, where allowed, is checked against the operator's networks. (mallm's ``vote_after`` may
+exceed ``rounds``: the vote is then held after the last turn, as its description says.)
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from engine.config import DebateConfig
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 NOT_FOUND = problem("unknown id, or a batch of another key", "/problems/not-found")
+FILE_PART_TYPES = "application/x-ndjson, application/jsonl, text/plain, application/octet-stream"
 
 
 def _item_schema() -> dict[str, Any]:
@@ -56,11 +57,20 @@ _BODY_DOC: dict[str, Any] = {
                     # What read_batch reads: a part of any other name is refused (400), not ignored.
                     "additionalProperties": False,
                     "properties": {
-                        "file": {"type": "string", "format": "binary", "description": "JSONL items"},
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "JSON lines, one `BatchItem` a line (blank lines skipped)",
+                        },
                         "config": {"$ref": "#/components/schemas/DebateConfig"},
                     },
                 },
-                "encoding": {"config": {"contentType": "application/json"}},
+                "encoding": {
+                    # The file part's label is not checked; these are the types a JSONL upload goes by
+                    # (octet-stream: what curl -F and httpx send for a .jsonl file).
+                    "file": {"contentType": FILE_PART_TYPES},
+                    "config": {"contentType": "application/json"},
+                },
             },
         },
     }

@@ -104,7 +104,11 @@ class BatchItem(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str | None = Field(default=None, max_length=200)
+    id: str | None = Field(
+        default=None,
+        max_length=200,
+        description="the item's name in the results (default: its index); unique within the batch",
+    )
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
     answers: list[Answer] | None = Field(default=None, max_length=50)
     pool: list[PoolItem] | None = Field(default=None, max_length=MAX_POOL_ITEMS)

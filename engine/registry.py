@@ -136,7 +136,6 @@ SPECS: tuple[ProtocolSpec, ...] = (
     ProtocolSpec(
         name="mallm",
         runner="engine.protocols.mallm.runner:run_mallm",
-        check="engine.protocols.mallm.settings:check_config",
         roles={**_SELECT, "debater": DEBATER, "extract": DEBATER, "vote": DEBATER},
         answer_roles=("debater",),
         settings=COMMON_SETTINGS

@@ -76,6 +76,15 @@ def test_bad_input_is_problem_json_and_queues_nothing(
     assert queued_messages(redis_server) == before
 
 
+def test_a_mallm_vote_after_more_turns_than_rounds_is_accepted(alice: httpx.Client, api: ApiServer) -> None:
+    # held after the last turn (the engine's test: tests/engine/protocols/test_mallm.py), so not refused
+    cfg = {"protocol": "mallm", "rounds": 2, "mallm": {"decision": "simple", "vote_after": 5}}
+    assert alice.post("/v1/debates", json={"question": "a?", "config": cfg}).status_code == 202
+    spec = httpx.get(f"{api.url}/openapi.json").json()
+    vote_after = spec["components"]["schemas"]["MallmSettings"]["properties"]["vote_after"]
+    assert "after the last turn" in vote_after["description"]
+
+
 def test_unknown_id_is_404_problem(alice: httpx.Client) -> None:
     assert_problem(alice.get("/v1/debates/job_doesnotexist"), 404)
     assert_problem(alice.get("/v1/batches/bat_doesnotexist"), 404)

@@ -8,8 +8,11 @@ solutions of the others; voting decisions only).
 Consensus decisions (majority/supermajority/unanimity) count agreement after every message; when
 reached, the last speaker extracts the final solution (Prompt E.1). Voting decisions discuss for
 ``vote_after`` turns, then every agent votes (Prompts E.2); a tie (or no valid vote) adds one turn and
-a revote. At the turn limit (``rounds``) without a decision the fallback answers (the first agent's
-solution, as in the paper, or the most common answer) and the outcome says so.
+a revote. A ``vote_after`` above the turn limit (``rounds``) is a vote after the last turn: the agents
+discuss for as many turns as the debate has, and a voting decision always comes to a vote (MALLM's
+code would end such a discussion without one, on the fallback; the paper never configures it). At
+the turn limit without a decision the fallback answers (the first agent's solution, as in the paper,
+or the most common answer) and the outcome says so.
 """
 
 from __future__ import annotations
@@ -110,14 +113,15 @@ class MallmDebate:
         self.turns: list[list[dict[str, Any]]] = []
         self.agreement = dr.AgreementState()
         self.decided: dict[str, Any] | None = None
-        self.next_vote = self.ms.vote_after
+        # The first vote: after ``vote_after`` turns, or after the last one when the debate is shorter.
+        self.next_vote = min(self.ms.vote_after, self.cfg.rounds)
         st = run.resume_state(MallmState)
         if st is not None:
             self.turns = st["turns"]
             ag = st["agreement"]
             self.agreement = dr.AgreementState(ag["solution"], ag["proposer"], set(ag["supporters"]))
             self.decided = st.get("decided")
-            self.next_vote = st.get("next_vote", self.ms.vote_after)
+            self.next_vote = st.get("next_vote", self.next_vote)
 
     async def run(self) -> Outcome:
         t = len(self.turns)
@@ -153,7 +157,10 @@ class MallmDebate:
         elif not self.consensus_mode and t >= self.next_vote:
             outcome = await self.vote_round(t)
             if outcome["decided"]:
-                self.decided = {"answer": outcome["winner"], "how": outcome["how"]}
+                how = outcome["how"]
+                if t < ms.vote_after:
+                    how += f"; held after the last turn ({t}): vote_after={ms.vote_after} exceeds rounds"
+                self.decided = {"answer": outcome["winner"], "how": how}
             else:
                 self.next_vote = t + 1  # a tie adds one turn and a revote
         return current

@@ -1,16 +1,12 @@
-"""``mallm``'s own settings (``DebateConfig.mallm``) and the rules a config must meet for it, kept with
-the protocol (the registry's spec names ``check_config``; ``DebateConfig`` calls it)."""
+"""``mallm``'s own settings (``DebateConfig.mallm``) and the rule between them, kept with the protocol."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.protocols.mallm.decisions import CONSENSUS_RULES, VOTING_RULES
-
-if TYPE_CHECKING:
-    from engine.config import DebateConfig
 
 MallmDecision = Literal[
     "majority", "supermajority", "unanimity", "simple", "ranked", "cumulative", "approval"
@@ -31,7 +27,13 @@ class MallmSettings(BaseModel):
         description="memory: turn order, all messages visible; drafting: All-Agents Drafting (first "
         "turn independent); collective_improvement: no turn order, only last turn's solutions",
     )
-    vote_after: int = Field(default=3, ge=1, le=10, description="voting starts after this many turns")
+    vote_after: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="voting decisions: the vote is held after this many turns (paper: 3); above `rounds`, "
+        "after the last turn",
+    )
     memory_turns: int = Field(default=2, ge=1, le=10, description="turns of history an agent sees")
     threshold_rule: Literal[">=", ">"] = Field(
         default=">=", description="agreement share must be >= or > the threshold"
@@ -58,13 +60,3 @@ class MallmSettings(BaseModel):
         """The agreement share a consensus decision needs (1.0 for a voting decision: never by agreement)."""
         rule = CONSENSUS_RULES.get(self.decision)
         return rule.threshold_of(self) if rule is not None else 1.0
-
-
-def check_config(config: DebateConfig) -> None:
-    """What a ``mallm`` debate needs of the whole config: voting must start within the turn limit."""
-    ms = config.mallm
-    if ms.decision in VOTING_DECISIONS and ms.vote_after > config.rounds:
-        raise ValueError(
-            f"rounds: {config.rounds} turns end before voting starts (mallm.vote_after="
-            f"{ms.vote_after}); the turn limit is `rounds` (the paper uses 5)"
-        )

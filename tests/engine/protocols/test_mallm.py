@@ -70,6 +70,43 @@ async def test_simple_vote_tie_adds_a_turn_and_revotes(scripted: ScriptedLLM) ->
     assert "Solution 1: Paris\nSolution 2: Lyon" in texts(scripted, VOTE)[0]
 
 
+async def test_a_vote_after_more_turns_than_the_debate_has_is_held_after_its_last_turn(
+    scripted: ScriptedLLM,
+) -> None:
+    scripted.on(VOTE, "2")
+    scripted.on("Here are the other participants' solutions", ["[Paris]", "[Lyon]"])
+    scripted.on(PROPOSE, ["[Paris]", "[Lyon]"])
+    result, events = await debate(
+        scripted,
+        protocol="mallm",
+        agents=2,
+        rounds=2,
+        sequential=True,
+        mallm={"decision": "simple", "paradigm": "collective_improvement", "vote_after": 5},
+    )
+    # both turns discussed, then the one vote after turn 2 (not none: the fallback is not what decides)
+    assert [(r.round, r.role) for r in result.transcript if r.role != "debater"] == [(2, "vote"), (2, "vote")]
+    assert [d["round"] for e, d in events if e == "judge.verdict"] == [2]
+    assert result.rounds == 2 and result.answer == "Lyon" and result.consensus
+    assert result.answer_source.endswith("held after the last turn (2): vote_after=5 exceeds rounds")
+
+
+async def test_a_tie_in_the_vote_after_the_last_turn_falls_back(scripted: ScriptedLLM) -> None:
+    scripted.on(VOTE, ["1", "2"])
+    scripted.on(PROPOSE, ["[Paris]", "[Lyon]"])
+    result, _ = await debate(
+        scripted,
+        protocol="mallm",
+        agents=2,
+        rounds=1,
+        sequential=True,
+        mallm={"decision": "simple", "paradigm": "collective_improvement", "vote_after": 3},
+    )
+    assert len([r for r in result.transcript if r.role == "vote"]) == 2
+    assert result.rounds == 1 and not result.consensus
+    assert result.answer == "Paris" and "fallback: first agent's solution" in result.answer_source
+
+
 async def test_collective_improvement_shows_only_the_others_previous_solutions(scripted: ScriptedLLM) -> None:
     scripted.on(VOTE, "1")
     scripted.on("Here are the other participants' solutions", ["[Paris]", "[Lyon]", "[Nice]"])
@@ -130,8 +167,6 @@ async def test_drafting_first_turn_is_independent(scripted: ScriptedLLM) -> None
 def test_invalid_combinations_name_the_field() -> None:
     with pytest.raises(ValidationError, match="paradigm"):
         DebateConfig(protocol="mallm", mallm={"decision": "majority", "paradigm": "collective_improvement"})
-    with pytest.raises(ValidationError, match="rounds"):
-        DebateConfig(protocol="mallm", rounds=2, mallm={"decision": "ranked", "vote_after": 3})
     with pytest.raises(ValidationError, match="rounds"):
         DebateConfig(protocol="society", rounds=0)
     with pytest.raises(ValidationError, match="ordering"):
