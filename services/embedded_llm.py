@@ -42,6 +42,7 @@ from services.model_registry import (
     package_file_path,
     resolve_model_name,
 )
+from services.part_files import concatenate
 from services.xllama_serve import UNSUPPORTED_CPU_EXIT, missing_cpu_flags, unsupported_cpu_message
 
 if TYPE_CHECKING:
@@ -107,19 +108,8 @@ def assemble_gguf(
         info = json.loads(marker.read_text())
         if info.get("size") == target.stat().st_size == total:
             return target
-    digest = hashlib.sha256()
     tmp = target.with_suffix(".partial")
-    done = 0
-    with tmp.open("wb") as out:
-        for part in parts:
-            with part.open("rb") as src:
-                while chunk := src.read(8 << 20):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    done += len(chunk)
-                    if progress:
-                        progress(done, total)
-    actual = digest.hexdigest()
+    actual = concatenate(parts, tmp, progress)
     if model.sha256 and actual != model.sha256:
         tmp.unlink(missing_ok=True)
         raise EmbeddedLLMError(
