@@ -184,11 +184,15 @@ def encode(
     label = name or ("dpr" if kind == "dpr" else path.stem)
     source = FileSource(path, kind=kind, corpus=label, max_words=s.passage_words)
     try:
-        n = encode_to_shards(source, make_embedder(s, device=device), out, shard_size=shard_size)
+        embedder = make_embedder(s, device=device)
+        n = encode_to_shards(source, embedder, out, shard_size=shard_size)
     except (IngestError, EncoderError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     typer.echo(f"encoded {n} passages into {out} (encoder {s.encoder}, collection {s.collection})")
+    stats = getattr(embedder, "stats", None)  # the GPU encoder's stage rates: which one is the bottleneck
+    if stats is not None:
+        typer.echo(stats.summary())
 
 
 @index_app.command("stats")
