@@ -195,7 +195,6 @@ def encode(
         typer.echo(stats.summary())
 
 
-@index_app.command("stats")
 def _second_stage(s: RetrieverSettings) -> RetrieverSettings:
     """The settings of the second ranking stage's collection, or a usage error when none is configured."""
     if s.rerank_model is None:
@@ -215,6 +214,7 @@ def _shipped(s: RetrieverSettings, corpus: str) -> Path | None:
     return vectors
 
 
+@index_app.command("stats")
 def stats(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     data_dir: Annotated[Path | None, typer.Option(help="override PARLEY_RETRIEVER_DATA_DIR")] = None,

@@ -181,3 +181,21 @@ def test_the_service_reports_its_second_stage_and_honours_rerank_false(
         bad = client.post("/v1/pools", json={"question": "Who wrote Hamlet?", "rerank": "maybe"})
         assert bad.status_code == 422
         assert bad.headers["content-type"].startswith("application/problem+json")
+
+
+def test_index_stats_shows_the_second_stage_and_whether_it_covers_the_first(
+    reranked_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from retriever.cli import index_app
+
+    monkeypatch.setenv("PARLEY_RETRIEVER_RERANK_MODEL", MPNET)
+    result = CliRunner().invoke(index_app, ["stats", "--json", "--data-dir", str(reranked_index)])
+    assert result.exit_code == 0, result.output
+    stage = json.loads(result.output)["rerank"]
+    assert stage["model"] == MPNET and stage["covers_first_stage"] is True and stage["passages"] > 0
+    text = CliRunner().invoke(index_app, ["stats", "--data-dir", str(reranked_index)])
+    assert f"second stage     {MPNET}: {stage['passages']} passages" in text.output
