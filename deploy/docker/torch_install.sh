@@ -2,10 +2,11 @@
 # torch first, as its CPU build: an unpinned or PyPI-default torch would pull gigabytes of CUDA libraries.
 # The version and the sha256 are the lock's (`torch_install.sh requirements.lock`). From the wheelhouse
 # when it holds the wheel, else from TORCH_INDEX_URL (PyTorch's CPU index by default; a mirror of it as a
-# build argument).
+# build argument). Without its dependencies: those come with the others, from the package index,
+# checked against the lock like every other file.
 set -eu
 lock=$1
 if ls /wheelhouse/torch-*.whl >/dev/null 2>&1; then
-  exec sh /opt/parley/deploy/pip_install.sh --no-index --require-hashes -c "$lock" torch
+  exec sh /opt/parley/deploy/pip_install.sh --no-index --no-deps --require-hashes -c "$lock" torch
 fi
-exec sh /opt/parley/deploy/pip_install.sh --index-url "${TORCH_INDEX_URL:?}" --require-hashes -c "$lock" torch
+exec sh /opt/parley/deploy/pip_install.sh --index-url "${TORCH_INDEX_URL:?}" --no-deps --require-hashes -c "$lock" torch
