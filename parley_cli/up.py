@@ -321,7 +321,7 @@ def plan(
     worker_env["PARLEY_RETRIEVER_URL"] = retriever_url
     worker_env["PARLEY_LLM_BASE_URL"] = llm_url
     if environ.get("PARLEY_LLM_BASE_URL") is None and llm.base_url is None:
-        # The embedded server takes JSON schemas. Batches: two debates per core at once, their calls
+        # The embedded server takes JSON schemas. Batches: one debate per core at once, their calls
         # filling the server's slots (services.settings.batch_defaults, measured by bench.throughput);
         # anything set in the environment wins.
         worker_env.setdefault("PARLEY_LLM_STRUCTURED_OUTPUT", "json_schema")
