@@ -16,7 +16,8 @@ a ``ReplicaSet`` before every attempt where to send it:
   so the prefix its server cached for the previous turn is found again. Only when that replica is
   full (``limit`` calls of this process in flight) and another has room does a call spill over (the
   debate stays bound), and only when its replies have become ``move_ratio`` (1.5) times slower than
-  another replica's lately (other processes crowd it) does the debate move there for good.
+  another replica's lately, and at least 50 ms slower (other processes crowd it), does the debate
+  move there for good.
 * **Ejection.** A replica that fails a call (connection error, 5xx, read timeout) is taken out for a
   cool-down that doubles with each consecutive failure (``cooldown_s`` … ``cooldown_max_s``); once it
   has passed, the next call is sent there as a probe (half-open: one call at a time) and its success
@@ -144,6 +145,9 @@ REPLICA_HEALTH = ReplicaRegistry()
 EWMA_WEIGHT = 0.3
 
 
+# A debate moves only for a gap of at least this much too: milliseconds of jitter are not load.
+MOVE_MIN_GAP_S = 0.05
+
 # Reply times closer than this (relative) are noise, not load: such replicas count as equal.
 EWMA_MARGIN = 0.25
 
@@ -265,7 +269,8 @@ class ReplicaSet:
         if not others:
             return None
         best = min(others, key=lambda c: (c.outstanding, c.ewma_s or 0.0))
-        if bound.ewma_s > self.move_ratio * (best.ewma_s or 0.0):
+        best_s = best.ewma_s or 0.0
+        if bound.ewma_s > self.move_ratio * best_s and bound.ewma_s - best_s > MOVE_MIN_GAP_S:
             return best
         return None
 
