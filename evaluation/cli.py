@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 
 def _csv(value: str | None) -> list[str]:
@@ -178,11 +179,8 @@ def eval_command(
 
     from rich.console import Console
 
-    from evaluation.datasets import DatasetError
     from evaluation.harness import EvalRequest, PlanError, rebuild_report
-    from evaluation.runner import EvalAborted
     from evaluation.settings import EvalSettings
-    from evaluation.store import WorkspaceError
 
     console = Console(stderr=True)
     if list_presets:
@@ -195,7 +193,7 @@ def eval_command(
     pairs = parse_compare(compare)
     samples = bootstrap_samples or settings.bootstrap_samples
     boot_seed = settings.bootstrap_seed if seed is None else seed
-    try:
+    with errors_as_exit(console, out):
         if report_only:
             if suite is not None:
                 _print_suite(console, _suite_report_only(suite, out, samples, boot_seed, not no_plots), out)
@@ -254,6 +252,23 @@ def eval_command(
                     evaluate_fn=evaluate_fn,
                 )
             )
+    if suite is not None:
+        _print_suite(console, outcome, out)
+        return
+    _print_outcome(console, outcome, out)
+
+
+@contextlib.contextmanager
+def errors_as_exit(console: Any, out: Path) -> Iterator[None]:
+    """What ends an evaluation early, said in one line with its exit status instead of a traceback."""
+    from evaluation.datasets import DatasetError
+    from evaluation.harness import PlanError
+    from evaluation.runner import EvalAborted
+    from evaluation.store import WorkspaceError
+    from services.errors import ParleyError
+
+    try:
+        yield
     except KeyboardInterrupt:
         console.print(
             f"[yellow]interrupted[/yellow]; finished items are saved in {out}. "
@@ -263,13 +278,17 @@ def eval_command(
     except (DatasetError, PlanError, WorkspaceError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    except ValidationError as exc:
+        # An operator's setting (PARLEY_… environment) the settings classes refuse: say which.
+        console.print(f"[red]invalid setting:[/red] {exc}")
+        raise typer.Exit(2) from None
+    except ParleyError as exc:
+        # The embedded model's server failing to start, a weight package missing, …: typed and explained.
+        console.print(f"[red]{exc.__class__.__name__}:[/red] {exc}")
+        raise typer.Exit(1) from None
     except EvalAborted as exc:
         console.print(f"[red]stopped:[/red] {exc}")
         raise typer.Exit(3) from None
-    if suite is not None:
-        _print_suite(console, outcome, out)
-        return
-    _print_outcome(console, outcome, out)
 
 
 def default_prompt_style(setting: str, *, api: bool) -> str:

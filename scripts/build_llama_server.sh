@@ -23,10 +23,16 @@ pinned_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 case "$arch" in
   native)
     cpu=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m) | sha256sum | cut -c1-12)
-    built="$cache/llama-server-$version-native-$cpu/llama-server"
+    # Without AMX: ggml's AMX matrix path dies with a general protection fault on CPUs that report
+    # AMX where the kernel or hypervisor does not grant the tile state (seen on a 2-core AVX-512 VM:
+    # SIGSEGV in ggml_backend_amx_mul_mat at the first decode). AVX-512 and VNNI stay on. The folder
+    # name says so, so a binary cached by an earlier recipe is not reused.
+    built="$cache/llama-server-$version-native-noamx-$cpu/llama-server"
+    cpu_flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
     native=ON ;;
   portable)
     built="$cache/llama-server-$version/llama-server"
+    cpu_flags=""
     native=OFF ;;
   *) echo "unknown build kind '$arch' (native or portable)" >&2; exit 2 ;;
 esac
@@ -49,6 +55,7 @@ if [ ! -x "$built" ]; then
   src=$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)
   # No web UI, TLS or downloads of prebuilt assets.
   "$cmake_bin" -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=$native \
+    -DCMAKE_C_FLAGS="$cpu_flags" -DCMAKE_CXX_FLAGS="$cpu_flags" \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
     -DBUILD_SHARED_LIBS=OFF >"$work/cmake.log"

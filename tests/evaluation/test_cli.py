@@ -202,3 +202,16 @@ def test_sigterm_stops_cleanly_and_the_run_resumes(nq_dataset: Path, tmp_path: P
     done = [json.loads(x) for x in results.read_text().splitlines() if x.strip()]
     assert 1 <= len(done) < len(QUESTIONS)
     assert all(r["status"] == "ok" for r in done)  # nothing half-written
+
+
+def test_cli_refuses_a_bad_setting_without_a_traceback(nq_dataset: Path, tmp_path: Path) -> None:
+    """An operator's PARLEY_… value the settings refuse ends with its name and exit 2, not a traceback."""
+    result = runner.invoke(
+        app,
+        ["eval", "--dataset", str(nq_dataset), "--out", str(tmp_path / "out"), "--protocols", "single"],
+        env={"PARLEY_LLM_EMBEDDED_SERVER": "native", "HF_HUB_OFFLINE": "1", "PARLEY_LLM_BASE_URL": ""},
+    )
+    assert result.exit_code == 2, result.output
+    assert "invalid setting" in result.output
+    assert "embedded_server" in result.output
+    assert "Traceback" not in result.output
