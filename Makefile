@@ -124,10 +124,14 @@ bench-engine: install
 
 # The soak (bench/soak.py): the whole service under load for SOAK_MINUTES with faults every
 # SOAK_FAULT_EVERY seconds; JSON, markdown and PNG in reports/soak/. A 3-minute version is a slow test.
+# SOAK_JOB_TTL_S is the retention (PARLEY_JOB_TTL_S): shorter than the run, so Redis must level off;
+# empty = the services' default (a week: Redis then grows with every job it keeps).
 SOAK_MINUTES ?= 60
 SOAK_FAULT_EVERY ?= 90
+SOAK_JOB_TTL_S ?= 600
 soak: install system-deps
-	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) --fault-every $(SOAK_FAULT_EVERY) --out reports/soak
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) --fault-every $(SOAK_FAULT_EVERY) \
+		$(if $(SOAK_JOB_TTL_S),--job-ttl-s $(SOAK_JOB_TTL_S)) --out reports/soak
 
 # --- Images and the compose deployment (docs/deployment.md) ------------------------------------------
 # Every wheel the image needs (torch's CPU build included), for image builds that reach no index:

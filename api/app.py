@@ -33,7 +33,7 @@ from api.streams import StreamSlots, request_redis, stream_redis
 from services import telemetry
 from services.jobstore import RedisJobStore
 from services.metrics import QueueDepthCollector, instrument_app, serve_operator_metrics
-from services.settings import ObservabilitySettings
+from services.settings import ObservabilitySettings, RetentionSettings
 from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE, create_publisher
 
 log = logging.getLogger("parley.api")
@@ -51,9 +51,15 @@ def create_app(
     *,
     enqueuer: Enqueuer | None = None,
     observability: ObservabilitySettings | None = None,
+    retention: RetentionSettings | None = None,
 ) -> FastAPI:
-    """Build the API; pass ``enqueuer`` to replace Celery publishing (the store is always Redis)."""
+    """Build the API; pass ``enqueuer`` to replace Celery publishing (the store is always Redis).
+
+    ``retention`` (``PARLEY_JOB_TTL_S``) is read from the environment unless given: the workers read
+    the same variable, so a job is kept as long whichever process wrote it last.
+    """
     observability = observability or ObservabilitySettings()
+    ttl_s = (retention or RetentionSettings()).job_ttl_s
     telemetry.configure_tracing(observability, "parley-api")
 
     @asynccontextmanager
@@ -61,10 +67,8 @@ def create_app(
         # Two pools: requests' short calls time out after redis_timeout_s (then 503), while event
         # streams block in XREAD on a pool of their own, sized to the stream cap, so open streams
         # never starve the requests.
-        store = RedisJobStore(request_redis(settings), prefix=settings.key_prefix, ttl_s=settings.job_ttl_s)
-        event_store = RedisJobStore(
-            stream_redis(settings), prefix=settings.key_prefix, ttl_s=settings.job_ttl_s
-        )
+        store = RedisJobStore(request_redis(settings), prefix=settings.key_prefix, ttl_s=ttl_s)
+        event_store = RedisJobStore(stream_redis(settings), prefix=settings.key_prefix, ttl_s=ttl_s)
         publisher = None
         if enqueuer is None:
             publisher = create_publisher(settings.broker, connection_timeout_s=settings.redis_timeout_s)

@@ -23,7 +23,6 @@ class ApiSettings(ParleySettings):
     redis_url: str = Field(default="redis://localhost:6379/0", description="job store")
     broker_url: str | None = Field(default=None, description="Celery broker; unset = redis_url")
     key_prefix: str = "parley"
-    job_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
 
     # API keys as name → sha256 hex digest of the key (``parley hash-key KEY`` prints one).
     # Empty: no authentication, every caller is the owner "public" (development only).

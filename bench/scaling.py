@@ -14,12 +14,17 @@ finished debate):
   the throughput;
 * ``replicas``: R = 1, 2, 4 replicas, each serving ``--replica-capacity`` request at a time, under 4
   worker nodes running ``--per-node-saturate`` debates each, more than the replicas can serve: the
-  replicas bound it, so it shows how evenly calls are spread (least outstanding requests, one
-  debate to one replica, the power of two choices between processes that cannot see each other);
+  replicas bound it, so it shows how evenly calls are spread (least outstanding requests counted
+  over all worker processes, one debate to one replica; ``--local-counts``: each process counts its
+  own calls only, for comparison);
 * ``both``: W = R = 1, 2, 4 together (one debate per worker, ``--capacity`` per replica).
 
 Each point's efficiency is its questions per hour over k times the series' first point (1.0 =
-linear). Writes ``scaling.json``, ``scaling.md`` and ``scaling.png`` to ``--out``.
+linear). The replicas record every request's arrival, start and end (``GET /v1/timings``), so each
+point also says how the replicas spent the wall (``replica_load``): the share of their slots busy,
+the share of time a replica idled while another had calls waiting (``misplaced``: the choice of
+replica's fault) and while nothing waited anywhere (``starved``: the offered load's or the batch
+tail's). Writes ``scaling.json``, ``scaling.md`` and ``scaling.png`` to ``--out``.
 
 Run: ``HF_HUB_OFFLINE=1 .venv/bin/python -m bench.scaling --out reports/scaling`` (about 5 minutes on
 2 cores).
@@ -50,6 +55,9 @@ from parley_testing.scripted_llm import free_port
 # No retrieval; the judge agrees in round 1: two debaters together, then the judge, then the summary
 # (4 calls, 3 LLM latencies one after another).
 CONFIG = {"knowledge": "none", "rounds": 3}
+
+# Each request's debate, as the replicas see it: the item id in the question (see ``run_point``).
+LABEL_PATTERN = r"capital of country (\S+?)\?"
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,11 @@ class Stack:
         self.procs.append(start_process(api, api_env, tmp / "api.log"))
         self.api = f"http://127.0.0.1:{api_port}"
         self.replica_ports: dict[int, list[int]] = {}
-        wait_http(self.api + "/healthz")
+        try:
+            wait_http(self.api + "/healthz")
+        except BaseException:
+            self.stop()  # a gateway that never came up leaves no redis-server behind
+            raise
 
     def replica_urls(self, count: int, capacity: int) -> list[str]:
         """``count`` scripted servers serving ``capacity`` requests at a time (started once each)."""
@@ -105,6 +117,7 @@ class Stack:
             port = free_port()
             args = [sys.executable, "-m", "parley_testing.scripted_llm", "--port", str(port)]
             args += ["--latency", str(self.args.latency), "--capacity", str(capacity)]
+            args += ["--label-pattern", LABEL_PATTERN]
             self.procs.append(start_process(args, self.base_env, self.tmp / f"llm-{port}.log"))
             wait_http(f"http://127.0.0.1:{port}/v1/models")
             ports.append(port)
@@ -129,6 +142,8 @@ def start_workers(stack: Stack, point: Point, urls: list[str], tag: str) -> list
         PARLEY_LLM_MAX_CONCURRENCY=str(point.capacity),
         PARLEY_WORKER_WORKER_MAX_TASKS_PER_CHILD="100000",
         PARLEY_WORKER_SWEEP_INTERVAL_S="0",
+        # 0: each worker process chooses replicas by its own calls in flight only (for comparison).
+        PARLEY_WORKER_REPLICA_LOAD_TTL_S="0" if stack.args.local_counts else "3",
     )
     workers = []
     for i in range(point.workers):
@@ -176,6 +191,73 @@ def replica_attempts(workers: list[WorkerProcess]) -> dict[str, float]:
     return dict(sorted(totals.items()))
 
 
+def replica_load(urls: list[str], t0: float, t1: float, capacity: int) -> dict[str, Any]:
+    """How the replicas spent the point's wall [t0, t1], from their own request times.
+
+    Per replica: the share of its slots busy, and the mean wait of a request inside it for a slot.
+    Over the wall: ``misplaced`` is the share of time some replica had a free slot while another had
+    requests waiting (calls in the wrong place: what a better choice of replica could win back);
+    ``starved`` the share with a free slot somewhere and nothing waiting anywhere (no call to give it:
+    the offered load or the batch's tail, not the choice of replica); ``spread`` the time-averaged gap
+    in requests held (served or waiting) between the most and the least loaded replica. Also how many
+    debates made their first call to each replica, and the mean number of replicas a debate's calls
+    went to."""
+    per: list[list[dict[str, Any]]] = []
+    for url in urls:
+        rows = httpx.get(url + "/timings", params={"since": t0 - 1}, timeout=10).json()["timings"]
+        per.append([r for r in rows if r["arrived"] >= t0 - 0.5 and r["ended"] <= t1 + 0.5])
+    wall = max(1e-9, t1 - t0)
+    # Events over the wall: +1/-1 on each replica's busy slots and waiting requests.
+    events: list[tuple[float, int, str, int]] = []
+    for i, rows in enumerate(per):
+        for r in rows:
+            events += [(r["arrived"], i, "wait", 1), (r["started"], i, "wait", -1)]
+            events += [(r["started"], i, "busy", 1), (r["ended"], i, "busy", -1)]
+    events.sort(key=lambda e: (e[0], e[3]))
+    busy = [0] * len(urls)
+    waiting = [0] * len(urls)
+    misplaced = starved = spread = 0.0
+    last = t0
+    for t, i, kind, delta in events:
+        t = min(max(t, t0), t1)
+        span = t - last
+        free = any(b < capacity for b in busy)
+        if span > 0 and free:
+            if any(w > 0 for w in waiting):
+                misplaced += span
+            else:
+                starved += span
+        held = [b + w for b, w in zip(busy, waiting, strict=True)]
+        spread += span * (max(held) - min(held))
+        last = t
+        (busy if kind == "busy" else waiting)[i] += delta
+    if t1 > last and any(b < capacity for b in busy):
+        starved += t1 - last
+    first: dict[str, tuple[float, int]] = {}
+    seen: dict[str, set[int]] = {}
+    for i, rows in enumerate(per):
+        for r in rows:
+            if r["label"] is None:
+                continue
+            if r["label"] not in first or r["arrived"] < first[r["label"]][0]:
+                first[r["label"]] = (r["arrived"], i)
+            seen.setdefault(r["label"], set()).add(i)
+    starts = [0] * len(urls)
+    for _, i in first.values():
+        starts[i] += 1
+    return {
+        "busy": [round(sum(r["ended"] - r["started"] for r in rows) / (wall * capacity), 3) for rows in per],
+        "wait_s": [
+            round(sum(r["started"] - r["arrived"] for r in rows) / max(1, len(rows)), 3) for rows in per
+        ],
+        "misplaced": round(misplaced / wall, 3),
+        "spread": round(spread / wall, 2),
+        "starved": round(starved / wall, 3),
+        "debates_started": starts,
+        "replicas_per_debate": round(sum(len(v) for v in seen.values()) / max(1, len(seen)), 2),
+    }
+
+
 def run_point(stack: Stack, point: Point, items: int, tag: str) -> dict[str, Any]:
     urls = stack.replica_urls(point.replicas, point.capacity)
     workers = start_workers(stack, point, urls, tag)
@@ -199,6 +281,7 @@ def run_point(stack: Stack, point: Point, items: int, tag: str) -> dict[str, Any
         calls = sum(row["result"]["usage"]["calls"] for row in completed)
         wall = max(finished) - t0
         spread = replica_attempts(workers)
+        load = replica_load(urls, t0, max(finished), point.capacity)
     finally:
         for w in workers:
             w.stop()
@@ -215,6 +298,7 @@ def run_point(stack: Stack, point: Point, items: int, tag: str) -> dict[str, Any
         "wall_s": round(wall, 2),
         "questions_per_hour": round(len(completed) / wall * 3600, 0),
         "replica_calls": spread,
+        "replica_load": load,
     }
 
 
@@ -237,22 +321,35 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['cpu_count']} CPUs ({report['machine']}). Command: `{report['command']}`",
         "",
         "| series | worker nodes × debates each | replicas × capacity | debates | wall s | questions/h | "
-        "linear | efficiency | calls per replica |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "linear | efficiency | calls per replica | replicas busy % | misplaced % | starved % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["points"]:
         spread = " / ".join(f"{v:.0f}" for v in r["replica_calls"].values()) or "–"
+        load = r.get("replica_load") or {}
+        busy = " / ".join(f"{100 * b:.0f}" for b in load.get("busy", [])) or "–"
         lines.append(
             f"| {r['series']} (k={r['k']}) | {r['worker_nodes']} × {r['debates_per_node']} | "
             f"{r['replicas']} × {r['replica_capacity']} | {r['completed']}/{r['items']} | {r['wall_s']} | "
             f"{r['questions_per_hour']:.0f} | {r['linear_questions_per_hour']:.0f} | {r['efficiency']:.2f} | "
-            f"{spread} |"
+            f"{spread} | {busy} | {100 * load.get('misplaced', 0):.0f} | {100 * load.get('starved', 0):.0f} |"
         )
+    counts = (
+        "each worker process's own calls in flight only (`--local-counts`)"
+        if report.get("local_counts")
+        else "the calls in flight of all worker processes (shared through Redis)"
+    )
     lines += [
         "",
         "Efficiency: questions per hour over k times the series' k=1 point. `workers`: W worker nodes "
         "(one debate each) against replicas with room to spare; `replicas`: R replicas under more "
-        "debates than they can serve; `both`: W = R.",
+        f"debates than they can serve; `both`: W = R. Replicas chosen by {counts}.",
+        "",
+        "From the replicas' own request times over the wall: *replicas busy*, the share of each one's "
+        "slots serving; *misplaced*, the share of time some replica had a free slot while another had "
+        "calls waiting (what a better choice of replica could win back); *starved*, a free slot and "
+        "nothing waiting anywhere (the offered load and the batch's tail, not the choice; 100 % where "
+        "the replicas have room to spare, as in `workers` and `both`).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -298,6 +395,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "latency_s": args.latency,
         "cpu_count": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),
+        "local_counts": args.local_counts,
         "points": rows,
         "logs": str(tmp),
     }
@@ -318,6 +416,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument(
         "--per-node-saturate", type=int, default=3, help="debates per worker node in the replicas series"
+    )
+    parser.add_argument(
+        "--local-counts",
+        action="store_true",
+        help="worker processes do not share their calls in flight per replica (each sees its own)",
     )
     parser.add_argument("--items-per-unit", type=int, default=16, help="debates per point = this x k")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "scaling")

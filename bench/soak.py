@@ -12,11 +12,19 @@ a job's broker message deleted, a client disconnecting from a streamed chat comp
 
 Reported: jobs submitted / completed / failed (by reason) / cancelled / lost / run twice; tokens charged
 (`/v1/usage`) against tokens served (the LLM's count) per key; p50/p99 gateway latency per window; RSS
-of every process and Redis memory per window; how long each fault took to recover from. JSON, a
-markdown table and a PNG plot go to ``--out``.
+of every service process and Redis memory per window, and how far each moved after the first window;
+how long each fault took to recover from. JSON, a markdown table and a PNG plot go to ``--out``.
+
+``--job-ttl-s`` is the retention (``PARLEY_JOB_TTL_S``, given to the gateway and the workers): with one
+shorter than the run, finished jobs expire while it goes on and Redis memory levels off after the
+first retention; each job's own account (tokens charged, attempts) is read from the store once its
+last calls have settled, before its record can expire. The harness (this process: the load, its
+ledger of every job and request, and the scripted LLM, which keeps no per-request history here) is
+reported apart from the service processes.
 
     .venv/bin/python -m bench.soak --minutes 60 --out reports/soak      # the benchmark (`make soak`)
     .venv/bin/python -m bench.soak --minutes 3 --fault-every 20 --window-minutes 1 --out /tmp/soak
+    .venv/bin/python -m bench.soak --minutes 4 --fault-every 60 --job-ttl-s 120 --window-minutes 1
 """
 
 from __future__ import annotations
@@ -67,6 +75,10 @@ FAULTS = (
     "client_disconnect",
 )
 LLM_TIMEOUT_S = 4.0  # the workers' LLM client timeout; a timeout burst answers slower than this
+# A job's calls in flight when it ended are settled this long after (a cancel's within 10 s): its
+# account in the store is final then, and is read before its record can expire (retention >= 60 s).
+SETTLE_S = LLM_TIMEOUT_S + 12
+HARNESS = "harness"  # this process's column: not a service
 
 
 # --------------------------------------------------------------------------------------------------
@@ -219,13 +231,16 @@ class Gateway:
 
 
 class Stack:
-    def __init__(self, tmp: Path, ledger: Ledger, llm_latency_s: float) -> None:
+    def __init__(self, tmp: Path, ledger: Ledger, llm_latency_s: float, job_ttl_s: int | None = None) -> None:
         self.tmp = tmp
         self.ledger = ledger
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
         self.base_env.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+        # The retention, through the one variable the gateway and the workers read (unset: theirs).
+        self.retention = {"PARLEY_JOB_TTL_S": str(job_ttl_s)} if job_ttl_s else {}
         self.redis = RedisServer(tmp / "redis", appendonly=True)
-        self.llm = ScriptedLLM(latency_s=llm_latency_s)
+        # An hour of calls: the server keeps no history of them (the ledger counts what it needs).
+        self.llm = ScriptedLLM(latency_s=llm_latency_s, record=False)
         self.llm_latency_s = llm_latency_s
         self.api_port, self.retriever_port = free_port(), free_port()
         self.api: subprocess.Popen[bytes] | None = None
@@ -249,6 +264,7 @@ class Stack:
         self.start_retriever()
         api_env = {
             **self.base_env,
+            **self.retention,
             "PARLEY_API_REDIS_URL": self.redis.url,
             "PARLEY_API_RATE_LIMIT_PER_MINUTE": "1000000",
             "PARLEY_API_KEYS": json.dumps({k: hash_key(v) for k, v in KEYS.items()}),
@@ -297,6 +313,7 @@ class Stack:
             self.retriever_url,
             PARLEY_LLM_TIMEOUT_S=str(LLM_TIMEOUT_S),
             PARLEY_WORKER_LEASE_TTL_S="6",
+            **self.retention,
         )
         return WorkerProcess(env, self.tmp / f"worker-{i + 1}.log", concurrency=2, name=f"w{i + 1}")
 
@@ -364,7 +381,7 @@ class Stack:
         for i, worker in enumerate(self.workers):
             out[f"worker-{i + 1}"] = worker.proc.pid if worker.proc else 0
         out["redis-server"] = self.redis.proc.pid if self.redis.proc else 0
-        out["soak+llm"] = os.getpid()
+        out[HARNESS] = os.getpid()
         return out
 
 
@@ -407,7 +424,7 @@ class Soak:
     def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
         self.args = args
         self.ledger = Ledger()
-        self.stack = Stack(tmp, self.ledger, args.llm_latency)
+        self.stack = Stack(tmp, self.ledger, args.llm_latency, args.job_ttl_s)
         self.stop = threading.Event()
         self.faults: list[dict[str, Any]] = []
         self.samples: list[dict[str, Any]] = []
@@ -447,7 +464,7 @@ class Soak:
         while not self.stop.wait(self.args.sample_every):
             row: dict[str, Any] = {"t": round(time.monotonic() - self.ledger.t0, 1)}
             for name, pid in self.stack.processes().items():
-                row[name] = round(rss_mb(pid, tree=name not in ("soak+llm",)), 1) if pid else None
+                row[name] = round(rss_mb(pid, tree=name != HARNESS), 1) if pid else None
             try:
                 client = self.stack.redis.client()
                 info = client.info("memory")
@@ -610,7 +627,9 @@ class Soak:
             threading.Thread(target=self.sample, args=(gw,), daemon=True),
         ]
         faults = threading.Thread(target=self.fault_loop, args=(gw,), daemon=True)
-        for t in [*threads, faults]:
+        accounts_done = threading.Event()
+        accountant = threading.Thread(target=self.keep_accounts, args=(accounts_done,), daemon=True)
+        for t in [*threads, faults, accountant]:
             t.start()
         end = time.monotonic() + self.args.minutes * 60
         while time.monotonic() < end:
@@ -632,13 +651,37 @@ class Soak:
             for job in self.ledger.open_jobs():
                 gw.refresh(job)
             time.sleep(1)
-        time.sleep(LLM_TIMEOUT_S + 12)  # calls in flight at a cancel are settled within 10 s
-        self.job_charges = self.stack.job_charges(list(self.ledger.jobs))
+        time.sleep(SETTLE_S)  # calls in flight at a cancel are settled within 10 s
+        accounts_done.set()
+        accountant.join(timeout=60)
+        # Jobs still kept are read now; those that expired keep the account read when they settled.
+        for job_id, account in self.stack.job_charges(list(self.ledger.jobs)).items():
+            if account["status"] is not None or job_id not in self.job_charges:
+                self.job_charges[job_id] = account
         usage = {}
         for key in KEYS:
             resp = gw.call(key, "GET", "/v1/usage")
             usage[key] = resp.json()["today"] if resp is not None and resp.status_code == 200 else {}
         return self.report(usage)
+
+    def keep_accounts(self, done: threading.Event) -> None:
+        """Read each ended job's own account (tokens charged, attempts) once its calls have settled,
+        while the job is still retained: with a retention shorter than the run it expires later."""
+        while not done.wait(5.0):
+            now = time.monotonic() - self.ledger.t0
+            with self.ledger.lock:
+                settled = [
+                    j.job_id
+                    for j in self.ledger.jobs.values()
+                    if j.ended_at is not None
+                    and now - j.ended_at >= SETTLE_S
+                    and j.job_id not in self.job_charges
+                ]
+            try:
+                read = self.stack.job_charges(settled)
+            except Exception:  # Redis down during a fault: read them on the next pass
+                continue
+            self.job_charges.update({job_id: a for job_id, a in read.items() if a["status"] is not None})
 
     def report(self, usage: dict[str, dict[str, Any]]) -> dict[str, Any]:
         jobs = list(self.ledger.jobs.values())
@@ -709,6 +752,10 @@ class Soak:
                 by_kind[f["kind"]].append(float(f["recovered_s"]))
         return {
             "minutes": self.args.minutes,
+            "job_ttl_s": self.args.job_ttl_s,
+            # The issue's yardstick: each process's RSS and Redis memory against their level after the
+            # first window (its last sample), the largest move in any later window.
+            "drift_after_first_window_pct": _drift(windows),
             "jobs": {
                 "submitted": len(jobs),
                 "completed": statuses["completed"],
@@ -739,6 +786,20 @@ class Soak:
             "faults_not_recovered": [f for f in self.faults if f.get("recovered_s") is None],
             "samples": self.samples,
         }
+
+
+def _drift(windows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Per process (and Redis used memory): the largest change in any later window from the first
+    window's level, in percent; None where a level is missing."""
+    if not windows:
+        return {}
+    series = {name: [w["rss_mb"].get(name) for w in windows] for name in windows[0]["rss_mb"]}
+    series["redis_used_mb"] = [w["redis_used_mb"] for w in windows]
+    out: dict[str, float | None] = {}
+    for name, values in series.items():
+        base, later = values[0], [v for v in values[1:] if v is not None]
+        out[name] = round(max(abs(v - base) for v in later) / base * 100, 1) if base and later else None
+    return out
 
 
 def _round(x: float | None) -> float | None:
@@ -773,6 +834,14 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "",
         f"`{command}`",
         "",
+        "Retention (`PARLEY_JOB_TTL_S`, gateway and workers): "
+        + (
+            f"{report['job_ttl_s']} s: finished jobs expire during the run"
+            if report.get("job_ttl_s")
+            else "the default (7 days): every finished job is still kept at the end"
+        )
+        + ".",
+        "",
         "| jobs submitted | completed | failed | cancelled | lost | run twice |",
         "|---|---|---|---|---|---|",
         f"| {j['submitted']} | {j['completed']} | {j['failed']} | {j['cancelled']} | {j['lost']} "
@@ -797,20 +866,32 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "a killed worker, charged its worst case: "
         f"{report['jobs_cut_by_a_killed_worker_charged_worst_case']}.",
     ]
-    names = list(report["windows"][0]["rss_mb"]) if report["windows"] else []
+    names = [n for n in (report["windows"][0]["rss_mb"] if report["windows"] else []) if n != HARNESS]
     lines += [
         "",
         "| window | requests | p50 ms | p99 ms | "
         + " | ".join(f"{n} RSS MB" for n in names)
-        + " | Redis MB | Redis keys |",
-        "|---|---|---|---|" + "---|" * len(names) + "---|---|",
+        + " | Redis MB | Redis keys | harness RSS MB |",
+        "|---|---|---|---|" + "---|" * len(names) + "---|---|---|",
     ]
     for w in report["windows"]:
         rss = " | ".join(str(w["rss_mb"].get(n)) for n in names)
         lines.append(
             f"| {w['window']} | {w['requests']} | {w['p50_ms']} | {w['p99_ms']} | {rss} | "
-            f"{w['redis_used_mb']} | {w['redis_keys']} |"
+            f"{w['redis_used_mb']} | {w['redis_keys']} | {w['rss_mb'].get(HARNESS)} |"
         )
+    drift = report.get("drift_after_first_window_pct") or {}
+    if len(report["windows"]) > 1:
+        moved = ", ".join(
+            f"{n} {drift.get(n)} %" for n in [*names, "redis_used_mb"] if drift.get(n) is not None
+        )
+        lines += [
+            "",
+            f"Largest move after the first window, from its level: {moved}. The harness column is this "
+            "process (load generator, its ledger of every job and request, the scripted LLM), not a "
+            "service; its ledger grows with the jobs by design"
+            + (f" (harness {drift.get(HARNESS)} %)." if drift.get(HARNESS) is not None else "."),
+        ]
     lines += ["", "| fault | n | recovery median s | recovery max s |", "|---|---|---|---|"]
     for kind, r in report["recovery_s_by_fault"].items():
         lines.append(f"| {kind} | {r['n']} | {r['median']} | {r['max']} |")
@@ -874,8 +955,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sample-every", type=float, default=10)
     parser.add_argument("--drain", type=float, default=300, help="seconds to let the last jobs end")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--job-ttl-s",
+        type=int,
+        default=None,
+        help="retention (PARLEY_JOB_TTL_S) for gateway and workers, at least 60; unset: their default",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "soak")
     args = parser.parse_args(argv)
+    if args.job_ttl_s is not None and args.job_ttl_s < 60:
+        parser.error("--job-ttl-s must be at least 60 (PARLEY_JOB_TTL_S's lower bound)")
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="parley-soak-"))
     soak = Soak(args, tmp)

@@ -27,6 +27,8 @@ from services.task_queue import COMMON_CONF, QUEUE_INTERACTIVE, TASK_RUN_DEBATE,
 
 if TYPE_CHECKING:
     from debate_worker.tasks import WorkerRuntime
+    from services.replica_load import RedisReplicaLoad
+    from services.replicas import ReplicaRegistry
 
 
 def create_worker_app(settings: WorkerSettings, runtime: WorkerRuntime | None = None) -> Celery:
@@ -40,12 +42,55 @@ def create_worker_app(settings: WorkerSettings, runtime: WorkerRuntime | None = 
     app.conf.update(conf)
     # httpx logs every LLM call at INFO; a debate makes dozens.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    register_tasks(app, runtime or WorkerRuntime.from_env(settings))
-    install_lifecycle(app, settings)
+    runtime = runtime or WorkerRuntime.from_env(settings)
+    register_tasks(app, runtime)
+    install_lifecycle(app, settings, runtime.retention.job_ttl_s)
+    install_replica_load(settings)
     return app
 
 
-def install_lifecycle(app: Celery, settings: WorkerSettings) -> None:
+def share_replica_load(
+    settings: WorkerSettings, registry: ReplicaRegistry | None = None
+) -> RedisReplicaLoad | None:
+    """Make this process's replica choices see every worker process's LLM calls in flight, shared
+    through Redis (``services.replica_load``); with ``replica_load_ttl_s`` 0 each process counts its
+    own calls only. Returns the sharing (``RedisReplicaLoad``), or None."""
+    from services.replica_load import RedisReplicaLoad
+    from services.replicas import REPLICA_HEALTH
+
+    target = registry or REPLICA_HEALTH
+    if settings.replica_load_ttl_s <= 0:
+        target.share(None)
+        return None
+    shared = RedisReplicaLoad(
+        settings.redis_url,
+        key=f"{settings.key_prefix}:replica-load",
+        ttl_s=settings.replica_load_ttl_s,
+        refresh_s=settings.replica_load_refresh_s,
+    )
+    target.share(shared)
+    return shared
+
+
+def install_replica_load(settings: WorkerSettings) -> None:
+    """``share_replica_load`` when the worker starts, in its main process: each pool process starts
+    its own sync thread on its first call (after the fork)."""
+    from celery import signals
+
+    current: list[RedisReplicaLoad] = []
+
+    def on_init(**_: Any) -> None:
+        for previous in current:  # an in-place restart: one sharing, not one per start
+            previous.close()
+        current.clear()
+        shared = share_replica_load(settings)
+        if shared is not None:
+            current.append(shared)
+
+    signals.worker_init.connect(on_init, weak=False)
+
+
+def install_lifecycle(app: Celery, settings: WorkerSettings, ttl_s: int) -> None:
     """What the worker's main process does around its pool: the sweep of jobs whose worker vanished
     (from ``worker_ready``), and on shutdown (SIGTERM, ``docker compose restart``) a flag that makes
     this node's running jobs hand themselves back to the queue at once, resuming from their last
@@ -77,7 +122,7 @@ def install_lifecycle(app: Celery, settings: WorkerSettings) -> None:
         for stop in stoppers:
             stop.set()
         stoppers.clear()
-        stoppers.append(start_sweeping(settings, publish))
+        stoppers.append(start_sweeping(settings, ttl_s, publish))
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
         import redis

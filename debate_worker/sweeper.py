@@ -23,6 +23,15 @@ Two more kinds of stuck job are found by the same pass:
   often the sweep runs;
 * an id in an owner's active set whose job record has expired: it is removed, so a key is never held
   at its active-job limit by jobs that no longer exist.
+
+The same pass keeps retention exact (``PARLEY_JOB_TTL_S``, the store's ``ttl_s``):
+
+* an unfinished job whose keys are half-way to expiring has its retention restarted, so a job that
+  waits in the queue or runs longer than the retention is never lost to expiry (the owner's active
+  set likewise);
+* ids in the owners' listing indexes (``owner:*:jobs`` / ``owner:*:batches``) older than the
+  retention whose record has expired are removed, a bounded number per index and pass, so an index
+  holds what is retained rather than the last ``OWNER_INDEX_MAX`` ids ever submitted.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from debate_worker.worker_settings import WorkerSettings
-from services.jobstore import RedisJobStore
+from services.jobstore import ACTIVE, RedisJobStore
 from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE
 
 log = logging.getLogger("parley.worker.sweep")
@@ -53,6 +62,8 @@ _UNACKED_INDEX = "unacked_index"  # delivery tag -> when it was delivered
 # Message headers carry the task's arguments as text (argsrepr): the job id is found there.
 _JOB_ID = re.compile(r"job_[0-9a-f]{32}")
 _PAGE = 1000  # messages per LRANGE: one reply stays small however long the queue is
+_PRUNE_PAGE = 500  # listing-index ids checked per read
+_PRUNE_BUDGET = 2000  # listing-index ids checked per index and pass: a pass stays short
 
 
 @dataclass
@@ -62,6 +73,8 @@ class SweepReport:
     watched: list[str] = field(default_factory=list)  # lease lapsed, waiting one more period
     orphaned: list[str] = field(default_factory=list)  # queued without a message: published again
     expired: list[str] = field(default_factory=list)  # ids removed from active sets: record gone
+    kept_alive: list[str] = field(default_factory=list)  # unfinished jobs whose retention restarted
+    pruned: int = 0  # ids of expired jobs and batches removed from the owners' listing indexes
     broker_messages_read: int = 0  # what this pass read of the broker (0 when it was not read)
 
 
@@ -92,10 +105,17 @@ class JobSweeper:
             return None
         report = SweepReport()
         waiting: list[str] = []
-        async for key in r.scan_iter(match=f"{self.store.prefix}:owner:*:active", count=500):
-            for job_id in await r.smembers(key):
-                if await self._check(key, job_id, report):
-                    waiting.append(job_id)
+        async for key in r.scan_iter(match=f"{self.store.prefix}:owner:*", count=500):
+            if key.endswith(":jobs"):
+                report.pruned += await self._prune(key, self.store.k_job)
+            elif key.endswith(":batches"):
+                report.pruned += await self._prune(key, self.store.k_batch)
+            elif key.endswith(":active"):
+                # Kept as long as the jobs in it (they are kept alive below).
+                await r.expire(key, self.store.ttl_s)
+                for job_id in await r.smembers(key):
+                    if await self._check(key, job_id, report):
+                        waiting.append(job_id)
         # Reading the broker costs O(messages), and a long healthy queue keeps candidates around all
         # the time: it is read at most once per orphan_after_s / 2 by all workers together (the next
         # allowed time is kept in Redis, under the sweep lock), and no faster than orphan_scan_rate
@@ -106,7 +126,7 @@ class JobSweeper:
                 self.settings.orphan_after_s / 2,
                 report.broker_messages_read / self.settings.orphan_scan_rate,
             )
-            await r.set(self._k_next_scan, time.time() + pause)
+            await r.set(self._k_next_scan, time.time() + pause, ex=int(pause) + 60)  # no key lives forever
         return report
 
     @property
@@ -193,18 +213,46 @@ class JobSweeper:
         log.warning("job %s was queued without a message; published again", job_id)
         report.orphaned.append(job_id)
 
+    async def _prune(self, index: str, record_key: Callable[[str], str]) -> int:
+        """Remove from a listing index the ids older than the retention whose record is gone; ids of
+        records still kept (a job that finished late) stay. At most ``_PRUNE_BUDGET`` ids checked."""
+        r = self.store.redis
+        cutoff = time.time() - self.store.ttl_s
+        removed = checked = 0
+        while checked < _PRUNE_BUDGET:
+            # Removed ids shift the rest down: the next page starts after the ids still kept.
+            ids = await r.zrangebyscore(index, "-inf", cutoff, start=checked - removed, num=_PRUNE_PAGE)
+            if not ids:
+                break
+            async with r.pipeline(transaction=False) as pipe:
+                for item in ids:
+                    pipe.exists(record_key(item))
+                found = await pipe.execute()
+            gone = [item for item, exists in zip(ids, found, strict=True) if not exists]
+            if gone:
+                await r.zrem(index, *gone)
+            checked += len(ids)
+            removed += len(gone)
+            if len(ids) < _PRUNE_PAGE:
+                break
+        return removed
+
     async def _check(self, active_key: str, job_id: str, report: SweepReport) -> bool:
         """Requeue or fail a running job whose lease lapsed; True for a queued job that has waited
-        longer than ``orphan_after_s`` (its message is looked for afterwards, once for all)."""
+        longer than ``orphan_after_s`` (its message is looked for afterwards, once for all). An
+        unfinished job half-way to expiring has its retention restarted."""
         r = self.store.redis
-        status, attempts, queue, lapsed_at, updated_at = await r.hmget(
-            self.store.k_job(job_id), ["status", "attempts", "queue", "lapsed_at", "updated_at"]
-        )
+        async with r.pipeline(transaction=False) as pipe:
+            pipe.hmget(self.store.k_job(job_id), ["status", "attempts", "queue", "lapsed_at", "updated_at"])
+            pipe.ttl(self.store.k_job(job_id))
+            (status, attempts, queue, lapsed_at, updated_at), left = await pipe.execute()
         if status is None:
             # The record expired (or was deleted) while its id stayed here: never count it again.
             await r.srem(active_key, job_id)
             report.expired.append(job_id)
             return False
+        if status in ACTIVE and left < self.store.ttl_s / 2 and await self.store.keep_alive(job_id):
+            report.kept_alive.append(job_id)
         if status == "queued":
             return time.time() - float(updated_at or 0) > self.settings.orphan_after_s
         if status not in RUNNING:
@@ -260,16 +308,17 @@ class JobSweeper:
             report.requeued.append(job_id)
 
 
-def start_sweeping(settings: WorkerSettings, publish: Callable[[str, str], None]) -> threading.Event:
-    """Run the sweep every ``sweep_interval_s`` in a daemon thread; set the returned event to stop."""
+def start_sweeping(
+    settings: WorkerSettings, ttl_s: int, publish: Callable[[str, str], None]
+) -> threading.Event:
+    """Run the sweep every ``sweep_interval_s`` in a daemon thread; set the returned event to stop.
+    ``ttl_s`` is the job store's retention (``RetentionSettings``), the one the gateway uses."""
     stop = threading.Event()
     if settings.sweep_interval_s <= 0:
         return stop
 
     async def loop() -> None:
-        store = RedisJobStore.from_url(
-            settings.redis_url, prefix=settings.key_prefix, ttl_s=settings.job_ttl_s
-        )
+        store = RedisJobStore.from_url(settings.redis_url, prefix=settings.key_prefix, ttl_s=ttl_s)
         broker = None
         if settings.broker != settings.redis_url:
             broker = aioredis.Redis.from_url(settings.broker, decode_responses=True)

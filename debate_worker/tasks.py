@@ -54,7 +54,7 @@ from services.llm import (
 )
 from services.logging_setup import job_log_context
 from services.metrics import observe_debate, observe_job, observe_started
-from services.settings import LLMSettings, RetrieverClientSettings
+from services.settings import LLMSettings, RetentionSettings, RetrieverClientSettings
 from services.task_queue import TASK_RUN_DEBATE
 
 log = logging.getLogger("parley.worker")
@@ -123,6 +123,8 @@ class WorkerRuntime:
     hostname: str = field(default_factory=socket.gethostname)
     # How long this process's uncached pools take: cached ones are held back that long.
     pool_timing: PoolTiming = field(default_factory=lambda: PoolTiming(DEFAULT_POOL_S))
+    # The job store's retention (PARLEY_JOB_TTL_S): the gateway reads the same variable.
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     @classmethod
     def from_env(cls, settings: WorkerSettings | None = None) -> WorkerRuntime:
@@ -130,7 +132,7 @@ class WorkerRuntime:
 
     def store(self) -> RedisJobStore:
         return RedisJobStore.from_url(
-            self.settings.redis_url, prefix=self.settings.key_prefix, ttl_s=self.settings.job_ttl_s
+            self.settings.redis_url, prefix=self.settings.key_prefix, ttl_s=self.retention.job_ttl_s
         )
 
     def models(self) -> ClosableRoleModels:

@@ -28,7 +28,6 @@ class WorkerSettings(ParleySettings):
     redis_url: str = Field(default="redis://localhost:6379/0", description="job store (Parley's own)")
     broker_url: str | None = Field(default=None, description="Celery broker; unset = redis_url")
     key_prefix: str = "parley"
-    job_ttl_s: int = Field(default=7 * 24 * 3600, ge=60, description="how long finished jobs are kept")
     queues: list[str] = Field(default_factory=lambda: [QUEUE_INTERACTIVE, QUEUE_BATCH])
 
     # Parley's own redelivery cap: a job whose worker dies this many times fails instead of looping.
@@ -83,6 +82,21 @@ class WorkerSettings(ParleySettings):
         default=None,
         description="this worker's folder of metric files, emptied at start; unset = a folder per "
         "worker process under <tmp>/parley-worker-metrics",
+    )
+
+    # LLM replicas (an endpoint that lists several base URLs): the worker processes share their calls
+    # in flight per replica through redis_url, so each chooses by the load of all of them.
+    replica_load_ttl_s: float = Field(
+        default=3.0,
+        ge=0,
+        description="LLM replicas: how long a process's shared calls-in-flight counts outlive its last "
+        "sync (a dead process's lapse after this); 0 = not shared, each process counts its own calls",
+    )
+    replica_load_refresh_s: float = Field(
+        default=0.1,
+        gt=0,
+        description="LLM replicas: how often an active process re-reads the others' calls in flight "
+        "(it also syncs at once when its own counts change)",
     )
 
     # Celery's worker stops for good on an error it cannot recover from (a reconnect race after the

@@ -25,6 +25,7 @@ from parley_testing.scripted_llm import free_port
 
 if TYPE_CHECKING:
     from api.settings import ApiSettings
+    from services.settings import RetentionSettings
 
 # The repository root: worker processes import the packages from here.
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,10 +122,10 @@ class AppServer:
 class ApiServer(AppServer):
     """The real API app under uvicorn in a thread, on a free port (the retriever tests' ``AppServer``)."""
 
-    def __init__(self, settings: ApiSettings) -> None:
+    def __init__(self, settings: ApiSettings, retention: RetentionSettings | None = None) -> None:
         from api.app import create_app
 
-        super().__init__(create_app(settings), startup_timeout_s=15)
+        super().__init__(create_app(settings, retention=retention), startup_timeout_s=15)
         self.settings = settings
 
     def __enter__(self) -> ApiServer:

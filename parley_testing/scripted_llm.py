@@ -7,7 +7,10 @@ of the request. Every request is recorded, so tests can assert what the prompts 
 
 It can also fail on purpose (``fail_next``), answer slowly (``latency_s``), serve at most
 ``capacity`` requests at a time (like a real single-slot llama.cpp server), and honour, reject (400)
-or ignore ``response_format``.
+or ignore ``response_format``. Each served request's times are kept (``timings``, and
+``GET /v1/timings`` for a server in another process): when it arrived, when a slot took it, when it
+was answered, and a label cut from its text by ``label_pattern``, so a benchmark can tell queueing
+at a replica from idle time and which debate sent what.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -93,6 +97,17 @@ class Rule:
         return source
 
 
+@dataclass(frozen=True)
+class Timing:
+    """One request this server answered with 200: wall-clock times (``time.time()``, comparable
+    across processes on one host) and the label its text carried."""
+
+    arrived: float  # the request was read
+    started: float  # a slot took it (``capacity``): started - arrived is the wait inside the server
+    ended: float  # answered
+    label: str | None = None
+
+
 @dataclass
 class Failure:
     status: int
@@ -113,8 +128,14 @@ class ScriptedLLM:
         model: str = "scripted",
         port: int | None = None,
         host: str = "127.0.0.1",
+        label_pattern: str | None = None,
+        record: bool = True,
     ) -> None:
         self.rules: list[Rule] = []
+        # Whether each request is kept (requests, authorizations, hosts, timings): what tests assert
+        # on. A server that answers for hours (the soak) keeps none, or it grows with every call.
+        self.record = record
+        self.served = 0  # requests read, recorded or not
         self.default_reply = default_reply
         self.latency_s = latency_s
         self.capacity = capacity
@@ -131,6 +152,9 @@ class ScriptedLLM:
         self.failures: list[Failure] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        # Every 200 answer's times; the label is group 1 (or the whole match) of ``label_pattern``.
+        self.timings: list[Timing] = []
+        self._label = re.compile(label_pattern) if label_pattern else None
         # Tokens answered with 200, as this server counts them (words): what a provider would bill.
         self.tokens_served = 0
         # Told of every 200 answer: (request body, tokens, whether its client had already gone away,
@@ -163,6 +187,7 @@ class ScriptedLLM:
         self.requests.clear()
         self.authorizations.clear()
         self.failures.clear()
+        self.timings.clear()
         self.max_in_flight = 0
 
     @property
@@ -177,19 +202,19 @@ class ScriptedLLM:
         async def models() -> dict[str, Any]:
             return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
 
+        @app.get("/v1/timings")
+        async def timings(since: float = 0.0) -> dict[str, Any]:
+            with self._lock:
+                rows = [t.__dict__ for t in self.timings if t.arrived >= since]
+            return {"capacity": self.capacity, "latency_s": self.latency_s, "timings": rows}
+
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Response:
             try:
                 body = await request.json()
             except ValueError:
                 return JSONResponse({"error": {"message": "invalid JSON"}}, status_code=400)
-            with self._lock:
-                self.requests.append(body)
-                self.authorizations.append(request.headers.get("authorization"))
-                self.hosts.append(request.headers.get("host"))
-                failure = self.failures.pop(0) if self.failures else None
-                if failure is None and self._outage is not None and time.monotonic() < self._outage[0]:
-                    failure = self._outage[1]
+            call, failure = self._admit(body, request)
             if failure is not None:
                 return JSONResponse(
                     {"error": {"message": failure.body}}, status_code=failure.status, headers=failure.headers
@@ -199,9 +224,11 @@ class ScriptedLLM:
                 return JSONResponse(
                     {"error": {"message": "response_format is not supported"}}, status_code=400
                 )
+            arrived = time.time()
             if self._sem is None:
                 self._sem = asyncio.Semaphore(self.capacity or 1_000_000)
             async with self._sem:
+                started = time.time()
                 with self._lock:
                     self.in_flight += 1
                     self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -215,11 +242,13 @@ class ScriptedLLM:
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
             with self._lock:
                 self.tokens_served += prompt_tokens + len(text.split())
+                if self.record:
+                    self.timings.append(Timing(arrived, started, time.time(), self._label_of(body)))
             if self.on_served is not None:
                 self.on_served(body, prompt_tokens + len(text.split()), await request.is_disconnected())
             return JSONResponse(
                 {
-                    "id": f"chatcmpl-{len(self.requests)}",
+                    "id": f"chatcmpl-{call}",
                     "object": "chat.completion",
                     "created": int(time.time()),
                     "model": body.get("model", self.model),
@@ -239,6 +268,27 @@ class ScriptedLLM:
             )
 
         return app
+
+    def _admit(self, body: dict[str, Any], request: Request) -> tuple[int, Failure | None]:
+        """Count (and, when recording, keep) a request; the failure it is to get, if any."""
+        with self._lock:
+            self.served += 1
+            if self.record:
+                self.requests.append(body)
+                self.authorizations.append(request.headers.get("authorization"))
+                self.hosts.append(request.headers.get("host"))
+            failure = self.failures.pop(0) if self.failures else None
+            if failure is None and self._outage is not None and time.monotonic() < self._outage[0]:
+                failure = self._outage[1]
+            return self.served, failure
+
+    def _label_of(self, body: dict[str, Any]) -> str | None:
+        if self._label is None:
+            return None
+        found = self._label.search(request_text(body))
+        if found is None:
+            return None
+        return found.group(1) if found.groups() else found.group(0)
 
     def _answer(self, body: dict[str, Any], structured: bool) -> str:
         with self._lock:
@@ -301,6 +351,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--capacity", type=int, default=None)
     parser.add_argument("--reply", default="The answer is [Paris].")
+    parser.add_argument("--label-pattern", default=None, help="regex: each request's label in /v1/timings")
     args = parser.parse_args()
     server = ScriptedLLM(
         default_reply=args.reply,
@@ -308,6 +359,7 @@ def main() -> None:
         capacity=args.capacity,
         port=args.port,
         host=args.host,
+        label_pattern=args.label_pattern,
     )
     server.on("[Yes]", "They agree. [Yes]")  # judge prompts mention [Yes]
     server.start()

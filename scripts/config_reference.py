@@ -77,7 +77,6 @@ DESCRIPTIONS: dict[str, str] = {
     "ApiSettings.host": "bind address of `parley api`",
     "ApiSettings.port": "port of `parley api`",
     "ApiSettings.key_prefix": "prefix of every Redis key (share one Redis between deployments)",
-    "ApiSettings.job_ttl_s": "a job's keys expire this long after its last status change",
     "ApiSettings.keys": "JSON object name → sha256 hex of the key (`parley hash-key KEY`); empty = no auth",
     "ApiSettings.max_batch_items": "items per batch (more: 422)",
     "ApiSettings.idempotency_ttl_s": "how long an Idempotency-Key replays its first response",

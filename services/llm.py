@@ -28,7 +28,7 @@ from services.errors import ParleyError
 # RetryPolicy is the shared retry layer's; LLM callers import it from here.
 from services.http_client import RetryPolicy as RetryPolicy
 from services.http_client import Unreachable, parse_retry_after, send_with_retries
-from services.replicas import ReplicaSet, affinity_key
+from services.replicas import REPLICA_HEALTH, ReplicaRegistry, ReplicaSet, affinity_key
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -269,6 +269,8 @@ class OpenAIChatClient:
         replica_name: str = "default",
         replica_cooldown_s: float = 5.0,
         replica_cooldown_max_s: float = 120.0,
+        replica_spill_gap: int | None = 2,
+        replica_registry: ReplicaRegistry = REPLICA_HEALTH,
     ) -> None:
         # Several URLs: replicas of one model, chosen per attempt (``services.replicas``). A string
         # is one URL, never split here: only the operator's settings list replicas.
@@ -279,6 +281,8 @@ class OpenAIChatClient:
             limit=max_concurrency,
             cooldown_s=replica_cooldown_s,
             cooldown_max_s=replica_cooldown_max_s,
+            spill_gap=replica_spill_gap,
+            registry=replica_registry,
         )
         self._base_url = self._replicas.urls[0]
         self._model = model

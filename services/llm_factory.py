@@ -132,6 +132,7 @@ class RoleModelsFromSettings:
                 replica_name=endpoint.name,
                 replica_cooldown_s=s.replica_cooldown_s,
                 replica_cooldown_max_s=s.replica_cooldown_max_s,
+                replica_spill_gap=s.replica_spill_gap,
             )
         return client
 

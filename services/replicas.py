@@ -4,20 +4,27 @@ An operator's endpoint (``PARLEY_LLM_BASE_URL``, a role's ``…__BASE_URL``, a n
 ``base_url``) may list several base URLs of the same model, comma-separated. The LLM client then asks
 a ``ReplicaSet`` before every attempt where to send it:
 
-* **Least outstanding requests.** Among the healthy replicas the one with the fewest calls of this
-  process in flight (waiting for its concurrency limit included) gets the call; ties go to the one
-  that answered fastest lately (an EWMA of its reply times, which is how the load of *other*
-  processes on it shows), then round robin.
-* **Where a debate starts.** A debate's first call chooses between the two replicas its key ranks
-  highest (rendezvous hashing), by the same order: the power of two choices, so worker processes that
-  cannot see each other's load still spread debates evenly without all rushing to one replica.
+* **Load.** A replica's load is its calls in flight: this process's (waiting for its concurrency
+  limit included) plus, where the processes share their counts (``SharedReplicaLoad``: the worker
+  processes of a deployment, through Redis), every other process's as last seen. Without shared
+  counts (not configured, or the store unreachable) a process sees only its own calls, and the load
+  of the others shows only in the replies: ties then go to the replica that answered fastest lately
+  (an EWMA of its reply times).
+* **Least outstanding requests.** Among the healthy replicas the least loaded gets the call; ties go
+  to the one that answered fastest lately, then round robin.
+* **Where a debate starts.** A debate's first call goes to the least loaded replica, ties broken by
+  the order its key ranks them in (rendezvous hashing). Seeing only its own calls, a process instead
+  chooses between the two replicas the key ranks highest (the power of two choices), so processes
+  that cannot see each other's load still spread debates without all rushing to one replica.
 * **Affinity.** A debate's calls (keyed by the job id of the worker's log context, or an explicit
   ``affinity(...)`` block) go to the replica its first call went to, while that replica is healthy,
-  so the prefix its server cached for the previous turn is found again. Only when that replica is
-  full (``limit`` calls of this process in flight) and another has room does a call spill over (the
-  debate stays bound), and only when its replies have become ``move_ratio`` (1.5) times slower than
-  another replica's lately, and at least 50 ms slower (other processes crowd it), does the debate
-  move there for good.
+  so the prefix its server cached for the previous turn is found again. A call spills over to
+  another replica (the debate stays bound) only when that replica is full (``limit`` calls of this
+  process in flight) and another has room, or, with shared counts, when it has ``spill_gap`` (2) or
+  more calls in flight than the least loaded one (the call would queue behind others while a
+  server idles: waiting costs more than a cached prefix saves). Only when its replies have become
+  ``move_ratio`` (1.5) times slower than another replica's lately, and at least 50 ms slower, does
+  the debate move there for good.
 * **Ejection.** A replica that fails a call (connection error, 5xx, read timeout) is taken out for a
   cool-down that doubles with each consecutive failure (``cooldown_s`` … ``cooldown_max_s``); once it
   has passed, the next call is sent there as a probe (half-open: one call at a time) and its success
@@ -35,16 +42,19 @@ import contextlib
 import contextvars
 import hashlib
 import itertools
+import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import httpx
 
 Outcome = Literal["ok", "failed", "cancelled"]
+
+log = logging.getLogger("parley.replicas")
 
 _affinity: contextvars.ContextVar[str | None] = contextvars.ContextVar("parley_llm_affinity", default=None)
 
@@ -118,12 +128,57 @@ class ReplicaHealth:
         return now >= self.down_until and not self.probing
 
 
-class ReplicaRegistry:
-    """Process-wide health per URL. A lock keeps it consistent under a threads pool as well."""
+class SharedReplicaLoad(Protocol):
+    """Calls in flight per replica URL, shared by the processes that call the same replicas, so each
+    sees the load the others put on a server (``services.replica_load`` keeps them in Redis).
 
-    def __init__(self) -> None:
+    Both methods return at once and never raise: a call is never held up or failed by the sharing,
+    which at worst leaves a process with its own counts only."""
+
+    def publish(self, counts: Mapping[str, int]) -> None:
+        """This process's calls in flight per URL are now ``counts``."""
+        ...
+
+    def others(self) -> Mapping[str, int] | None:
+        """The other processes' calls in flight per URL as last seen; None when not known lately."""
+        ...
+
+
+class ReplicaRegistry:
+    """Process-wide health per URL. A lock keeps it consistent under a threads pool as well.
+
+    ``shared``: where the process shares its calls in flight with the others (set once at start-up
+    by the worker, ``share``); None: this process's counts only."""
+
+    def __init__(self, shared: SharedReplicaLoad | None = None) -> None:
         self._states: dict[str, ReplicaHealth] = {}
         self.lock = threading.Lock()
+        self._shared = shared
+
+    def share(self, shared: SharedReplicaLoad | None) -> None:
+        """Share this process's calls in flight through ``shared`` from now on (None: stop)."""
+        self._shared = shared
+
+    def others(self) -> Mapping[str, int] | None:
+        """Other processes' calls in flight per URL, or None (not shared, or not known lately)."""
+        shared = self._shared
+        if shared is None:
+            return None
+        try:
+            return shared.others()
+        except Exception:  # the sharing never fails a call; the local counts still decide
+            log.exception("shared replica load unreadable; using this process's counts")
+            return None
+
+    def changed(self) -> None:
+        """Outstanding counts changed (the caller holds ``lock``): tell the other processes."""
+        shared = self._shared
+        if shared is None:
+            return
+        try:
+            shared.publish({url: s.outstanding for url, s in self._states.items()})
+        except Exception:
+            log.exception("shared replica load not published; using this process's counts")
 
     def state(self, url: str) -> ReplicaHealth:
         with self.lock:
@@ -165,6 +220,11 @@ def _lighter(a: ReplicaHealth, b: ReplicaHealth) -> bool:
     return _lighter_s(a.ewma_s or 0.0, b.ewma_s or 0.0)
 
 
+def _load(state: ReplicaHealth, view: Mapping[str, int] | None) -> int:
+    """Calls in flight at a replica: this process's, plus the other processes' where they are known."""
+    return state.outstanding + (view.get(state.url, 0) if view is not None else 0)
+
+
 def _rank(key: str, url: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{key}\x00{url}".encode(), digest_size=8).digest(), "big")
 
@@ -184,6 +244,7 @@ class ReplicaSet:
         registry: ReplicaRegistry = REPLICA_HEALTH,
         max_keys: int = 10_000,
         move_ratio: float | None = 1.5,
+        spill_gap: int | None = 2,
     ) -> None:
         if not urls:
             raise ValueError("a replica set needs at least one URL")
@@ -199,6 +260,7 @@ class ReplicaSet:
         self._bound: OrderedDict[str, str] = OrderedDict()  # affinity key -> URL, least recent first
         self._max_keys = max_keys
         self.move_ratio = move_ratio
+        self.spill_gap = spill_gap
         self._turn = itertools.count()
 
     def __len__(self) -> int:
@@ -221,6 +283,7 @@ class ReplicaSet:
                 self._states[0].outstanding += 1
             _observe_pick(self.name, 0)
             return self.urls[0]
+        view = self._registry.others()
         with self._registry.lock:
             now = self._clock()
             usable = [s for s in self._states if s.usable(now)]
@@ -229,14 +292,17 @@ class ReplicaSet:
             if not candidates:
                 # All out: try the one whose cool-down ends first (the retry loop paces the attempts).
                 candidates = [min(self._states, key=lambda s: s.down_until)]
-            chosen = self._choose(key, candidates)
+            chosen = self._choose(key, candidates, view)
             if chosen.failures:
                 chosen.probing = True  # half-open: this call is the probe
             chosen.outstanding += 1
+            self._registry.changed()
         _observe_pick(self.name, self._index[chosen.url])
         return chosen.url
 
-    def _choose(self, key: str | None, candidates: list[ReplicaHealth]) -> ReplicaHealth:
+    def _choose(
+        self, key: str | None, candidates: list[ReplicaHealth], view: Mapping[str, int] | None
+    ) -> ReplicaHealth:
         least = min(s.outstanding for s in candidates)
         if key is not None:
             bound_url = self._bound.get(key)
@@ -245,17 +311,32 @@ class ReplicaSet:
                 self._bound.move_to_end(key)
                 if bound in candidates and (bound.outstanding < self.limit or least >= self.limit):
                     better = self._congested(bound, candidates)
-                    if better is None:
-                        return bound
-                    self._bind(key, better.url)  # the debate moves to where replies come faster
-                    return better
+                    if better is not None:
+                        self._bind(key, better.url)  # the debate moves to where replies come faster
+                        return better
+                    # Crowded by every process's calls while another idles: this call goes there.
+                    return self._crowded(bound, candidates, view) or bound
                 # Full while another has room, or already tried by this call (a 429): this attempt
                 # goes to the least loaded other replica, the debate stays bound.
-                return self._least(None, [c for c in candidates if c is not bound] or candidates)
-            chosen = self._least(key, candidates)
+                return self._least(None, [c for c in candidates if c is not bound] or candidates, view)
+            chosen = self._least(key, candidates, view)
             self._bind(key, chosen.url)  # its first call, or its replica was taken out
             return chosen
-        return self._least(None, candidates)
+        return self._least(None, candidates, view)
+
+    def _crowded(
+        self, bound: ReplicaHealth, candidates: list[ReplicaHealth], view: Mapping[str, int] | None
+    ) -> ReplicaHealth | None:
+        """The least loaded other replica when ``bound`` has ``spill_gap`` or more calls in flight
+        than it, all processes counted; else None. Only with shared counts: a process's own calls
+        alone are what ``limit`` already bounds."""
+        if view is None or self.spill_gap is None:
+            return None
+        others = [c for c in candidates if c is not bound and c.outstanding < self.limit]
+        if not others:
+            return None
+        best = min(others, key=lambda c: _load(c, view))
+        return best if _load(bound, view) - _load(best, view) >= self.spill_gap else None
 
     def _congested(self, bound: ReplicaHealth, candidates: list[ReplicaHealth]) -> ReplicaHealth | None:
         """Another replica when ``bound`` replies ``move_ratio`` times slower than it lately (other
@@ -274,13 +355,19 @@ class ReplicaSet:
             return best
         return None
 
-    def _least(self, key: str | None, candidates: list[ReplicaHealth]) -> ReplicaHealth:
+    def _least(
+        self, key: str | None, candidates: list[ReplicaHealth], view: Mapping[str, int] | None
+    ) -> ReplicaHealth:
         if key is not None:
+            ranked = sorted(candidates, key=lambda s: _rank(key, s.url), reverse=True)
+            if view is not None:
+                # Every process's load is known: the least loaded, ties in the key's order.
+                return min(ranked, key=lambda s: _load(s, view))
             # The power of two choices: the key's two highest-ranked replicas, the less loaded one.
-            two = sorted(candidates, key=lambda s: _rank(key, s.url), reverse=True)[:2]
+            two = ranked[:2]
             return two[1] if len(two) == 2 and _lighter(two[1], two[0]) else two[0]
-        least = min(s.outstanding for s in candidates)
-        tied = [s for s in candidates if s.outstanding == least]
+        least = min(_load(s, view) for s in candidates)
+        tied = [s for s in candidates if _load(s, view) == least]
         fastest = min(s.ewma_s or 0.0 for s in tied)
         tied = [s for s in tied if not _lighter_s(fastest, s.ewma_s or 0.0)]
         return tied[next(self._turn) % len(tied)]
@@ -301,7 +388,7 @@ class ReplicaSet:
         with self._registry.lock:
             state.outstanding = max(0, state.outstanding - 1)
             if len(self.urls) == 1:
-                pass
+                pass  # one URL: no choice to share counts for, no health state
             elif outcome == "ok":
                 if latency_s is not None:
                     old = state.ewma_s
@@ -317,6 +404,8 @@ class ReplicaSet:
                 state.probing = False
             else:
                 state.probing = False
+            if len(self.urls) > 1:
+                self._registry.changed()
         _observe_release(self.name, i, outcome, ejected)
 
     def others_usable(self, tried: Collection[str]) -> bool:
@@ -329,14 +418,17 @@ class ReplicaSet:
             return any(s.usable(now) and s.url not in tried for s in self._states)
 
     def snapshot(self) -> list[dict[str, object]]:
-        """Per replica: index, in flight, consecutive failures, seconds until a probe (for tests and
-        operators; metrics carry the same by index, never a URL)."""
+        """Per replica: index, in flight (this process's; ``load``: every process's where shared),
+        consecutive failures, seconds until a probe (for tests and operators; metrics carry the same
+        by index, never a URL)."""
         now = self._clock()
+        view = self._registry.others()
         with self._registry.lock:
             return [
                 {
                     "replica": i,
                     "outstanding": s.outstanding,
+                    "load": _load(s, view),
                     "failures": s.failures,
                     "healthy": s.failures == 0,
                     "retry_in_s": max(0.0, s.down_until - now) if s.failures else 0.0,

@@ -16,6 +16,7 @@ from parley_wire.models import ACTIVE, STATUSES, TERMINAL, TERMINAL_EVENTS, JobS
 from services.jobstore.protocol import JobStore
 from services.jobstore.records import (
     DAY_S,
+    EVENTS_GRACE_S,
     EVENTS_MAXLEN,
     JOB_OVERHEAD_BYTES,
     OWNER_INDEX_MAX,
@@ -28,6 +29,8 @@ from services.jobstore.records import (
     new_id,
     storage_key,
     stored_size,
+    unpack_events,
+    unpack_text,
     usage_day,
 )
 from services.jobstore.redis_store import RedisJobStore
@@ -35,6 +38,7 @@ from services.jobstore.redis_store import RedisJobStore
 __all__ = [
     "ACTIVE",
     "DAY_S",
+    "EVENTS_GRACE_S",
     "EVENTS_MAXLEN",
     "JOB_OVERHEAD_BYTES",
     "OWNER_INDEX_MAX",
@@ -54,5 +58,7 @@ __all__ = [
     "new_id",
     "storage_key",
     "stored_size",
+    "unpack_events",
+    "unpack_text",
     "usage_day",
 ]

@@ -1,16 +1,22 @@
 """The key layout of the Redis job store.
 
-``prefix`` defaults to ``parley``; every key expires ``ttl_s`` after the job's last status change::
+``prefix`` defaults to ``parley``. Every key of a job expires ``ttl_s`` (the retention,
+``PARLEY_JOB_TTL_S``) after the job's last write; an unfinished job is kept alive by the workers'
+sweep, and its batch and the owner's listing indexes live at least as long as the job::
 
-    {p}:job:{id}              hash   the job record (status, owner, question, config, result, ...)
-    {p}:job:{id}:events       stream job.queued, pool.ready, turn.completed, ..., job.completed
-    {p}:job:{id}:checkpoint   string the engine's state after the last completed round
+    {p}:job:{id}              hash   the job record (status, owner, question, config, ...); once
+                                     finished also result_z (the result, packed) and events_z (the
+                                     event stream, packed: ids, types and data)
+    {p}:job:{id}:events       stream job.queued, pool.ready, turn.completed, ..., job.completed; a
+                                     finished job's lapses a minute after it was packed
+    {p}:job:{id}:checkpoint   string the engine's state after the last completed round (unfinished jobs)
     {p}:job:{id}:lease        string which worker runs the job now (expires unless renewed)
     {p}:batch:{id}            hash   the batch record
     {p}:batch:{id}:jobs       list   job ids in input order
     {p}:owner:{owner}:active  set    the owner's jobs that are not finished (per-key queue limits)
-    {p}:owner:{owner}:jobs    zset   the owner's recent job ids by created_at (listing; trimmed)
-    {p}:owner:{owner}:batches zset   the owner's recent batch ids by created_at (listing; trimmed)
+    {p}:owner:{owner}:jobs    zset   the owner's recent job ids by created_at (listing; trimmed, and
+                                     ids of expired jobs pruned by the sweep)
+    {p}:owner:{owner}:batches zset   the owner's recent batch ids by created_at (listing; likewise)
     {p}:usage:{owner}:{day}   hash   the owner's token use and reservations of a UTC day
     {p}:bytes:{owner}:{day}   int    bytes the owner wrote on that day (storage accounting)
 """

@@ -9,9 +9,11 @@ over-estimate (rewrites count twice), never an under-estimate, read with one MGE
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +32,9 @@ RECORD_OVERHEAD = 200
 # 1,000-item batch with short questions (the fields themselves ~2.6 KB of it), so this is above it.
 JOB_OVERHEAD_BYTES = 8192
 DAY_S = 86400
+# A finished job's event stream is packed into its record (``events_z``) and the stream itself lives
+# this much longer, so a reader that looked at the stream a moment before it went still finds it.
+EVENTS_GRACE_S = 60
 # The per-owner listing indexes keep this many newest ids: enough for a page of recent work (one
 # 10,000-item batch fits), bounded so an index never grows with a key's whole history.
 OWNER_INDEX_MAX = 20_000
@@ -178,3 +183,46 @@ def parse_job(raw: dict[str, str]) -> JobRecord:
         usage_day=raw.get("usage_day") or None,
         pool=json.loads(raw["pool"]) if raw.get("pool") else None,
     )
+
+
+# -- what a finished job keeps, packed -----------------------------------------------------------------
+# A finished job's result (its transcript: prompts and replies, very repetitive) and its event stream
+# are stored zlib-compressed. The store's clients decode replies as text, so the bytes travel as
+# base64: a third more than the compressed bytes, still 3 to 7 times less than the JSON.
+def pack_text(text: str) -> str:
+    """``text`` compressed for a field of the job hash (``unpack_text`` reverses it)."""
+    return base64.b64encode(zlib.compress(text.encode(), 6)).decode("ascii")
+
+
+def unpack_text(packed: str) -> str:
+    return zlib.decompress(base64.b64decode(packed)).decode()
+
+
+def stored_result(raw: dict[str, str]) -> str | None:
+    """The result JSON of a job hash: packed (``result_z``) or, written by an older version, as is."""
+    if raw.get("result_z"):
+        return unpack_text(raw["result_z"])
+    return raw.get("result") or None
+
+
+def stream_id(event_id: str) -> tuple[int, int]:
+    """A stream id as Redis orders it; ``ms`` alone is ``ms-0`` (what XREAD and XRANGE read it as)."""
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def pack_events(rows: Sequence[tuple[str, str, str]]) -> str:
+    """A finished job's whole event stream, as (id, type, data JSON) rows, packed into one field; the
+    ids are kept, so Last-Event-ID resumes exactly where it would have in the stream."""
+    return pack_text(json.dumps([list(row) for row in rows], separators=(",", ":")))
+
+
+def unpack_events(packed: str, after: str = "0-0", count: int | None = None) -> list[Event]:
+    """The events of a packed stream after ``after`` (exclusive), at most ``count`` of them."""
+    start = stream_id(after)
+    out = [
+        Event(id=event_id, type=kind, data=json.loads(data or "{}"))
+        for event_id, kind, data in json.loads(unpack_text(packed))
+        if stream_id(event_id) > start
+    ]
+    return out if count is None else out[:count]

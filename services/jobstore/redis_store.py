@@ -1,17 +1,26 @@
-"""``RedisJobStore``: the ``JobStore`` on Redis (key layout in ``keys``, Lua scripts in ``scripts``)."""
+"""``RedisJobStore``: the ``JobStore`` on Redis (key layout in ``keys``, Lua scripts in ``scripts``).
+
+What a finished job keeps, and for how long: its record (with its result packed, ``result_z``), its
+events packed into the record (``events_z``, the stream itself lapses ``EVENTS_GRACE_S`` later), its
+place in its batch and in the owner's listing, all expiring ``ttl_s`` after its last write. Its
+checkpoint, its lease and a pool the client brought are deleted when it finishes.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
-from parley_wire.models import ACTIVE, STATUSES
+from parley_wire.models import ACTIVE, STATUSES, TERMINAL
 from services.jobstore.records import (
     DAY_S,
+    EVENTS_GRACE_S,
     EVENTS_MAXLEN,
     OWNER_INDEX_MAX,
     RECORD_OVERHEAD,
@@ -22,24 +31,39 @@ from services.jobstore.records import (
     JobStatus,
     draining_key,
     dump_field,
+    pack_events,
+    pack_text,
     parse_job,
+    stored_result,
     stored_size,
+    unpack_events,
     usage_day,
 )
 from services.jobstore.redis_quota import RedisQuota
-from services.jobstore.scripts import CHARGE_LUA, LEASE_LUA, RESERVE_LUA, TRANSITION_LUA
+from services.jobstore.scripts import (
+    CHARGE_LUA,
+    CHECKPOINT_LUA,
+    COMPACT_LUA,
+    KEEP_ALIVE_LUA,
+    LEASE_LUA,
+    READ_EVENTS_LUA,
+    RESERVE_LUA,
+    TRANSITION_LUA,
+)
+
+log = logging.getLogger("parley.jobstore")
+
+_ACTIVE = ",".join(ACTIVE)
 
 
 class RedisJobStore(RedisQuota):
-    """The ``JobStore`` on Redis. Pass an existing ``redis.asyncio.Redis`` (tests) or a URL."""
+    """The ``JobStore`` on Redis. Pass an existing ``redis.asyncio.Redis`` (tests) or a URL.
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        *,
-        prefix: str = "parley",
-        ttl_s: int = 7 * 24 * 3600,
-    ) -> None:
+    ``ttl_s`` is the retention (``RetentionSettings.job_ttl_s``): every process that writes jobs must
+    pass the same value, so it has no default here.
+    """
+
+    def __init__(self, redis: aioredis.Redis, *, prefix: str = "parley", ttl_s: int) -> None:
         self.redis = redis
         self.prefix = prefix
         self.ttl_s = ttl_s
@@ -47,10 +71,14 @@ class RedisJobStore(RedisQuota):
         self._lease = redis.register_script(LEASE_LUA)
         self._reserve = redis.register_script(RESERVE_LUA)
         self._charge = redis.register_script(CHARGE_LUA)
+        self._compact = redis.register_script(COMPACT_LUA)
+        self._read_events = redis.register_script(READ_EVENTS_LUA)
+        self._checkpoint = redis.register_script(CHECKPOINT_LUA)
+        self._keep_alive = redis.register_script(KEEP_ALIVE_LUA)
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "parley", ttl_s: int = 7 * 24 * 3600, timeout_s: float = 5.0
+        cls, url: str, *, prefix: str = "parley", ttl_s: int, timeout_s: float = 5.0
     ) -> RedisJobStore:
         """A store with its own connection pool; short socket timeouts so a dead Redis fails fast."""
         client = aioredis.Redis.from_url(
@@ -138,8 +166,7 @@ class RedisJobStore(RedisQuota):
             if not raw:
                 out.append(None)
                 continue
-            result = raw.get("result") if with_result else None
-            out.append(JobFull(parse_job(raw), result or None))
+            out.append(JobFull(parse_job(raw), stored_result(raw) if with_result else None))
         return out
 
     async def job_statuses(self, job_ids: Sequence[str]) -> list[str | None]:
@@ -149,8 +176,9 @@ class RedisJobStore(RedisQuota):
             return list(await pipe.execute())
 
     async def get_result(self, job_id: str) -> dict[str, Any] | None:
-        raw = await self.redis.hget(self.k_job(job_id), "result")
-        return json.loads(raw) if raw else None
+        packed, plain = await self.redis.hmget(self.k_job(job_id), ["result_z", "result"])
+        text = stored_result({"result_z": packed or "", "result": plain or ""})
+        return json.loads(text) if text else None
 
     async def transition(
         self,
@@ -165,9 +193,35 @@ class RedisJobStore(RedisQuota):
         """Move a job to ``to`` only if its status is in ``allowed_from``; writes ``event`` atomically.
 
         This is what makes a job produce one result: ``completed`` is allowed only from ``debating``,
-        and the terminal states are never left.
+        and the terminal states are never left. A ``result`` field is stored packed (``result_z``),
+        and a job that finished has its event stream packed into its record (``_compact_events``).
         """
-        return await self._run_transition(job_id, to, allowed_from, event, data, fields) is not None
+        if fields and "result" in fields:
+            fields = dict(fields)
+            fields["result_z"] = pack_text(dump_field(fields.pop("result")))
+        moved = await self._run_transition(job_id, to, allowed_from, event, data, fields) is not None
+        if moved and to in TERMINAL:
+            await self._compact_events(job_id)
+        return moved
+
+    async def _compact_events(self, job_id: str) -> None:
+        """Pack a finished job's event stream into its record; the stream lapses soon after.
+
+        Only saves memory: a job left unpacked (Redis went away between the two steps) is read from
+        its stream as before, until it expires like everything else of the job.
+        """
+        try:
+            entries = await self.redis.xrange(self.k_events(job_id))
+            if not entries:
+                return
+            rows = [(entry_id, f.get("type", ""), f.get("data") or "{}") for entry_id, f in entries]
+            grace_ms = min(EVENTS_GRACE_S, self.ttl_s) * 1000
+            await self._compact(
+                keys=[self.k_job(job_id), self.k_events(job_id)],
+                args=[pack_events(rows), entries[-1][0], grace_ms],
+            )
+        except RedisError as exc:
+            log.warning("could not pack the events of finished job %s (kept as a stream): %s", job_id, exc)
 
     async def emit(self, job_id: str, event: str, data: dict[str, Any]) -> str | None:
         """Append an event while the job is still running; ``None`` once it is finished or gone.
@@ -190,7 +244,7 @@ class RedisJobStore(RedisQuota):
         data: dict[str, Any] | None,
         fields: dict[str, Any] | None,
     ) -> str | None:
-        owner, day = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day"])
+        owner, day, batch_id = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day", "batch_id"])
         if owner is None:
             return None
         args: list[str] = [
@@ -212,6 +266,10 @@ class RedisJobStore(RedisQuota):
             self.k_lease(job_id),
             self.k_usage(owner, day or usage_day()),
             self.k_bytes(owner),
+            self.k_batch(batch_id or ""),
+            self.k_batch_jobs(batch_id or ""),
+            self.k_owner_jobs(owner),
+            self.k_owner_batches(owner),
         ]
         out = await self._transition(keys=keys, args=args)
         return str(out) if out else None
@@ -219,17 +277,22 @@ class RedisJobStore(RedisQuota):
     async def read_events(
         self, job_id: str, after: str = "0-0", *, block_ms: int | None = None, count: int = 100
     ) -> list[Event]:
-        """Events after ``after`` (a stream id); with ``block_ms`` waits that long for new ones."""
+        """Events after ``after`` (a stream id); with ``block_ms`` waits that long for new ones.
+
+        A finished job's events come from its packed copy once its stream has lapsed, with the same
+        ids, so a replay (``Last-Event-ID``) reads the same events before and after packing.
+        """
+        kind, found = await self._read_events(
+            keys=[self.k_events(job_id), self.k_job(job_id)], args=[after, count]
+        )
+        if kind == "packed":
+            # A finished job: whatever is not in its packed events will never come, so no waiting.
+            return unpack_events(found, after, count)
+        events = [_event(entry_id, flat) for entry_id, flat in found]
+        if events or block_ms is None:
+            return events
         reply = await self.redis.xread({self.k_events(job_id): after}, count=count, block=block_ms)
-        events: list[Event] = []
-        for _stream, entries in reply or []:
-            for entry_id, fields in entries:
-                events.append(
-                    Event(
-                        id=entry_id, type=fields.get("type", ""), data=json.loads(fields.get("data") or "{}")
-                    )
-                )
-        return events
+        return [_event(entry_id, fields) for _stream, entries in reply or [] for entry_id, fields in entries]
 
     async def incr_attempts(self, job_id: str) -> int:
         return int(await self.redis.hincrby(self.k_job(job_id), "attempts", 1))
@@ -243,14 +306,22 @@ class RedisJobStore(RedisQuota):
 
     # -- checkpoints and leases ------------------------------------------------------------------
     async def save_checkpoint(self, job_id: str, checkpoint: dict[str, Any]) -> None:
+        """Keep the engine's state after a round, for a redelivery to resume from; only while the job
+        is unfinished (a finished job's checkpoint is deleted with its last transition)."""
         text = json.dumps(checkpoint)
         owner = await self.redis.hget(self.k_job(job_id), "owner")
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.k_checkpoint(job_id), text, ex=self.ttl_s)
-            if owner:
-                pipe.incrby(self.k_bytes(owner), len(text) + RECORD_OVERHEAD)
-                pipe.expire(self.k_bytes(owner), self.ttl_s + DAY_S)
-            await pipe.execute()
+        if not owner:
+            return
+        await self._checkpoint(
+            keys=[self.k_job(job_id), self.k_checkpoint(job_id), self.k_bytes(owner)],
+            args=[text, self.ttl_s, len(text) + RECORD_OVERHEAD, _ACTIVE],
+        )
+
+    async def keep_alive(self, job_id: str) -> bool:
+        """Restart the retention of an unfinished job (False once it has finished or is gone): the
+        workers' sweep calls it so that a job waiting or running longer than ``ttl_s`` never expires."""
+        keys = [self.k_job(job_id), self.k_events(job_id), self.k_checkpoint(job_id)]
+        return bool(await self._keep_alive(keys=keys, args=[self.ttl_s, _ACTIVE]))
 
     async def load_checkpoint(self, job_id: str) -> dict[str, Any] | None:
         raw = await self.redis.get(self.k_checkpoint(job_id))
@@ -379,3 +450,10 @@ class RedisJobStore(RedisQuota):
                 if owner:
                     pipe.zrem(self.k_owner_batches(owner), batch_id)
             await pipe.execute()
+
+
+def _event(entry_id: str, fields: dict[str, str] | list[str]) -> Event:
+    """An event from a stream entry: XREAD gives its fields as a mapping, a Lua reply as a flat list."""
+    if isinstance(fields, list):
+        fields = dict(zip(fields[::2], fields[1::2], strict=True))
+    return Event(id=entry_id, type=fields.get("type", ""), data=json.loads(fields.get("data") or "{}"))

@@ -1,11 +1,18 @@
 """The Lua scripts of the Redis job store: each makes one step of a job atomic in Redis."""
 
 # KEYS: job hash, events stream, owner-active set, checkpoint, lease, owner's usage hash of the day,
-#       owner's storage counter of today.
+#       owner's storage counter of today, the job's batch hash and batch job list, the owner's listing
+#       indexes of jobs and of batches (the batch keys are not read when the job has no batch).
 # ARGV: to-status ('' = keep), allowed-from (comma list), event type ('' = none), event data,
 #       now, ttl seconds, job id, then field/value pairs.
 # Returns the event id (or "ok" when no event), or false when the job is missing or the transition
 # is not allowed from its current status.
+#
+# Retention: every write restarts the job's ``ttl`` (an unfinished job is also kept alive by the
+# workers' sweep, KEEP_ALIVE_LUA), and what lists or groups the job (its batch, the owner's listing
+# indexes) is kept at least as long as the job when it finishes. What only a running job needs is
+# deleted when it finishes: its checkpoint, its lease and the knowledge pool a client brought (the
+# result carries the pool).
 TRANSITION_LUA = """
 local cur = redis.call('HGET', KEYS[1], 'status')
 if not cur then return false end
@@ -22,10 +29,12 @@ if ARGV[3] ~= '' then
   out = redis.call('XADD', KEYS[2], 'MAXLEN', '~', '10000', '*', 'type', ARGV[3], 'data', ARGV[4])
 end
 local ttl = tonumber(ARGV[6])
-if to == 'completed' or to == 'failed' or to == 'cancelled' then
+local terminal = to == 'completed' or to == 'failed' or to == 'cancelled'
+if terminal then
   redis.call('SREM', KEYS[3], ARGV[7])
   redis.call('HSET', KEYS[1], 'finished_at', ARGV[5])
-  redis.call('DEL', KEYS[5])
+  redis.call('DEL', KEYS[4], KEYS[5])
+  redis.call('HDEL', KEYS[1], 'pool')
   -- The tokens it used were charged call by call (CHARGE_LUA); what is left of its reservation
   -- is given back here, exactly once (terminal states are never left).
   -- Nothing is drawn from it any more either, so a call settling later gives nothing back to it.
@@ -36,11 +45,22 @@ if to == 'completed' or to == 'failed' or to == 'cancelled' then
   redis.call('HSET', KEYS[1], 'reserved_tokens', '0', 'drawn_tokens', '0')
   redis.call('HINCRBY', KEYS[6], 'jobs_' .. to, 1)
   redis.call('EXPIRE', KEYS[6], 8 * 86400)
+  if ttl > 0 then
+    local extend = {KEYS[10]}
+    local batch = redis.call('HGET', KEYS[1], 'batch_id')
+    if batch and batch ~= '' then
+      extend = {KEYS[8], KEYS[9], KEYS[10], KEYS[11]}
+    end
+    for _, key in ipairs(extend) do
+      local left = redis.call('TTL', key)
+      if left ~= -2 and left < ttl then redis.call('EXPIRE', key, ttl) end
+    end
+  end
 end
-if to ~= '' and ttl > 0 then
+if ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[2], ttl)
-  redis.call('EXPIRE', KEYS[4], ttl)
+  if not terminal then redis.call('EXPIRE', KEYS[4], ttl) end
 end
 -- Storage accounting: the bytes this step wrote, on the owner's counter of the day.
 local written = 0
@@ -53,6 +73,60 @@ if written > 0 then
   redis.call('EXPIRE', KEYS[7], ttl + 86400)
 end
 return out
+"""
+
+# KEYS: job hash, events stream. ARGV: the packed events, the id of the last event packed, grace ms.
+# Packs a finished job's event stream into its record (``events_z``): a stream costs at least one
+# 4 KB node in Redis whatever it holds, the packed events a tenth of that. Only a finished job's, and
+# only if the stream still ends with the event packed last (nothing is added after the terminal
+# event, so this holds unless the stream is gone). The stream itself lapses ``grace`` later, so a
+# reader that found it a moment ago and is about to wait on it still sees its last events.
+COMPACT_LUA = """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if cur ~= 'completed' and cur ~= 'failed' and cur ~= 'cancelled' then return 0 end
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #last == 0 or last[1][1] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'events_z', ARGV[1])
+local left = redis.call('PTTL', KEYS[2])
+if left < 0 or left > tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[2], ARGV[3]) end
+return 1
+"""
+
+# KEYS: events stream, job hash. ARGV: after (exclusive stream id), count.
+# The events after ``after`` without waiting: from the stream while it exists, else the packed
+# events of a finished job (the caller unpacks and filters them), else nothing.
+READ_EVENTS_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {'stream', redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])}
+end
+local packed = redis.call('HGET', KEYS[2], 'events_z')
+if packed then return {'packed', packed} end
+return {'none', {}}
+"""
+
+# KEYS: job hash, checkpoint, the owner's storage counter of today. ARGV: checkpoint, ttl seconds,
+# bytes to count, the unfinished statuses (comma list). Only an unfinished job's checkpoint is
+# written: one saved by a worker that has not yet noticed the job was cancelled would otherwise
+# outlive the job's need for it.
+CHECKPOINT_LUA = """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur then return 0 end
+if not string.find(',' .. ARGV[4] .. ',', ',' .. cur .. ',', 1, true) then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
+redis.call('INCRBY', KEYS[3], ARGV[3])
+redis.call('EXPIRE', KEYS[3], tonumber(ARGV[2]) + 86400)
+return 1
+"""
+
+# KEYS: job hash, events stream, checkpoint. ARGV: ttl seconds, the unfinished statuses (comma list).
+# Restarts the retention of an unfinished job (the workers' sweep calls it for a job whose keys are
+# half-way to expiring): a job queued or running longer than ``ttl`` is never lost to expiry.
+KEEP_ALIVE_LUA = """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur then return 0 end
+if not string.find(',' .. ARGV[2] .. ',', ',' .. cur .. ',', 1, true) then return 0 end
+for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, ARGV[1]) end
+return 1
 """
 
 # KEYS: job hash, the owner's usage hash of the job's day. ARGV: prompt tokens, completion tokens,

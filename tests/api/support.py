@@ -6,6 +6,7 @@ adds the pytest fixtures' pieces and the scripted replies of MADKE's paper promp
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from parley_testing.processes import (
     ROOT,
@@ -23,6 +25,7 @@ from parley_testing.processes import (
     worker_env,
 )
 from parley_testing.scripted_llm import JUDGE, ORDERLY, SELECT, SUMMARY, ScriptedLLM, free_port
+from services.jobstore import unpack_events, unpack_text
 
 __all__ = [
     "JUDGE",
@@ -38,6 +41,8 @@ __all__ = [
     "running_redis",
     "script_agreeing",
     "script_echo",
+    "stored_events",
+    "stored_hash",
     "wait_status",
     "worker_env",
 ]
@@ -86,3 +91,20 @@ def wait_status(
         if time.monotonic() > deadline:
             raise AssertionError(f"job {job_id} still {body.get('status')} after {timeout_s}s: {body}")
         time.sleep(poll_s)
+
+
+def stored_events(r: redis.Redis, job_id: str, prefix: str = "parley") -> list[tuple[str, dict[str, str]]]:
+    """A job's events as XRANGE gives them: from the packed copy a finished job keeps in its record
+    (its stream lapses soon after), else from its stream."""
+    packed = r.hget(f"{prefix}:job:{job_id}", "events_z")
+    if packed:
+        return [(e.id, {"type": e.type, "data": json.dumps(e.data)}) for e in unpack_events(str(packed))]
+    return [(str(i), dict(f)) for i, f in r.xrange(f"{prefix}:job:{job_id}:events")]
+
+
+def stored_hash(r: redis.Redis, key: str) -> dict[str, str]:
+    """A hash with its packed fields (``*_z``: a finished job's result and events) unpacked, so what
+    the store keeps can be searched as text."""
+    return {
+        str(k): unpack_text(str(v)) if str(k).endswith("_z") else str(v) for k, v in r.hgetall(key).items()
+    }

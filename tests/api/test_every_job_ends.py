@@ -26,6 +26,7 @@ import pytest
 from debate_worker.sweeper import JobSweeper
 from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import JobRecord, RedisJobStore
+from services.settings import DEFAULT_JOB_TTL_S
 from tests.api.conftest import KEY_A, api_settings
 from tests.api.support import (
     JUDGE,
@@ -33,6 +34,7 @@ from tests.api.support import (
     RedisServer,
     WorkerProcess,
     script_agreeing,
+    stored_events,
     wait_status,
     worker_env,
 )
@@ -195,7 +197,7 @@ def wait_round(client: httpx.Client, job_id: str, round_: int) -> None:
 
 
 async def test_sweep_requeues_a_lapsed_job_once_then_fails_it_at_the_cap(aof_redis: RedisServer) -> None:
-    store = RedisJobStore.from_url(aof_redis.url, prefix="sweep")
+    store = RedisJobStore.from_url(aof_redis.url, prefix="sweep", ttl_s=DEFAULT_JOB_TTL_S)
     settings = WorkerSettings(
         redis_url=aof_redis.url, key_prefix="sweep", lease_ttl_s=0.6, sweep_interval_s=0.01, max_attempts=2
     )
@@ -336,7 +338,7 @@ def test_sigterm_hands_the_job_back_and_another_worker_resumes_it(
 def turn_events(redis_server: RedisServer, job_id: str) -> list[dict[str, Any]]:
     r = redis_server.client()
     try:
-        entries = r.xrange(f"parley:job:{job_id}:events")
+        entries = stored_events(r, job_id)
     finally:
         r.close()
     return [json.loads(f["data"]) for _id, f in entries if f["type"] == "turn.completed"]
@@ -345,7 +347,7 @@ def turn_events(redis_server: RedisServer, job_id: str) -> list[dict[str, Any]]:
 def event_types(redis_server: RedisServer, job_id: str) -> list[str]:
     r = redis_server.client()
     try:
-        return [fields["type"] for _id, fields in r.xrange(f"parley:job:{job_id}:events")]
+        return [fields["type"] for _id, fields in stored_events(r, job_id)]
     finally:
         r.close()
 
@@ -397,7 +399,7 @@ def test_redis_crash_mid_batch_restarted_from_its_aof_loses_nothing(tmp_path: Pa
                     charged = {}
                     for row in client.get(f"/v1/batches/{batch_id}/results").text.splitlines():
                         job_id, item = json.loads(row)["job_id"], json.loads(row)["id"]
-                        types = [f["type"] for _, f in r.xrange(f"parley:job:{job_id}:events")]
+                        types = [f["type"] for _, f in stored_events(r, job_id)]
                         assert types.count("job.completed") == 1, (job_id, types)
                         charged[item] = int(r.hget(f"parley:job:{job_id}", "used_tokens") or 0)
                     # Each job is charged what the LLM served for it, the calls the crash cut included

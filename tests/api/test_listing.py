@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from services.jobstore import BatchRecord, JobRecord, RedisJobStore, new_id
+from services.settings import DEFAULT_JOB_TTL_S
 from tests.api.support import ApiServer, RedisServer
 
 pytestmark = pytest.mark.integration
@@ -156,7 +157,7 @@ async def test_jobs_and_batches_removed_after_a_failed_enqueue_leave_the_lists(
     redis_server: RedisServer,
 ) -> None:
     """``delete_jobs`` (the rollback when queueing fails) takes the ids out of the listing indexes too."""
-    store = RedisJobStore.from_url(redis_server.url, prefix="rollback")
+    store = RedisJobStore.from_url(redis_server.url, prefix="rollback", ttl_s=DEFAULT_JOB_TTL_S)
     try:
         jobs = [
             JobRecord(job_id=new_id("job"), owner="carol", question=f"Q{i}?", batch_id="bat_x")

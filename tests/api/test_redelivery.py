@@ -19,7 +19,15 @@ import httpx
 import pytest
 
 from tests.api.conftest import KEY_A
-from tests.api.support import JUDGE, RedisServer, WorkerProcess, script_agreeing, wait_status, worker_env
+from tests.api.support import (
+    JUDGE,
+    RedisServer,
+    WorkerProcess,
+    script_agreeing,
+    stored_events,
+    wait_status,
+    worker_env,
+)
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -69,7 +77,7 @@ def assert_completed_once(
     first_round_calls = [b for b in llm.requests if FIRST_ROUND in json.dumps(b)]
     assert len(first_round_calls) == 2
     r = redis_server.client()
-    events = r.xrange(f"parley:job:{job_id}:events")
+    events = stored_events(r, job_id)
     r.close()
     types = [fields["type"] for _id, fields in events]
     assert types.count("job.completed") == 1 and types[-1] == "job.completed"

@@ -19,7 +19,15 @@ import pytest
 
 from retriever.settings import RetrieverSettings
 from tests.api.conftest import KEY_A, KEYS, api_settings
-from tests.api.support import ApiServer, RedisServer, WorkerProcess, script_agreeing, wait_status, worker_env
+from tests.api.support import (
+    ApiServer,
+    RedisServer,
+    WorkerProcess,
+    script_agreeing,
+    stored_hash,
+    wait_status,
+    worker_env,
+)
 from tests.api.test_flow import read_sse
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -44,7 +52,7 @@ def redis_dump(redis_server: RedisServer) -> str:
             elif kind == "string":
                 out.append(str(r.get(key)))
             elif kind == "hash":
-                out.append(json.dumps(r.hgetall(key)))
+                out.append(json.dumps(stored_hash(r, key)))  # results and events of finished jobs
             elif kind == "list":
                 out.extend(r.lrange(key, 0, -1))
             elif kind == "set":

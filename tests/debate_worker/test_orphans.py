@@ -18,6 +18,7 @@ import pytest
 from debate_worker.sweeper import JobSweeper
 from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import JobRecord, RedisJobStore
+from services.settings import DEFAULT_JOB_TTL_S
 from tests.api.conftest import KEY_A, api_settings
 from tests.api.support import (
     ApiServer,
@@ -88,7 +89,7 @@ def _events(client: httpx.Client, job_id: str) -> list[dict[str, str]]:
 async def test_the_sweep_resends_an_orphan_once_fails_it_at_the_cap_and_drops_expired_ids(
     redis_server: RedisServer,
 ) -> None:
-    store = RedisJobStore.from_url(redis_server.url, prefix="orph")
+    store = RedisJobStore.from_url(redis_server.url, prefix="orph", ttl_s=DEFAULT_JOB_TTL_S)
     settings = WorkerSettings(
         redis_url=redis_server.url,
         key_prefix="orph",
@@ -142,7 +143,7 @@ async def test_default_settings_resend_a_lost_message_within_two_minutes_at_a_bo
 
     clock = _Clock()
     monkeypatch.setattr(sweeper_module, "time", clock)
-    store = RedisJobStore.from_url(redis_server.url, prefix="orphdef")
+    store = RedisJobStore.from_url(redis_server.url, prefix="orphdef", ttl_s=DEFAULT_JOB_TTL_S)
     settings = WorkerSettings(redis_url=redis_server.url, key_prefix="orphdef")  # the defaults
     published: list[str] = []
     sweepers = [  # two workers sweep in turn; the broker-read budget is shared through Redis
@@ -191,7 +192,7 @@ async def test_a_delivery_nobody_holds_any_more_counts_as_lost(redis_server: Red
     """A queued job whose message sits only in kombu's unacked hash, delivered long ago (its consumer
     died with a Redis restart; kombu restores it only after the visibility timeout, an hour), is sent
     again; one delivered just now (a worker about to start it) is not."""
-    store = RedisJobStore.from_url(redis_server.url, prefix="orphun")
+    store = RedisJobStore.from_url(redis_server.url, prefix="orphun", ttl_s=DEFAULT_JOB_TTL_S)
     settings = WorkerSettings(redis_url=redis_server.url, key_prefix="orphun", orphan_after_s=0.2)
     published: list[str] = []
     sweeper = JobSweeper(

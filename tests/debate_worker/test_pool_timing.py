@@ -15,6 +15,7 @@ from debate_worker.pool_timing import PoolTiming
 from debate_worker.tasks import JobRunner
 from services.jobstore import RedisJobStore, new_id
 from services.knowledge import KnowledgeItem, KnowledgePool
+from services.settings import DEFAULT_JOB_TTL_S
 from tests.api.support import RedisServer
 from tests.debate_worker.test_tasks import Models, new_job, runtime
 from tests.support.scripted_llm import ScriptedLLM
@@ -52,7 +53,7 @@ async def pool_delay(store: RedisJobStore, job_id: str) -> float:
 
 
 async def test_a_cache_hit_arrives_no_sooner_than_a_fresh_pool(redis_server: RedisServer) -> None:
-    store = RedisJobStore.from_url(redis_server.url, prefix=f"pt{new_id('p')[-8:]}")
+    store = RedisJobStore.from_url(redis_server.url, prefix=f"pt{new_id('p')[-8:]}", ttl_s=DEFAULT_JOB_TTL_S)
     builder = CachingBuilder()
     with ScriptedLLM() as llm:
         llm.on("", "The answer is [Paris].")

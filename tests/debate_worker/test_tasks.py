@@ -20,7 +20,7 @@ from debate_worker.tasks import JobRunner, WorkerRuntime
 from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import JobRecord, RedisJobStore, new_id
 from services.llm import ChatCompletion, ChatMessage, OpenAIChatClient
-from services.settings import LLMSettings, RetrieverClientSettings
+from services.settings import DEFAULT_JOB_TTL_S, LLMSettings, RetrieverClientSettings
 from tests.api.support import JUDGE, RedisServer, script_agreeing
 from tests.support.scripted_llm import ScriptedLLM, free_port
 
@@ -69,7 +69,7 @@ def llm() -> Iterator[ScriptedLLM]:
 
 @pytest.fixture
 async def store(redis_server: RedisServer) -> AsyncIterator[RedisJobStore]:
-    s = RedisJobStore.from_url(redis_server.url, prefix=f"t{new_id('p')[-8:]}")
+    s = RedisJobStore.from_url(redis_server.url, prefix=f"t{new_id('p')[-8:]}", ttl_s=DEFAULT_JOB_TTL_S)
     yield s
     await s.aclose()
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from services.jobstore import JobRecord, RedisJobStore, Usage, new_id, usage_day
+from services.settings import DEFAULT_JOB_TTL_S
 from tests.api.support import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -22,7 +23,7 @@ QUOTA = 5_000
 
 @pytest.fixture
 async def store(redis_server: RedisServer) -> AsyncIterator[RedisJobStore]:
-    store = RedisJobStore.from_url(redis_server.url, prefix=new_id("quota"))
+    store = RedisJobStore.from_url(redis_server.url, prefix=new_id("quota"), ttl_s=DEFAULT_JOB_TTL_S)
     try:
         yield store
     finally:

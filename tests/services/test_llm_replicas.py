@@ -10,7 +10,7 @@ exactly what the servers that answered served.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -22,7 +22,14 @@ from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import ChatMessage, LLMUnavailable, OpenAIChatClient, RetryPolicy
 from services.llm_factory import RoleModelsFromSettings
 from services.logging_setup import job_log_context
-from services.replicas import REPLICA_HEALTH, ReplicaSet, affinity, affinity_key, split_base_urls
+from services.replicas import (
+    REPLICA_HEALTH,
+    ReplicaRegistry,
+    ReplicaSet,
+    affinity,
+    affinity_key,
+    split_base_urls,
+)
 from services.settings import LLMSettings
 from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
@@ -316,3 +323,75 @@ def test_a_debate_leaves_a_replica_that_replies_much_slower() -> None:
     replicas.release(a, "cancelled")
     replicas._states[0].ewma_s = 1.0  # crowded by other processes: it moves, for good
     assert replicas.pick("d") == b and replicas.bound("d") == b
+
+
+class SeenLoad:
+    """Other processes' calls in flight as a ``SharedReplicaLoad`` reports them (set by the test)."""
+
+    def __init__(self, others: dict[str, int] | None) -> None:
+        self.view = others
+        self.published: list[dict[str, int]] = []
+
+    def publish(self, counts: Mapping[str, int]) -> None:
+        self.published.append(dict(counts))
+
+    def others(self) -> Mapping[str, int] | None:
+        return self.view
+
+
+def test_with_shared_counts_a_debate_starts_on_the_least_loaded_replica() -> None:
+    seen = SeenLoad(None)
+    replicas = ReplicaSet(["http://a:1", "http://b:1", "http://c:1"], registry=ReplicaRegistry(seen))
+    a, b, c = replicas.urls
+    seen.view = {a: 3, b: 1, c: 2}
+    for k in range(20):  # whatever the key ranks first
+        assert replicas.pick(f"debate-{k}") == b
+        replicas.release(b, "cancelled")
+    seen.view = {a: 1, b: 1, c: 1}  # all equal: the key's own order, so debates spread
+    starts = set()
+    for k in range(30):
+        url = replicas.pick(f"new-{k}")
+        replicas.release(url, "cancelled")
+        starts.add(url)
+    assert starts == {a, b, c}
+    # Every change of this process's counts was published (the last: nothing in flight at b).
+    assert seen.published[0] == {a: 0, b: 1, c: 0} and seen.published[1] == {a: 0, b: 0, c: 0}
+
+
+def test_with_shared_counts_a_crowded_replica_spills_a_call_but_keeps_the_debate() -> None:
+    seen = SeenLoad({})
+    replicas = ReplicaSet(["http://a:1", "http://b:1"], registry=ReplicaRegistry(seen), limit=4)
+    a, b = replicas.urls
+    replicas._bind("d", a)
+    seen.view = {a: 1}  # one call of another process more: not worth leaving the cached prefix
+    assert replicas.pick("d") == a
+    replicas.release(a, "ok")
+    seen.view = {a: 2}  # two more than b (spill_gap): this call goes to b, the debate stays on a
+    assert replicas.pick("d") == b and replicas.bound("d") == a
+    replicas.release(b, "ok")
+    seen.view = {a: 2, b: 1}
+    assert replicas.pick("d") == a
+    replicas.release(a, "ok")
+    seen.view = None  # the counts are not known now: this process's own decide, as without sharing
+    assert replicas.pick("d") == a
+    never = ReplicaSet(
+        ["http://a:1", "http://b:1"], registry=ReplicaRegistry(SeenLoad({a: 9})), spill_gap=None
+    )
+    never._bind("d", a)
+    assert never.pick("d") == a
+
+
+def test_a_failing_sharing_leaves_the_local_counts() -> None:
+    class Broken:
+        def publish(self, counts: Mapping[str, int]) -> None:
+            raise RuntimeError("store gone")
+
+        def others(self) -> Mapping[str, int] | None:
+            raise RuntimeError("store gone")
+
+    replicas = ReplicaSet(["http://a:1", "http://b:1"], registry=ReplicaRegistry(Broken()))
+    picked = [replicas.pick() for _ in range(4)]
+    assert sorted(picked) == sorted(replicas.urls * 2)  # least outstanding, this process's
+    for url in picked:
+        replicas.release(url, "ok", 0.1)
+    assert all(s["load"] == 0 for s in replicas.snapshot())
