@@ -1,0 +1,237 @@
+"""Does a query written by the LLM put the answer into the pool? answer-in-pool@k with and without it.
+
+Run (from the repository root, after `parley index build`, against any OpenAI-compatible server; here the
+embedded default served by `parley llm serve` or the one an evaluation started):
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.query_rewrite --questions data/nq_open_vital_dev.jsonl \
+        --split even --limit 100 --llm-url http://127.0.0.1:8080/v1 --out reports/query-rewrite
+
+For each question the model writes, at temperature 0 and a fixed seed (so a question's rewrite, and so
+its pool, is deterministic for a given model and prompt),
+
+- **keywords**: a short web-search query; the retrievers get the question followed by it;
+- **passage** (query2doc / HyDE): two or three sentences that answer the question as an encyclopaedia
+  would; the retrievers get the question followed by it (the dense encoder reads its first 256 tokens);
+
+and the first stage (hybrid dense + BM25, as configured) searches with the question alone and with each
+rewrite. Reported: answer-in-pool@k (k = 1, 3, 5, 10, 20, 50; the pool ``POST /v1/pools`` would hold for
+``k_wiki=k``: near-duplicates removed by the service's rule), the paired bootstrap 95 % CI of each
+rewrite against the question alone at @5 and @10, and the rewrite's cost per question: prompt and
+completion tokens and seconds of the model call. Writes ``bench.json``, ``bench.md`` and
+``answer_in_pool.png`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.pool_quality import CONFIGS, KS, load_questions, pool_has_answer, retriever_for
+from bench.retrieval_bench import percentile
+from evaluation.metrics import paired_bootstrap
+from retriever.runtime import RetrieverRuntime
+from retriever.settings import RetrieverSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPTH = max(KS)
+SEED = 7
+# Operator-side prompts (the experiment's, not a client's): short, and asking for plain text only.
+PROMPTS = {
+    "keywords": (
+        "Write one web search query, a few keywords and nothing else, that would find the Wikipedia "
+        "passage answering this question.\nQuestion: {question}\nQuery:",
+        32,
+    ),
+    "passage": (
+        "Write two or three sentences from a Wikipedia article that answer this question. Write only the "
+        "sentences.\nQuestion: {question}\nPassage:",
+        96,
+    ),
+}
+
+
+async def rewrite(client: httpx.AsyncClient, model: str, kind: str, question: str) -> dict[str, Any]:
+    """One rewrite: its text, tokens and seconds."""
+    template, max_tokens = PROMPTS[kind]
+    t = time.perf_counter()
+    resp = await client.post(
+        "/chat/completions",
+        json={
+            "model": model,
+            "messages": [{"role": "user", "content": template.format(question=question)}],
+            "temperature": 0,
+            "seed": SEED,
+            "max_tokens": max_tokens,
+        },
+    )
+    resp.raise_for_status()
+    body = resp.json()
+    usage = body.get("usage") or {}
+    return {
+        "text": (body["choices"][0]["message"].get("content") or "").strip(),
+        "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+        "completion_tokens": int(usage.get("completion_tokens", 0)),
+        "seconds": time.perf_counter() - t,
+    }
+
+
+async def measure(
+    settings: RetrieverSettings, questions: list[dict[str, Any]], llm_url: str, model: str
+) -> dict[str, Any]:
+    rt = RetrieverRuntime.open(settings)
+    wiki = retriever_for(CONFIGS["hybrid"], rt)
+    assert wiki is not None
+    in_pool: dict[str, dict[int, list[float]]] = {n: {k: [] for k in KS} for n in ("question", *PROMPTS)}
+    costs: dict[str, list[dict[str, Any]]] = {n: [] for n in PROMPTS}
+    examples: list[dict[str, str]] = []
+    try:
+        rt.warm()
+        async with httpx.AsyncClient(base_url=llm_url, timeout=300) as client:
+            for i, q in enumerate(questions):
+                queries = {"question": q["question"]}
+                for kind in PROMPTS:
+                    r = await rewrite(client, model, kind, q["question"])
+                    costs[kind].append(r)
+                    queries[kind] = f"{q['question']} {r['text']}"
+                for name, query in queries.items():
+                    hits = await wiki.search(query, DEPTH, "hybrid", with_vectors=True)
+                    for k in KS:
+                        in_pool[name][k].append(
+                            float(pool_has_answer(hits, k, q["answers"], settings.dedupe_cosine))
+                        )
+                if i < 5:
+                    examples.append({"question": q["question"], **{k: costs[k][-1]["text"] for k in PROMPTS}})
+                if (i + 1) % 10 == 0:
+                    print(
+                        f"{i + 1}/{len(questions)} "
+                        + " ".join(f"{n} @5 {statistics.mean(v[5]):.3f}" for n, v in in_pool.items()),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    finally:
+        await rt.aclose()
+    table: dict[str, Any] = {}
+    for name, per_k in in_pool.items():
+        row: dict[str, Any] = {"answer_in_pool": {k: round(statistics.mean(v), 4) for k, v in per_k.items()}}
+        if name != "question":
+            row["vs_question"] = {
+                f"@{k}": _ci(paired_bootstrap(in_pool["question"][k], per_k[k])) for k in (5, 10)
+            }
+            c = costs[name]
+            row["cost"] = {
+                "prompt_tokens": round(statistics.mean(x["prompt_tokens"] for x in c), 1),
+                "completion_tokens": round(statistics.mean(x["completion_tokens"] for x in c), 1),
+                "seconds_p50": round(percentile([x["seconds"] for x in c], 50), 2),
+                "seconds_p95": round(percentile([x["seconds"] for x in c], 95), 2),
+            }
+        table[name] = row
+    return {"questions": len(questions), "configs": table, "examples": examples}
+
+
+def _ci(ci: Any) -> dict[str, Any]:
+    return {
+        "diff": round(ci.diff, 4),
+        "low": round(ci.low, 4),
+        "high": round(ci.high, 4),
+        "excludes_0": ci.significant,
+    }
+
+
+def write_reports(out: Path, result: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    cfgs = result["configs"]
+    lines = [
+        "# LLM query rewrite: answer-in-pool@k",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"{result['questions']} questions of {result['questions_file']}; model `{result['model']}` at "
+        f"{result['llm_url']}; first stage: hybrid as configured; {result['machine']}; {result['date']}.",
+        "",
+        "| query | "
+        + " | ".join(f"@{k}" for k in KS)
+        + " | @5 vs question, 95 % CI | @10 vs question, 95 % CI "
+        "| rewrite tokens (prompt + completion) | rewrite s p50 / p95 |",
+        "|---" * (len(KS) + 5) + "|",
+    ]
+    for name, row in cfgs.items():
+        aip = " | ".join(f"{row['answer_in_pool'][k]:.3f}" for k in KS)
+        if name == "question":
+            lines.append(f"| question alone | {aip} | — | — | 0 | 0 |")
+            continue
+        d5, d10, c = row["vs_question"]["@5"], row["vs_question"]["@10"], row["cost"]
+        lines.append(
+            f"| question + {name} | {aip} | {d5['diff']:+.3f} [{d5['low']:+.3f}, {d5['high']:+.3f}] "
+            f"| {d10['diff']:+.3f} [{d10['low']:+.3f}, {d10['high']:+.3f}] "
+            f"| {c['prompt_tokens']:.0f} + {c['completion_tokens']:.0f} "
+            f"| {c['seconds_p50']} / {c['seconds_p95']} |"
+        )
+    lines += ["", "Examples (the first questions):", ""]
+    for ex in result["examples"]:
+        lines.append(f"- **{ex['question']}** keywords: {ex['keywords']!r}; passage: {ex['passage']!r}")
+    (out / "bench.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, row in cfgs.items():
+        ax.plot(KS, [row["answer_in_pool"][k] for k in KS], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xticks(KS, [str(k) for k in KS])
+    ax.set_xlabel("k (pool size)")
+    ax.set_ylabel("answer-in-pool@k")
+    ax.set_title(f"LLM query rewrite, {result['questions']} questions")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "answer_in_pool.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--questions", type=Path, required=True, help="JSONL: question, answers")
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "query-rewrite")
+    ap.add_argument("--split", choices=["even", "odd"], default=None)
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument(
+        "--llm-url", default=os.environ.get("PARLEY_LLM_BASE_URL", ""), help="OpenAI-compatible /v1"
+    )
+    ap.add_argument("--model", default=os.environ.get("PARLEY_LLM_MODEL", "qwen2.5-coder-1.5b"))
+    ap.add_argument("--data-dir", type=Path, default=None, help="override PARLEY_RETRIEVER_DATA_DIR")
+    args = ap.parse_args(argv)
+    if not args.llm_url:
+        raise SystemExit("--llm-url (or PARLEY_LLM_BASE_URL) names the model's OpenAI-compatible endpoint")
+    settings = RetrieverSettings(warmup=False, **({"data_dir": args.data_dir} if args.data_dir else {}))
+    questions = load_questions(args.questions, args.split, args.limit)
+    result = asyncio.run(measure(settings, questions, args.llm_url.rstrip("/"), args.model))
+    result.update(
+        {
+            "command": " ".join(["HF_HUB_OFFLINE=1", "python -m bench.query_rewrite", *sys.argv[1:]]),
+            "questions_file": args.questions.name + (f" ({args.split} half)" if args.split else ""),
+            "llm_url": args.llm_url,
+            "model": args.model,
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), "
+            f"Python {platform.python_version()}",
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        }
+    )
+    write_reports(args.out, result)
+    print((args.out / "bench.md").read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()
