@@ -86,20 +86,24 @@ async def rewrite(client: httpx.AsyncClient, model: str, kind: str, question: st
 
 
 async def measure(
-    settings: RetrieverSettings, questions: list[dict[str, Any]], llm_url: str, model: str
+    settings: RetrieverSettings,
+    questions: list[dict[str, Any]],
+    llm_url: str,
+    model: str,
+    kinds: tuple[str, ...] = tuple(PROMPTS),
 ) -> dict[str, Any]:
     rt = RetrieverRuntime.open(settings)
     wiki = retriever_for(CONFIGS["hybrid"], rt)
     assert wiki is not None
-    in_pool: dict[str, dict[int, list[float]]] = {n: {k: [] for k in KS} for n in ("question", *PROMPTS)}
-    costs: dict[str, list[dict[str, Any]]] = {n: [] for n in PROMPTS}
+    in_pool: dict[str, dict[int, list[float]]] = {n: {k: [] for k in KS} for n in ("question", *kinds)}
+    costs: dict[str, list[dict[str, Any]]] = {n: [] for n in kinds}
     examples: list[dict[str, str]] = []
     try:
         rt.warm()
         async with httpx.AsyncClient(base_url=llm_url, timeout=300) as client:
             for i, q in enumerate(questions):
                 queries = {"question": q["question"]}
-                for kind in PROMPTS:
+                for kind in kinds:
                     r = await rewrite(client, model, kind, q["question"])
                     costs[kind].append(r)
                     queries[kind] = f"{q['question']} {r['text']}"
@@ -110,7 +114,7 @@ async def measure(
                             float(pool_has_answer(hits, k, q["answers"], settings.dedupe_cosine))
                         )
                 if i < 5:
-                    examples.append({"question": q["question"], **{k: costs[k][-1]["text"] for k in PROMPTS}})
+                    examples.append({"question": q["question"], **{k: costs[k][-1]["text"] for k in kinds}})
                 if (i + 1) % 10 == 0:
                     print(
                         f"{i + 1}/{len(questions)} "
@@ -179,7 +183,8 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
         )
     lines += ["", "Examples (the first questions):", ""]
     for ex in result["examples"]:
-        lines.append(f"- **{ex['question']}** keywords: {ex['keywords']!r}; passage: {ex['passage']!r}")
+        written = "; ".join(f"{k}: {v!r}" for k, v in ex.items() if k != "question")
+        lines.append(f"- **{ex['question']}** {written}")
     (out / "bench.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     import matplotlib
 
@@ -212,12 +217,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--model", default=os.environ.get("PARLEY_LLM_MODEL", "qwen2.5-coder-1.5b"))
     ap.add_argument("--data-dir", type=Path, default=None, help="override PARLEY_RETRIEVER_DATA_DIR")
+    ap.add_argument("--kinds", default=",".join(PROMPTS), help=f"comma-separated, of {', '.join(PROMPTS)}")
     args = ap.parse_args(argv)
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not kinds or any(k not in PROMPTS for k in kinds):
+        raise SystemExit(f"--kinds: one or more of {', '.join(PROMPTS)}")
     if not args.llm_url:
         raise SystemExit("--llm-url (or PARLEY_LLM_BASE_URL) names the model's OpenAI-compatible endpoint")
     settings = RetrieverSettings(warmup=False, **({"data_dir": args.data_dir} if args.data_dir else {}))
     questions = load_questions(args.questions, args.split, args.limit)
-    result = asyncio.run(measure(settings, questions, args.llm_url.rstrip("/"), args.model))
+    result = asyncio.run(measure(settings, questions, args.llm_url.rstrip("/"), args.model, kinds))
     result.update(
         {
             "command": " ".join(["HF_HUB_OFFLINE=1", "python -m bench.query_rewrite", *sys.argv[1:]]),
