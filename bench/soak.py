@@ -11,7 +11,10 @@ restarted from its AOF, the retriever restarted, a burst of 503s from the LLM, a
 a job's broker message deleted, a client disconnecting from a streamed chat completion.
 
 Reported: jobs submitted / completed / failed (by reason) / cancelled / lost / run twice; tokens charged
-(`/v1/usage`) against tokens served (the LLM's count) per key; p50/p99 gateway latency per window; RSS
+(`/v1/usage`) against tokens served (the LLM's count) per key, and job by job: charged exactly (those
+with a call that timed out and was answered within the client's grace counted apart), charged a call's
+worst case because the server answered it only after the client had cut it, or because a killed worker
+cut it, or neither (a defect); p50/p99 gateway latency per window; RSS
 of every service process and Redis memory per window, and how far each moved after the first window;
 how long each fault took to recover from. JSON, a markdown table and a PNG plot go to ``--out``.
 
@@ -74,9 +77,12 @@ FAULTS = (
     "llm_timeout",
     "client_disconnect",
 )
-LLM_TIMEOUT_S = 4.0  # the workers' LLM client timeout; a timeout burst answers slower than this
-# A job's calls in flight when it ended are settled this long after (a cancel's within 10 s): its
-# account in the store is final then, and is read before its record can expire (retention >= 60 s).
+# The workers' LLM client timeout; a timeout burst answers 2 s slower than this, within the client's
+# grace (PARLEY_LLM_TIMEOUT_GRACE_S, 10 s by default), so those calls are charged what was served.
+LLM_TIMEOUT_S = 4.0
+# A job's calls in flight when it ended are settled this long after (a cancel's or a timeout's within
+# 10 s): its account in the store is final then, and is read before its record can expire (retention
+# >= 60 s).
 SETTLE_S = LLM_TIMEOUT_S + 12
 HARNESS = "harness"  # this process's column: not a service
 
@@ -109,9 +115,13 @@ class Ledger:
         self.errors = Counter[str]()  # gateway requests that failed, by what
         self.served: Counter[str] = Counter()  # key -> tokens answered to a client still waiting
         self.abandoned: Counter[str] = Counter()  # key -> tokens answered after the client left
+        # Tokens answered after the client's deadline (LLM_TIMEOUT_S) to a request it still kept
+        # open, in its grace: the client timed out, and will charge what the reply says.
+        self.in_grace: Counter[str] = Counter()
         self.summaries: Counter[str] = Counter()  # tag -> summary calls served
         self.served_tag: Counter[str] = Counter()  # tag -> tokens answered to a waiting client
         self.abandoned_tag: Counter[str] = Counter()  # tag -> tokens answered after it left
+        self.in_grace_tag: Counter[str] = Counter()  # tag -> replies that came in a timeout's grace
         self.t0 = time.monotonic()
 
     def tag(self, key: str) -> str:
@@ -127,7 +137,7 @@ class Ledger:
         with self.lock:
             self.latencies.append((time.monotonic() - self.t0, seconds))
 
-    def on_served(self, body: dict[str, Any], tokens: int, abandoned: bool) -> None:
+    def on_served(self, body: dict[str, Any], tokens: int, abandoned: bool, took_s: float) -> None:
         text = request_text(body)
         match = TAG.search(text)
         key = match.group(1) if match else "?"
@@ -135,6 +145,9 @@ class Ledger:
         with self.lock:
             (self.abandoned if abandoned else self.served)[key] += tokens
             (self.abandoned_tag if abandoned else self.served_tag)[tag] += tokens
+            if not abandoned and took_s > LLM_TIMEOUT_S:
+                self.in_grace[key] += tokens
+                self.in_grace_tag[tag] += 1
             if match and SUMMARY in text and not abandoned:
                 self.summaries[f"{match.group(1)}-{match.group(2)}"] += 1
 
@@ -700,30 +713,38 @@ class Soak:
             per_key[key] = {
                 "charged": charged,
                 "served": served,
+                "served_after_the_deadline_within_the_grace": self.ledger.in_grace[key],
                 "served_after_client_left": self.ledger.abandoned[key],
                 "charged_minus_served": charged - served,
                 "reserved_left": usage.get(key, {}).get("reserved"),
             }
         # Job by job: what the store charged against what the LLM served for that job's question. A
-        # call that timed out is charged its worst case (the server may have served it; it did, after
-        # the client left): those jobs are listed apart; every other job must be charged exactly.
+        # call that timed out is charged what the server served when it answered within the client's
+        # grace (those jobs are counted: charged exactly all the same); one the server answered only
+        # after the client had cut it (the grace, or a cancel's settlement wait, ran out) keeps its
+        # worst case, and so does a call cut by a killed worker: those jobs are listed apart. Every
+        # other job must be charged exactly.
         mismatched: list[dict[str, Any]] = []
-        timed_out: list[dict[str, Any]] = []
+        not_in_grace: list[dict[str, Any]] = []
         killed: list[dict[str, Any]] = []
+        exact_after_timeout = 0
         for job in jobs:
             account = self.job_charges.get(job.job_id, {})
             served = self.ledger.served_tag[job.tag]
             row = {
                 "tag": job.tag, "job_id": job.job_id, "status": job.status, "error": job.error,
                 "attempts": account.get("attempts"), "charged": account.get("charged"), "served": served,
+                "replies_within_the_grace": self.ledger.in_grace_tag[job.tag],
                 "served_after_client_left": self.ledger.abandoned_tag[job.tag],
             }  # fmt: skip
             if account.get("charged") == served:
+                exact_after_timeout += 1 if self.ledger.in_grace_tag[job.tag] else 0
                 continue
-            if self.ledger.abandoned_tag[job.tag]:
-                timed_out.append(row)
-            elif job.job_id in self.cut_by_kill and (account.get("charged") or 0) > served:
+            over = (account.get("charged") or 0) > served
+            if job.job_id in self.cut_by_kill and over:
                 killed.append(row)
+            elif self.ledger.abandoned_tag[job.tag] and over:
+                not_in_grace.append(row)
             else:
                 mismatched.append(row)
         window_s = self.args.window_minutes * 60
@@ -772,8 +793,9 @@ class Soak:
             "tokens": per_key,
             "jobs_charged_not_served": len(mismatched),
             "jobs_charged_not_served_list": mismatched[:50],
-            "jobs_with_timed_out_calls_charged_worst_case": len(timed_out),
-            "jobs_with_timed_out_calls": timed_out[:20],
+            "jobs_with_timed_out_calls_charged_exactly": exact_after_timeout,
+            "jobs_charged_worst_case_not_answered_within_the_grace": len(not_in_grace),
+            "jobs_not_answered_within_the_grace": not_in_grace[:20],
             "jobs_cut_by_a_killed_worker_charged_worst_case": len(killed),
             "jobs_cut_by_a_killed_worker": killed[:20],
             "gateway_errors": dict(self.ledger.errors),
@@ -849,21 +871,24 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "",
         "Failed, by reason: " + ("; ".join(f"{r} ({n})" for r, n in j["failed_reasons"].items()) or "none"),
         "",
-        "| key | tokens charged | tokens served | charged − served | served after the client left "
-        "| reserved left |",
-        "|---|---|---|---|---|---|",
+        "| key | tokens charged | tokens served | charged − served | of which served after the "
+        "deadline, in the grace | served after the client left | reserved left |",
+        "|---|---|---|---|---|---|---|",
     ]
     for key, t in report["tokens"].items():
         lines.append(
             f"| {key} | {t['charged']} | {t['served']} | {t['charged_minus_served']} | "
-            f"{t['served_after_client_left']} | {t['reserved_left']} |"
+            f"{t['served_after_the_deadline_within_the_grace']} | {t['served_after_client_left']} | "
+            f"{t['reserved_left']} |"
         )
     lines += [
         "",
         f"Jobs charged other than what was served for them: {report['jobs_charged_not_served']}; jobs with a "
-        "call that timed out, charged its worst case: "
-        f"{report['jobs_with_timed_out_calls_charged_worst_case']}; jobs whose call in flight was cut by "
-        "a killed worker, charged its worst case: "
+        "call that timed out and was answered within the client's grace, charged exactly: "
+        f"{report['jobs_with_timed_out_calls_charged_exactly']}; jobs with a call the server did not "
+        "answer within the grace (or a cancel's settlement wait), charged its worst case: "
+        f"{report['jobs_charged_worst_case_not_answered_within_the_grace']}; jobs whose call in flight "
+        "was cut by a killed worker, charged its worst case: "
         f"{report['jobs_cut_by_a_killed_worker_charged_worst_case']}.",
     ]
     names = [n for n in (report["windows"][0]["rss_mb"] if report["windows"] else []) if n != HARNESS]

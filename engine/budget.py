@@ -6,10 +6,11 @@ reserves, before it is sent, one call and its worst case in tokens: an upper bou
 the ``max_tokens`` it is sent with. The reservation is taken synchronously (no ``await`` between the
 check and the take), so concurrent calls of one event loop cannot both get the last of a budget; a call
 that does not fit is never sent. When the reply comes, the reservation is settled with the tokens the
-server reports; a call cut off mid-flight (cancelled, timed out) keeps its whole reservation as used,
-since the server may have spent it. A call that does not fit while siblings are in flight waits for
-them to settle and tries again, so a round of concurrent calls uses the budget about as far as one
-made call by call would.
+server reports, also when the server answers after the debate stopped waiting for it (a cancellation,
+or a timeout within the client's grace); a call cut off before the server answered keeps its whole
+reservation as used, since the server may have spent it. A call that does not fit while siblings are
+in flight waits for them to settle and tries again, so a round of concurrent calls uses the budget
+about as far as one made call by call would.
 
 The prompt bound: a byte-level BPE or SentencePiece (byte fallback) tokenizer never makes more tokens
 of a text than it has UTF-8 bytes, and a chat template adds a few marker tokens per message. The bound
@@ -49,10 +50,13 @@ class BudgetExhausted(Exception):
 
 @dataclass(frozen=True)
 class Reservation:
-    """One call's hold on the budget: one call and its worst case, the prompt bound plus the reply."""
+    """One call's hold on the budget: one call and its worst case, the prompt bound plus the reply.
+
+    ``calls`` is 0 for an extra attempt of a call already counted (``hold_attempt``)."""
 
     prompt: int
     reply: int
+    calls: int = 1
 
     @property
     def tokens(self) -> int:
@@ -112,6 +116,13 @@ class CallBudget:
         self.tokens_reserved += worst
         return Reservation(prompt_bound, reply_tokens)
 
+    def hold_attempt(self, call: Reservation) -> Reservation:
+        """Hold the worst case of an attempt that was sent besides ``call``'s own (its client timed out
+        on one replica and sent the call to another; the first may still be served). It is on its way
+        already, so it is held without a check, and it counts as no call of its own."""
+        self.tokens_reserved += call.tokens
+        return Reservation(call.prompt, call.reply, calls=0)
+
     def settle(self, reservation: Reservation, tokens: int) -> int:
         """Replace the hold with the tokens the call really used; returns what is charged.
 
@@ -120,7 +131,7 @@ class CallBudget:
         """
         charged = min(max(tokens, 0), reservation.tokens)
         self._release(reservation)
-        self.calls_used += 1
+        self.calls_used += reservation.calls
         self.tokens_used += charged
         return charged
 
@@ -133,7 +144,7 @@ class CallBudget:
         self._release(reservation)
 
     def _release(self, reservation: Reservation) -> None:
-        self.calls_reserved -= 1
+        self.calls_reserved -= reservation.calls
         self.tokens_reserved -= reservation.tokens
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:

@@ -25,8 +25,8 @@ from engine.config import DebateConfig
 from engine.registry import role_endpoints
 from engine.result import TranscriptRecord, Usage
 from services.knowledge import KnowledgePool
-from services.llm import ChatCompletion, ChatMessage, ChatModel, LLMError, LLMTimeout
-from services.metrics import observe_llm_call, observe_llm_error
+from services.llm import ChatCompletion, ChatMessage, ChatModel, LateReply, LLMError, LLMTimeout
+from services.metrics import observe_late_settlement, observe_llm_call, observe_llm_error
 from services.telemetry import RoundSpans
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
@@ -39,8 +39,12 @@ class Spend:
 
     Each call is charged twice: its worst case (``calls=1``) before it is sent, so a worker killed
     while the call is in flight leaves it charged, and then the difference to what the server
-    reported (negative deltas, ``calls=0``). A call that was never served is refunded whole; a call
-    cut off in flight keeps its worst case (nothing more is told).
+    reported (negative deltas, ``calls=0``), also when the server answers after the debate stopped
+    waiting (a cancellation, or a timeout within the client's grace). A call that was never served
+    is refunded whole; a call cut off before the server answered keeps its worst case (nothing more
+    is told). An attempt the client sent besides the call's own (it timed out on one replica and
+    went to another, and the first may still be served) is charged the same way with ``calls=0``:
+    its worst case once the engine learns of it, then the difference to what that server reported.
     """
 
     prompt_tokens: int
@@ -53,6 +57,16 @@ class Spend:
 
 
 UsageSink = Callable[[Spend], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class CallLabels:
+    """What metrics name a call by: its role, model and endpoint name (never a URL)."""
+
+    role: str
+    model: str
+    endpoint: str
+
 
 # Which configured endpoint serves which transcript role (from the protocol registry).
 ROLE_ENDPOINT = role_endpoints()
@@ -118,8 +132,10 @@ class DebateContext:
             tokens_used=max(kept_tokens, spent.tokens if spent else 0),
         )
         self._on_usage = on_usage
-        # Calls cut off by a cancellation while the server was working on them: each is left to end
-        # (the server answers, or the connection ends) and then charged what it really cost.
+        # Calls the debate stopped waiting for while the server was working on them (a cancellation,
+        # a timeout within the client's grace, an attempt on a replica the client failed over from):
+        # each is left to end (the server answers, or the connection ends) and then charged what it
+        # really cost.
         self._late: set[asyncio.Task[None]] = set()
         self._event_counts: dict[str, int] = {}
         self._order: dict[int, int] = {id(r): i for i, r in enumerate(self.transcript)}
@@ -269,6 +285,7 @@ class DebateContext:
         """Send the reserved call and settle the reservation, whatever way the call ends."""
         held = Spend(reservation.prompt, reservation.reply, 1)
         refund = Spend(-reservation.prompt, -reservation.reply, -1)
+        labels = CallLabels(role, model.model, endpoint)
         try:
             await self._charge(held)  # the worst case is charged before anything is sent
         except BaseException:
@@ -292,24 +309,30 @@ class DebateContext:
         except asyncio.CancelledError:
             # Settled by how the request ends, or ended: it may have failed (a refusal, given back) or
             # answered in the same instant as the cancellation, or been cut itself (worst case kept).
-            self._late.add(asyncio.ensure_future(self._settle_when_done(call, reservation)))
+            self._settle_later(call, reservation, labels)
             raise
         except LLMTimeout as exc:
-            # Cut off in flight: the server may have spent all of it, so all of it stays charged.
+            # Past the client's deadline the request runs on for the client's grace: its reply, if
+            # the server gives one within it, settles the call; until then (and for good, when the
+            # grace runs out and the request is cut) the worst case stays charged.
             observe_llm_error(role, model.model, endpoint, exc)
-            self.budget.forfeit(reservation)
+            self._settle_later(call, reservation, labels)
             raise
         except LLMError as exc:
-            # Refused or unreachable: no tokens were served.
+            # Refused or unreachable: no tokens were served (by this attempt; one the client timed
+            # out on before it went to another replica may still be).
             observe_llm_error(role, model.model, endpoint, exc)
             self.budget.cancel(reservation)
-            await self._charge(refund)
+            try:
+                await self._charge(refund)
+            finally:
+                await self._settle_attempts(exc.late_attempts, reservation, labels)
             raise
         except BaseException:
             self.budget.cancel(reservation)
             await self._charge(refund)
             raise
-        await self._settle(reservation, completion)
+        await self._settle_served(reservation, completion, labels)
         return completion
 
     async def _settle(self, reservation: Reservation, completion: ChatCompletion) -> None:
@@ -323,31 +346,112 @@ class DebateContext:
             )
         )
 
-    async def _settle_when_done(self, call: asyncio.Future[ChatCompletion], reservation: Reservation) -> None:
-        """A call the debate stopped waiting for: charged what it served once it ends. A timeout or a
-        request cut meanwhile keeps the worst case charged; a refusal gives it back (nothing served)."""
+    async def _settle_served(
+        self, reservation: Reservation, completion: ChatCompletion, labels: CallLabels
+    ) -> None:
+        """Settle an answered call, and take on the attempts it failed over from, even when a
+        cancellation arrives in between (each step's charge is shielded)."""
+        try:
+            await self._settle(reservation, completion)
+        finally:
+            await self._settle_attempts(completion.late_attempts, reservation, labels)
+
+    def _settle_later(
+        self, call: Awaitable[ChatCompletion], reservation: Reservation, labels: CallLabels
+    ) -> None:
+        """Settle ``reservation`` in the background by how ``call`` ends (``settle_late_calls``)."""
+        self._late.add(asyncio.ensure_future(self._settle_when_done(call, reservation, labels)))
+
+    async def _settle_attempts(
+        self, attempts: Sequence[LateReply], call: Reservation, labels: CallLabels
+    ) -> None:
+        """Attempts the client timed out on before it sent the call to another replica: each is held
+        and charged at the call's worst case (counting no call of its own) at once, then settled in
+        the background by what its server did."""
+        if not attempts:
+            return
+        extras = [self.budget.hold_attempt(call) for _ in attempts]
+
+        def settle_each() -> None:
+            for attempt, extra in zip(attempts, extras, strict=True):
+                self._settle_later(attempt, extra, labels)
+
+        try:
+            # One charge for all of them: a cancellation cannot leave some told and some not.
+            await self._charge(Spend(call.prompt * len(extras), call.reply * len(extras), 0))
+        except asyncio.CancelledError:
+            settle_each()  # the sink is told all the same (shielded)
+            raise
+        except BaseException:
+            for attempt, extra in zip(attempts, extras, strict=True):
+                attempt.cancel()  # never charged: cut, and nothing to settle
+                self.budget.cancel(extra)
+            raise
+        settle_each()
+
+    async def _settle_when_done(
+        self, call: Awaitable[ChatCompletion], reservation: Reservation, labels: CallLabels
+    ) -> None:
+        """A call (or attempt) the debate stopped waiting for: charged what it served once it ends.
+        A request cut before the server answered (cancelled, or past the client's grace) keeps the
+        worst case charged; a refusal gives it back (nothing served). A timeout's late reply, and the
+        attempts the client failed over from, are settled the same way."""
         try:
             completion = await call
-        except (asyncio.CancelledError, LLMTimeout):
+        except LLMTimeout as exc:
+            await self._settle_attempts(exc.late_attempts, reservation, labels)
+            if exc.late is not None:
+                await self._settle_when_done(exc.late, reservation, labels)
+                return
             self.budget.forfeit(reservation)
+            observe_late_settlement(labels.role, labels.model, labels.endpoint, "worst_case")
             return
-        except BaseException:
+        except asyncio.CancelledError:
+            self.budget.forfeit(reservation)
+            observe_late_settlement(labels.role, labels.model, labels.endpoint, "worst_case")
+            return
+        except BaseException as exc:
             self.budget.cancel(reservation)
-            await self._charge(Spend(-reservation.prompt, -reservation.reply, -1))
+            observe_late_settlement(labels.role, labels.model, labels.endpoint, "refused")
+            try:
+                await self._charge(Spend(-reservation.prompt, -reservation.reply, -reservation.calls))
+            finally:
+                if isinstance(exc, LLMError):
+                    await self._settle_attempts(exc.late_attempts, reservation, labels)
             return
-        await self._settle(reservation, completion)
+        observe_late_settlement(
+            labels.role,
+            labels.model,
+            labels.endpoint,
+            "served",
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            cached_tokens=completion.cached_tokens,
+        )
+        await self._settle_served(reservation, completion, labels)
 
     async def settle_late_calls(self, timeout_s: float) -> None:
-        """Wait (at most ``timeout_s``, undisturbed by a cancellation) for the calls a cancellation
-        cut off to end and be charged their real usage; those still running then stay charged at
+        """Wait (at most ``timeout_s``, undisturbed by a cancellation) for the calls the debate stopped
+        waiting for to end and be charged their real usage; those still running then stay charged at
         their worst case (safe for the operator) and their requests are cut."""
-        if not self._late:
-            return
-        late = list(self._late)
-        self._late.clear()
-        _, pending = await asyncio.shield(asyncio.wait(late, timeout=timeout_s))
-        for task in pending:
-            task.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        cancelled: asyncio.CancelledError | None = None
+        # Settling one may reveal more (the attempts a timed-out call failed over from).
+        while self._late:
+            late = list(self._late)
+            self._late.clear()
+            waiting = asyncio.ensure_future(asyncio.wait(late, timeout=max(0.0, deadline - loop.time())))
+            while not waiting.done():
+                try:
+                    await asyncio.shield(waiting)
+                except asyncio.CancelledError as exc:
+                    cancelled = exc  # a cancellation (a second one, a caller's timeout) waits too
+            _, pending = waiting.result()
+            for task in pending:
+                task.cancel()
+        if cancelled is not None:
+            raise cancelled
 
     async def _charge(self, spend: Spend) -> None:
         """Tell the usage sink, shielded so a cancellation arriving meanwhile cannot lose the charge."""

@@ -158,8 +158,9 @@ class ScriptedLLM:
         # Tokens answered with 200, as this server counts them (words): what a provider would bill.
         self.tokens_served = 0
         # Told of every 200 answer: (request body, tokens, whether its client had already gone away,
-        # as a client that timed out has). The soak attributes served tokens to keys with it.
-        self.on_served: Callable[[dict[str, Any], int, bool], None] | None = None
+        # as a client that cut its request has, seconds from its arrival to the answer). The soak
+        # attributes served tokens to keys with it.
+        self.on_served: Callable[[dict[str, Any], int, bool, float], None] | None = None
         self._lock = threading.Lock()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -245,7 +246,8 @@ class ScriptedLLM:
                 if self.record:
                     self.timings.append(Timing(arrived, started, time.time(), self._label_of(body)))
             if self.on_served is not None:
-                self.on_served(body, prompt_tokens + len(text.split()), await request.is_disconnected())
+                gone = await request.is_disconnected()
+                self.on_served(body, prompt_tokens + len(text.split()), gone, time.time() - arrived)
             return JSONResponse(
                 {
                     "id": f"chatcmpl-{call}",

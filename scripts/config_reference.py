@@ -58,7 +58,8 @@ DESCRIPTIONS: dict[str, str] = {
     "EndpointOverride.model": "model name for this role; unset = the global one",
     "LLMSettings.api_key": "bearer token sent to the LLM server",
     "LLMSettings.model": "model name sent in requests",
-    "LLMSettings.timeout_s": "read timeout per call (not retried: the server is alive but slow)",
+    "LLMSettings.timeout_s": "deadline per call from when its request was sent, then LLMTimeout (not "
+    "retried: the server is alive but slow; another replica may take it)",
     "LLMSettings.connect_timeout_s": "connect timeout per call",
     "LLMSettings.max_attempts": "attempts for connection errors, 408, 409, 429 and 5xx (never other 4xx)",
     "LLMSettings.backoff_base_s": "base of the exponential backoff with full jitter; Retry-After wins",

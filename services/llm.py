@@ -9,6 +9,15 @@ bounds in-flight requests so that a batch cannot flood a server that serves one 
 An endpoint may be several servers of one model (``services.replicas``): every attempt of the retry
 loop asks the replica set where to go, so a call that fails on one replica is retried on another, and
 the usage of a call is what the replica that answered it reported, exactly as with one URL.
+
+The deadline (``timeout_s``) is the client's own: it ends the caller's wait ``timeout_s`` after the
+request was sent, with ``LLMTimeout`` (or, where another replica could take the call, a retry there),
+but it does not cut the request. The server may still be working on it, and what it serves is owed
+all the same, so the request runs on in the background for ``timeout_grace_s`` more (holding the
+server's concurrency limit: the server is still busy with it) and its outcome is handed to the caller
+as an awaitable (``LLMTimeout.late``, ``late_attempts``): the usage the server reported when it answered
+within the grace, else an ``LLMTimeout`` once the grace has run out and the request was cut. A grace of
+0 cuts the request at the deadline. Closing the client cuts every request still running.
 """
 
 from __future__ import annotations
@@ -17,8 +26,8 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypedDict
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol, TypeAlias, TypedDict
 
 import httpx
 
@@ -56,6 +65,17 @@ class ChatCompletion:
     # None: no schema asked for; "schema": sent with response_format; "text": the endpoint refused
     # response_format, so the caller must parse text.
     output_mode: Literal["schema", "text"] | None = None
+    # Earlier attempts of this call that timed out on another replica and are still running in their
+    # grace: each resolves to what that server served (see ``LateReply``); the usage above is only
+    # the answering attempt's.
+    late_attempts: tuple[LateReply, ...] = field(default=(), compare=False, repr=False)
+
+
+# What a request that outlived the client's deadline turned out to cost: its ``ChatCompletion`` (with
+# the usage the server reported) when the server answered within the grace; ``LLMTimeout`` when the
+# grace ran out or the request was cut (the server may have served it: unknown); another ``LLMError``
+# when the server answered with an error (nothing served). Cancelling it cuts the request.
+LateReply: TypeAlias = "asyncio.Future[ChatCompletion]"
 
 
 class LLMError(ParleyError):
@@ -64,6 +84,10 @@ class LLMError(ParleyError):
     ``reason`` is the message without the URL: what a client of the API may be shown (an internal
     address is the operator's business). The URL itself is kept without credentials or query.
     """
+
+    # Attempts of the call that timed out on a replica before it failed over, still running in their
+    # grace (``ChatCompletion.late_attempts``): the server may serve them although the call failed.
+    late_attempts: tuple[LateReply, ...] = ()
 
     def __init__(self, message: str, *, url: str) -> None:
         safe = redact_url(url)
@@ -88,7 +112,14 @@ class LLMUnavailable(LLMError):
 
 
 class LLMTimeout(LLMError):
-    """The server accepted the request but did not answer within the read timeout."""
+    """The server accepted the request but did not answer within the client's deadline.
+
+    ``late``: the request, left running for the client's grace, as a ``LateReply`` (None when it was
+    cut at the deadline: a grace of 0, or a transport that does not say when a request was sent)."""
+
+    def __init__(self, message: str, *, url: str, late: LateReply | None = None) -> None:
+        super().__init__(message, url=url)
+        self.late = late
 
 
 class LLMRateLimited(LLMError):
@@ -228,6 +259,71 @@ class _EndpointLimits:
 ENDPOINT_LIMITS = _EndpointLimits()
 
 
+class _Overdue(Exception):
+    """The deadline passed while the request was still running (it is not cut by this)."""
+
+
+class _Request:
+    """One attempt's HTTP request, in a task of its own so that the caller's deadline can end the wait
+    without cutting it. It holds ``limit`` (acquired by the caller) until the request itself ends,
+    however that is: answered, failed, cut."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        timeout: httpx.Timeout,
+        limit: asyncio.Semaphore,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self._sent = loop.create_future()
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            # httpcore names the step after the request was written "…receive_response_headers":
+            # from there on the server has the request, and the deadline runs (as a read timeout
+            # would); connecting, waiting for a pooled connection and writing keep httpx's timeouts.
+            if event.endswith("receive_response_headers.started") and not self._sent.done():
+                self._sent.set_result(loop.time())
+
+        self.task: asyncio.Task[httpx.Response] = asyncio.ensure_future(
+            client.post(url, json=body, headers=headers, timeout=timeout, extensions={"trace": trace})
+        )
+        self.task.add_done_callback(lambda _: limit.release())
+        self.task.add_done_callback(_retrieve)  # its error is read by whoever awaits it, or dropped
+
+    async def reply(self, deadline_s: float) -> httpx.Response:
+        """The response, or ``_Overdue`` once ``deadline_s`` have passed since the request was sent (it
+        keeps running). A caller cancelled meanwhile cuts the request, as it always did."""
+        try:
+            await asyncio.wait({self.task, self._sent}, return_when=asyncio.FIRST_COMPLETED)
+            if not self.task.done():
+                left = deadline_s - (asyncio.get_running_loop().time() - self._sent.result())
+                await asyncio.wait({self.task}, timeout=max(0.0, left))
+        except asyncio.CancelledError:
+            self.task.cancel()
+            raise
+        finally:
+            if not self._sent.done():
+                self._sent.cancel()
+        if not self.task.done():
+            raise _Overdue
+        return self.task.result()
+
+    async def cut(self) -> None:
+        """End the request now (the server sees the connection close) and wait until it has ended."""
+        self.task.cancel()
+        await asyncio.wait({self.task})
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # A request or late reply nobody awaits (cut by its caller; a caller that does not settle usage)
+    # must not log its error as "never retrieved": its outcome is the caller's to use or to drop.
+    if not future.cancelled():
+        future.exception()
+
+
 class _SlotAffinity:
     """Which server slot each cache key uses, per endpoint and process: keys take slots in the order
     they first appear, so one debate's selection, agents and panel each keep a slot of their own
@@ -257,6 +353,7 @@ class OpenAIChatClient:
         api_key: str | None = None,
         timeout_s: float = 120.0,
         connect_timeout_s: float = 5.0,
+        timeout_grace_s: float = 10.0,
         retry: RetryPolicy | None = None,
         max_concurrency: int = 4,
         max_tokens: int = 512,
@@ -302,6 +399,19 @@ class OpenAIChatClient:
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout, transport=transport)
         self._timeout = timeout
+        # The caller's deadline per attempt (from when the request was sent) and how long a request
+        # past it keeps running. httpx's own read timeout only backs them up: deadline + grace, and a
+        # second more when there is a grace, so that the grace's own timer is the one that cuts.
+        self._deadline_s = timeout_s
+        self._grace_s = max(0.0, timeout_grace_s)
+        backstop = timeout_s + self._grace_s + (1.0 if self._grace_s else 0.0)
+        self._request_timeout = httpx.Timeout(
+            connect=connect_timeout_s, read=backstop, write=timeout_s, pool=timeout_s
+        )
+        # Requests past their deadline and the tasks reading their late replies: cut when the client
+        # is closed, forgotten as they end.
+        self._overdue: set[asyncio.Task[httpx.Response]] = set()
+        self._late_replies: set[LateReply] = set()
         # Learned once per endpoint: does it accept response_format with a schema?
         self._schema_supported: bool | None = None if structured_mode != "off" else False
 
@@ -327,7 +437,19 @@ class OpenAIChatClient:
     def schema_supported(self) -> bool | None:
         return self._schema_supported
 
+    @property
+    def late_requests(self) -> int:
+        """Requests past their deadline still running in their grace."""
+        return len(self._overdue)
+
     async def aclose(self) -> None:
+        """Cut the requests still running past their deadline (their late replies end as cut: the
+        usage stays unknown), then close the HTTP client if this client made it."""
+        running: list[asyncio.Future[Any]] = [*self._late_replies, *self._overdue]
+        for future in running:
+            future.cancel()
+        if running:
+            await asyncio.wait(running)
         if self._owns_client:
             await self._client.aclose()
 
@@ -408,8 +530,24 @@ class OpenAIChatClient:
                 output_mode = "schema"
         if self._context_tokens is not None:
             await self._check_fits(messages, body["max_tokens"])
+        # Attempts that timed out on one replica before the call went to another: still running in
+        # their grace, handed to the caller with whatever this call ends in.
+        earlier: list[LateReply] = []
         try:
-            return await self._post_with_retries(body, output_mode)
+            completion = await self._send_body(body, output_mode, earlier)
+        except LLMError as err:
+            err.late_attempts = tuple(earlier)
+            raise
+        return replace(completion, late_attempts=tuple(earlier)) if earlier else completion
+
+    async def _send_body(
+        self,
+        body: dict[str, Any],
+        output_mode: Literal["schema", "text"] | None,
+        earlier: list[LateReply],
+    ) -> ChatCompletion:
+        try:
+            return await self._post_with_retries(body, output_mode, earlier)
         except LLMBadRequest as err:
             if (
                 not isinstance(err, LLMContextExceeded)
@@ -420,12 +558,17 @@ class OpenAIChatClient:
                 # The endpoint refuses structured output: remember it and use text from now on.
                 self._schema_supported = False
                 body.pop("response_format")
-                return await self._post_with_retries(body, "text")
+                return await self._post_with_retries(body, "text", earlier)
             raise
 
     async def _post_with_retries(
-        self, body: dict[str, Any], output_mode: Literal["schema", "text"] | None
+        self,
+        body: dict[str, Any],
+        output_mode: Literal["schema", "text"] | None,
+        earlier: list[LateReply],
     ) -> ChatCompletion:
+        """The call's retry loop; attempts that time out and fail over to another replica leave their
+        late replies in ``earlier``."""
         url = f"{self._base_url}/chat/completions"
         headers = {"Content-Type": "application/json"}
         if self._api_key:
@@ -444,26 +587,15 @@ class OpenAIChatClient:
             outcome: Literal["ok", "failed", "cancelled"] = "cancelled"
             answered_s: float | None = None
             try:
-                # The server's limit is held per attempt, never while waiting to retry.
-                async with ENDPOINT_LIMITS.get(base, self._max_concurrency):
-                    started = time.perf_counter()
-                    try:
-                        resp = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
-                    except httpx.ReadTimeout as exc:
-                        outcome = "failed"
-                        if replicas.others_usable(tried):
-                            raise  # a transport error: the retry loop sends it to another replica
-                        # The server is alive but slow; retrying would double its load, so fail now.
-                        raise LLMTimeout(f"no reply within {self._timeout.read}s", url=url) from exc
-                    except EgressRefused as exc:
-                        raise LLMEgressRefused(exc.reason, url=url) from None  # no retry can change it
-                    except httpx.TransportError:
-                        outcome = "failed"
-                        raise
-                    latency_ms = (time.perf_counter() - started) * 1000
+                resp, latency_ms = await self._attempt(
+                    base, body, headers, output_mode, earlier, lambda: replicas.others_usable(tried)
+                )
                 outcome = "failed" if _server_fault(resp) else "ok"
                 answered_s = latency_ms / 1000 if resp.status_code == 200 else None
                 return resp
+            except (LLMTimeout, httpx.TransportError):
+                outcome = "failed"  # unreachable, or alive but slow: taken out for a while
+                raise
             finally:
                 replicas.release(base, outcome, answered_s)
 
@@ -487,6 +619,100 @@ class OpenAIChatClient:
         if output_mode == "schema":
             self._schema_supported = True
         return completion
+
+    async def _attempt(
+        self,
+        base: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        output_mode: Literal["schema", "text"] | None,
+        earlier: list[LateReply],
+        fail_over: Callable[[], bool],
+    ) -> tuple[httpx.Response, float]:
+        """One attempt at one server: its response and how long it took once the server's limit was
+        held. Past the deadline it raises ``LLMTimeout`` (the request left running for the grace, as
+        ``late``), or, when ``fail_over()`` says another replica could take the call, a read timeout
+        for the retry loop (the request's late reply goes to ``earlier``)."""
+        url = f"{base}/chat/completions"
+        # The server's limit is held per attempt, never while waiting to retry, and for as long as
+        # the request runs: past the deadline too, while the server still works on it.
+        limit = ENDPOINT_LIMITS.get(base, self._max_concurrency)
+        await limit.acquire()
+        started = time.perf_counter()
+        request = _Request(self._client, url, body, headers, self._request_timeout, limit)
+        try:
+            resp = await request.reply(self._deadline_s)
+        except _Overdue:
+            late = await self._overdue_request(request, url, output_mode, started)
+            message = f"no reply within {self._deadline_s}s"
+            if fail_over():
+                if late is not None:
+                    earlier.append(late)
+                raise httpx.ReadTimeout(message) from None  # a transport error: the next replica
+            # The server is alive but slow; retrying would double its load, so fail now.
+            raise LLMTimeout(message, url=url, late=late) from None
+        except httpx.ReadTimeout as exc:
+            # httpx's own read timeout: a transport that does not say when a request was sent has
+            # no deadline of its own, and is cut, as always.
+            if fail_over():
+                raise
+            raise LLMTimeout(f"no reply within {self._deadline_s}s", url=url) from exc
+        except EgressRefused as exc:
+            raise LLMEgressRefused(exc.reason, url=url) from None  # no retry can change it
+        return resp, (time.perf_counter() - started) * 1000
+
+    async def _overdue_request(
+        self,
+        request: _Request,
+        url: str,
+        output_mode: Literal["schema", "text"] | None,
+        started: float,
+    ) -> LateReply | None:
+        """A request past its deadline: left running for the grace, its outcome a ``LateReply``; cut
+        at once (None) with no grace."""
+        if self._grace_s <= 0:
+            await request.cut()
+            return None
+        task = request.task
+        self._overdue.add(task)
+        task.add_done_callback(self._overdue.discard)
+        late: LateReply = asyncio.ensure_future(self._late_reply(request, url, output_mode, started))
+        self._late_replies.add(late)
+        late.add_done_callback(self._late_replies.discard)
+        late.add_done_callback(_retrieve)
+        # However the late reply ends (even cancelled before it ran), the request ends with it.
+        late.add_done_callback(lambda _: task.cancel())
+        return late
+
+    async def _late_reply(
+        self,
+        request: _Request,
+        url: str,
+        output_mode: Literal["schema", "text"] | None,
+        started: float,
+    ) -> ChatCompletion:
+        """What the server made of a request past its deadline, waited for at most the grace; a request
+        still running then is cut, and so is one whose reader is cancelled."""
+        try:
+            async with asyncio.timeout(self._grace_s):
+                resp = await asyncio.shield(request.task)
+        except TimeoutError:
+            raise LLMTimeout(
+                f"no reply within {self._deadline_s}s nor its grace of {self._grace_s}s", url=url
+            ) from None
+        except httpx.HTTPError as exc:
+            # Cut by the server or the network after the deadline: whether it served is unknown.
+            raise LLMTimeout(
+                f"no reply within {self._deadline_s}s; then {type(exc).__name__}", url=url
+            ) from None
+        finally:
+            if not request.task.done():
+                await request.cut()
+        latency_ms = (time.perf_counter() - started) * 1000
+        if resp.status_code != 200:
+            retry_after = parse_retry_after(resp.headers.get("retry-after"))
+            raise retryable_failure(resp, url, output_mode == "schema", retry_after)
+        return self._parse(resp, url, latency_ms, 1, output_mode)
 
     def _parse(
         self,

@@ -120,6 +120,7 @@ class RoleModelsFromSettings:
                 api_key=endpoint.api_key,
                 timeout_s=s.timeout_s,
                 connect_timeout_s=s.connect_timeout_s,
+                timeout_grace_s=s.timeout_grace_s,
                 retry=RetryPolicy(
                     s.max_attempts, s.backoff_base_s, s.backoff_max_s, window_s=s.retry_window_s
                 ),
@@ -178,6 +179,10 @@ class RoleModelsFromSettings:
         )
 
     async def aclose(self) -> None:
+        """Close every endpoint's client (cutting requests still running past their timeout), then
+        the shared connection pools."""
+        for client in [*self._clients.values(), *self._client_url_clients.values()]:
+            await client.aclose()
         await self._http.aclose()
         if self._client_url_http is not self._http:
             await self._client_url_http.aclose()

@@ -99,6 +99,13 @@ LLM_ERRORS = Counter(
     "Chat completions that failed after the client's retries, by error class",
     ["role", "model", "endpoint", "error"],
 )
+LLM_LATE_SETTLEMENTS = Counter(
+    "parley_llm_late_settlements",
+    "Calls (and attempts) the debate stopped waiting for, a cancellation or a timeout, settled when "
+    "their request ended, by outcome: served (charged what the server reported), refused (nothing "
+    "served, given back), worst_case (cut before the server answered: its worst case stays charged)",
+    ["role", "model", "endpoint", "outcome"],
+)
 
 # --- LLM server replicas (worker): endpoints that list several base URLs ------------------------
 # Labels: the endpoint's name (default, debater, judge, summarizer or a named endpoint) and the
@@ -195,6 +202,25 @@ def observe_llm_call(
 
 def observe_llm_error(role: str, model: str, endpoint: str, error: BaseException) -> None:
     LLM_ERRORS.labels(role, model, endpoint, type(error).__name__).inc()
+
+
+def observe_late_settlement(
+    role: str,
+    model: str,
+    endpoint: str,
+    outcome: str,
+    *,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    cached_tokens: int | None = None,
+) -> None:
+    """A call the debate stopped waiting for has ended (``outcome``: served, refused, worst_case); the
+    tokens a server served for it count with every other chat completion's."""
+    LLM_LATE_SETTLEMENTS.labels(role, model, endpoint, outcome).inc()
+    if prompt_tokens or completion_tokens:
+        LLM_TOKENS.labels(role, model, endpoint, "prompt").inc(prompt_tokens)
+        LLM_TOKENS.labels(role, model, endpoint, "completion").inc(completion_tokens)
+        LLM_TOKENS.labels(role, model, endpoint, "cached").inc(cached_tokens or 0)
 
 
 def job_outcome(status: str) -> str:

@@ -105,6 +105,14 @@ class LLMSettings(ParleySettings):
     model: str = "local"
     timeout_s: float = Field(default=120.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    timeout_grace_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=600,
+        description="a call past its timeout fails at once, but its request runs on this long so the "
+        "usage the server reports is charged instead of the worst case (0: cut at the timeout; a debate "
+        "that has ended waits at most 10 s for such replies)",
+    )
     max_attempts: int = Field(
         default=100, ge=1, le=10_000, description="attempts per call for connection errors, 429 and 5xx"
     )

@@ -362,7 +362,7 @@ def test_redis_crash_mid_batch_restarted_from_its_aof_loses_nothing(tmp_path: Pa
             script_agreeing(llm)
             served: Counter[str] = Counter()  # item -> tokens the LLM answered for it
 
-            def count(body: dict[str, Any], tokens: int, client_gone: bool) -> None:
+            def count(body: dict[str, Any], tokens: int, client_gone: bool, took_s: float) -> None:
                 match = re.search(r"\((\d+)\)", request_text(body))
                 served[match.group(1) if match else "?"] += tokens
 

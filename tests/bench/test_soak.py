@@ -29,8 +29,9 @@ def test_three_minutes_with_every_fault_loses_nothing_and_charges_what_was_serve
         ]
     )  # fmt: skip
     jobs = report["jobs"]
-    # Every job is charged exactly what was served for it, but those with a call that timed out,
-    # which keep that call's worst case.
+    # Every job is charged exactly what was served for it (a call that timed out too, when the server
+    # answered within the client's grace), but those with a call the server answered only after the
+    # client had cut it, or cut by a killed worker, which keep that call's worst case.
     assert report["jobs_charged_not_served"] == 0, report["jobs_charged_not_served_list"]
     # Every kind of fault was injected and recovered from.
     assert {f["kind"] for f in report["faults"]} == set(FAULTS), report["faults"]
