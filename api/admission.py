@@ -4,8 +4,10 @@ A config that arrives over HTTP is the client's, and client input never chooses 
 connects, which credentials it sends, or how much it spends beyond the operator's limits. The engine
 accepts URLs and model names (the operator's CLI needs them); this gate refuses them for clients
 unless the operator allows client URLs (then no operator key is ever sent to them, see
-``services.llm_factory``), checks endpoint names against the ones the operator lists, and fills in or
-bounds the per-job budgets. Every refusal is a 422 problem naming the field.
+``services.llm_factory``), checks endpoint names against the ones the operator lists, refuses a
+``search_query`` mode the operator did not enable (``PARLEY_API_SEARCH_QUERY_MODES``: a client picks a
+mode by name, the prompt stays the engine's), and fills in or bounds the per-job budgets. Every
+refusal is a 422 problem naming the field.
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ def admit_config(config: DebateConfig, settings: ApiSettings, *, field: str = "c
             )
         if spec.endpoint is not None and spec.endpoint not in settings.llm_endpoints:
             raise refused(f"{where}.endpoint", f"no LLM endpoint named {spec.endpoint!r} (known: {known})")
+    if config.search_query not in settings.search_query_modes:
+        raise refused(
+            f"{field}.search_query",
+            f"search_query {config.search_query!r} is not enabled on this deployment (enabled: "
+            f"{', '.join(settings.search_query_modes)})",
+        )
     update: dict[str, Any] = {}
     for name, default, limit in (
         ("budget_calls", settings.budget_calls_default, settings.budget_calls_max),

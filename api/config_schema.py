@@ -5,7 +5,8 @@ less, and the document says so, from the same registry and settings the validati
 
 - the deployment's own limits: the budget caps (``PARLEY_API_BUDGET_*_MAX``), the LLM endpoints a
   team may name (``PARLEY_API_LLM_ENDPOINTS``), no URL or model of the client's own unless
-  ``PARLEY_API_ALLOW_CLIENT_URLS``; a question with some text once stripped;
+  ``PARLEY_API_ALLOW_CLIENT_URLS``, the ``search_query`` modes enabled
+  (``PARLEY_API_SEARCH_QUERY_MODES``); a question with some text once stripped;
 - the rules between fields, one alternative per protocol: a setting the protocol does not use keeps
   its default (``knowledge: "none"`` and one agent for a single-agent protocol are allowed too), the
   protocol's agent limits, one ``team`` entry per agent; mallm's collective improvement only with a
@@ -39,6 +40,7 @@ def exact_schemas(openapi: dict[str, Any], settings: ApiSettings) -> dict[str, A
     if "DebateConfig" not in schemas:
         return openapi
     _budgets(schemas["DebateConfig"], settings)
+    _search_query(schemas["DebateConfig"], settings)
     _by_protocol(schemas["DebateConfig"])
     _mallm_rules(schemas["MallmSettings"])
     _agent_spec(schemas["AgentSpec"], settings)
@@ -58,6 +60,13 @@ def _budgets(schema: dict[str, Any], settings: ApiSettings) -> None:
             if branch.get("type") == "integer":
                 branch["maximum"] = min(cap, branch.get("maximum", cap))
         props[name]["description"] += f"; at most {cap} on this deployment (None = its default)"
+
+
+def _search_query(schema: dict[str, Any], settings: ApiSettings) -> None:
+    """Only the modes the operator enabled."""
+    prop = schema["properties"]["search_query"]
+    prop["enum"] = [m for m in prop["enum"] if m in settings.search_query_modes]
+    prop["description"] += f"; enabled on this deployment: {', '.join(prop['enum'])}"
 
 
 def _agent_spec(schema: dict[str, Any], settings: ApiSettings) -> None:

@@ -7,6 +7,7 @@ import ipaddress
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from engine.config import SEARCH_QUERY_MODES, SearchQueryMode
 from services.egress import NetworkList
 from services.settings import ParleySettings
 
@@ -109,6 +110,12 @@ class ApiSettings(ParleySettings):
         default=False,
         description="accept base_url/model in client configs; such agents are never sent an operator key",
     )
+    search_query_modes: list[SearchQueryMode] = Field(
+        default_factory=lambda: list(SEARCH_QUERY_MODES),
+        description="the search_query modes clients may ask for (JSON list); passage has the model write a "
+        "search passage before retrieval (one more call, charged to the job); 'question' must stay. List "
+        "the same as PARLEY_WORKER_SEARCH_QUERY_MODES",
+    )
     budget_calls_default: int = Field(default=200, ge=1, description="LLM calls per job unless asked less")
     budget_calls_max: int = Field(default=1000, ge=1, description="most LLM calls a client may ask for")
     budget_tokens_default: int = Field(
@@ -130,6 +137,12 @@ class ApiSettings(ParleySettings):
     daily_token_quotas: dict[str, int] = Field(
         default_factory=dict, description="per-key overrides of daily_token_quota, by key name"
     )
+
+    @model_validator(mode="after")
+    def _search_query_modes(self) -> ApiSettings:
+        if "question" not in self.search_query_modes:
+            raise ValueError("search_query_modes must keep 'question' (every config's default)")
+        return self
 
     @model_validator(mode="after")
     def _budgets(self) -> ApiSettings:

@@ -32,7 +32,9 @@ from services.llm import OpenAIChatClient
 
 
 class StaticPools:
-    async def build_pool(self, question: str, k_wiki: int = 5, k_web: int = 5) -> KnowledgePool:
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, search_text: str | None = None
+    ) -> KnowledgePool:
         items = [
             KnowledgeItem(n=1, source="wikipedia", title="A", text=f"About {question}."),
             KnowledgeItem(n=2, source="web", title="B", text=f"More on {question}."),

@@ -39,8 +39,9 @@ from debate_worker.pool_timing import PoolTiming
 from debate_worker.worker_settings import WorkerSettings
 from engine.config import DebateConfig
 from engine.context import RoleModels, Spend
-from engine.result import Checkpoint
+from engine.result import Checkpoint, TranscriptRecord
 from engine.runner import run_debate
+from engine.search_passage import SearchPassage, write_search_passage
 from services import telemetry
 from services.embedded_llm import ServedModel
 from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
@@ -297,55 +298,42 @@ class JobRunner:
 
     async def _debate(self, job: JobRecord, config: DebateConfig, attempts: int) -> str:
         job_id = job.job_id
-        raw_ckpt = await self.store.load_checkpoint(job_id)
-        resume = Checkpoint.model_validate(raw_ckpt["checkpoint"]) if raw_ckpt else None
-        pool = KnowledgePool.model_validate(raw_ckpt["pool"]) if raw_ckpt else None
-        if pool is None:
-            pool = await self._build_pool(job, config)
-            await self._emit(
-                job_id,
-                "pool.ready",
-                {
-                    "pool_id": pool.pool_id,
-                    "items": len(pool.items),
-                    # No "cached" or retrieval timings: a cache hit would tell this key that another
-                    # key asked the same question (the retriever's pool cache is shared).
-                    "warnings": pool.warnings,
-                    # The cards a live view shows; snippets only, the result carries whole texts.
-                    "pool": [
-                        {
-                            "n": it.n,
-                            "source": it.source,
-                            "title": it.title,
-                            "text": it.text[:300],
-                            "url": it.url,
-                        }
-                        for it in pool.items
-                    ],
-                },
-            )
-        ok = await self.store.transition(job_id, "debating", ("retrieving",), fields={"attempts": attempts})
-        if not ok:
-            raise JobCancelled(job_id)
-        if resume is not None:
-            log.info("job %s resumes after round %d (attempt %d)", job_id, resume.round, attempts)
+        # What an earlier attempt left: the last completed round, the pool, the search passage's call.
+        raw_ckpt = await self.store.load_checkpoint(job_id) or {}
+        resume = Checkpoint.model_validate(raw_ckpt["checkpoint"]) if raw_ckpt.get("checkpoint") else None
+        pool = KnowledgePool.model_validate(raw_ckpt["pool"]) if raw_ckpt.get("pool") else None
+        search = TranscriptRecord.model_validate(raw_ckpt["search"]) if raw_ckpt.get("search") else None
 
         async def on_event(event: str, data: dict[str, Any]) -> None:
             await self._emit(job_id, event, data)
             if event == "round.completed":
                 await self.store.set_fields(job_id, {"round": int(data.get("round", 0))})
 
-        async def on_checkpoint(ckpt: Checkpoint) -> None:
-            await self.store.save_checkpoint(
-                job_id, {"checkpoint": ckpt.model_dump(mode="json"), "pool": pool.model_dump(mode="json")}
-            )
-
         async def on_usage(spend: Spend) -> None:
             await self._charge(job_id, spend)
 
-        spent_calls, spent_tokens = await self.store.spent(job_id)
         models = self.rt.models()
         try:
+            if pool is None:
+                pool, search = await self._pool_and_search(job, config, models, search, on_event, on_usage)
+                await self._emit_pool(job_id, pool)
+            ok = await self.store.transition(
+                job_id, "debating", ("retrieving",), fields={"attempts": attempts}
+            )
+            if not ok:
+                raise JobCancelled(job_id)
+            if resume is not None:
+                log.info("job %s resumes after round %d (attempt %d)", job_id, resume.round, attempts)
+            kept = {
+                "pool": pool.model_dump(mode="json"),
+                "search": search.model_dump(mode="json") if search is not None else None,
+            }
+
+            async def on_checkpoint(ckpt: Checkpoint) -> None:
+                await self.store.save_checkpoint(job_id, {"checkpoint": ckpt.model_dump(mode="json"), **kept})
+
+            # Read after the search passage was charged: the debate's budget starts from it.
+            spent_calls, spent_tokens = await self.store.spent(job_id)
             result = await run_debate(
                 job.question,
                 pool,
@@ -357,6 +345,7 @@ class JobRunner:
                 gold=job.answers,
                 on_usage=on_usage,
                 spent=Spend(spent_tokens, 0, spent_calls),
+                search=search,
             )
         finally:
             await models.aclose()
@@ -387,11 +376,79 @@ class JobRunner:
             observe_debate(config.protocol, result.rounds, job.owner, tokens)
         return "completed" if done else "skipped:finished-elsewhere"
 
-    async def _build_pool(self, job: JobRecord, config: DebateConfig) -> KnowledgePool:
+    async def _emit_pool(self, job_id: str, pool: KnowledgePool) -> None:
+        await self._emit(
+            job_id,
+            "pool.ready",
+            {
+                "pool_id": pool.pool_id,
+                "items": len(pool.items),
+                # No "cached" or retrieval timings: a cache hit would tell this key that another
+                # key asked the same question (the retriever's pool cache is shared).
+                "warnings": pool.warnings,
+                # The cards a live view shows; snippets only, the result carries whole texts.
+                "pool": [
+                    {
+                        "n": it.n,
+                        "source": it.source,
+                        "title": it.title,
+                        "text": it.text[:300],
+                        "url": it.url,
+                    }
+                    for it in pool.items
+                ],
+            },
+        )
+
+    async def _pool_and_search(
+        self,
+        job: JobRecord,
+        config: DebateConfig,
+        models: RoleModels,
+        search: TranscriptRecord | None,
+        on_event: Callable[[str, dict[str, Any]], Awaitable[None]],
+        on_usage: Callable[[Spend], Awaitable[None]],
+    ) -> tuple[KnowledgePool, TranscriptRecord | None]:
+        """The job's pool and, with ``search_query="passage"``, the call that wrote the passage it was
+        searched with. A passage an earlier attempt wrote (``search``, from the checkpoint) is used
+        again, never written or charged twice; a new one is checkpointed before the pool is built."""
+        if not config.writes_search_passage or job.pool is not None:
+            return await self._build_pool(job, config), None
+        if config.search_query not in self.rt.settings.search_query_modes:
+            raise ValueError(
+                f"search_query {config.search_query!r} is not enabled on this worker "
+                f"(PARLEY_WORKER_SEARCH_QUERY_MODES: {', '.join(self.rt.settings.search_query_modes)})"
+            )
+        if search is not None:
+            passage = SearchPassage.from_record(search)
+        else:
+            spent_calls, spent_tokens = await self.store.spent(job.job_id)
+            passage = await write_search_passage(
+                job.question,
+                config,
+                models,
+                on_event,
+                on_usage=on_usage,
+                spent=Spend(spent_tokens, 0, spent_calls),
+            )
+            if passage.record is not None:
+                record = passage.record.model_dump(mode="json")
+                await self.store.save_checkpoint(
+                    job.job_id, {"checkpoint": None, "pool": None, "search": record}
+                )
+        pool = await self._build_pool(job, config, search_text=passage.text)
+        if passage.warning is not None:
+            pool.warnings.append(passage.warning)
+        return pool, passage.record
+
+    async def _build_pool(
+        self, job: JobRecord, config: DebateConfig, *, search_text: str | None = None
+    ) -> KnowledgePool:
         if not config.needs_pool:
             return empty_pool(job.question)
         if job.pool is not None:
-            # The client brought the pool (a benchmark's precomputed one): no retrieval.
+            # The client brought the pool (a benchmark's precomputed one): no retrieval, and no search
+            # passage either.
             given = [GivenKnowledge.model_validate(item) for item in job.pool]
             pool, dropped = pool_from_items(job.question, given, pool_id=f"given-{job.job_id}")
             pool = pool.limited(config.k_wiki, config.k_web)
@@ -406,7 +463,9 @@ class JobRunner:
             async with asyncio.timeout(self.rt.settings.pool_timeout_s):
                 with telemetry.span("parley.pool", job_id=job.job_id, k_wiki=config.k_wiki):
                     started = time.monotonic()
-                    pool = await builder.build_pool(job.question, k_wiki=config.k_wiki, k_web=config.k_web)
+                    pool = await builder.build_pool(
+                        job.question, k_wiki=config.k_wiki, k_web=config.k_web, search_text=search_text
+                    )
                     elapsed = time.monotonic() - started
                     if pool.cached:
                         # Shared cache: a hit must arrive when a fresh pool would (pool_timing).

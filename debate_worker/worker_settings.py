@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from engine.config import SEARCH_QUERY_MODES, SearchQueryMode
 from services.egress import NetworkList
 from services.settings import ParleySettings
 from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE
@@ -70,6 +71,12 @@ class WorkerSettings(ParleySettings):
         "the address dialled; list the same as PARLEY_API_CLIENT_URL_NETWORKS",
     )
 
+    search_query_modes: list[SearchQueryMode] = Field(
+        default_factory=lambda: list(SEARCH_QUERY_MODES),
+        description="the search_query modes this worker runs (JSON list); a job asking for another fails "
+        "with the reason. passage has the model write a search passage before retrieval (one more call, "
+        "charged to the job); list the same as PARLEY_API_SEARCH_QUERY_MODES",
+    )
     # Prometheus: the main process serves /metrics for all its pool processes, which write their
     # values to files in metrics_dir (emptied at start); 0 turns the endpoint off.
     metrics_port: int = Field(default=9101, ge=0, le=65535, description="worker /metrics port; 0 = none")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,6 +23,10 @@ MAX_QUESTION_CHARS = 2000
 
 KnowledgeMode = Literal["all", "wikipedia", "web", "none"]
 JudgeMode = Literal["llm", "rule", "both", "auto"]
+# What the pool's Wikipedia searches look for: the question alone, or the question followed by a short
+# passage the debate's model writes first (query2doc / HyDE; engine/search_passage.py).
+SearchQueryMode = Literal["question", "passage"]
+SEARCH_QUERY_MODES: tuple[SearchQueryMode, ...] = get_args(SearchQueryMode)
 
 # Protocols that use a single agent; the others need at least two (derived from the registry).
 SINGLE_AGENT_PROTOCOLS = frozenset(name for name, spec in PROTOCOLS.items() if spec.single_agent)
@@ -102,6 +106,13 @@ class DebateConfig(BaseModel):
     sequential: bool = Field(default=False, description="one call at a time in speaking order")
     k_wiki: int = Field(default=5, ge=0, le=50)
     k_web: int = Field(default=5, ge=0, le=50)
+    search_query: SearchQueryMode = Field(
+        default="question",
+        description="what the pool's Wikipedia searches look for: question = the question alone; passage "
+        "= the question followed by two or three sentences the debate's model writes first (one more "
+        "LLM call, role 'search', charged to the debate; none is written when the pool has no Wikipedia "
+        "items: knowledge web or none, k_wiki 0)",
+    )
     samples: int = Field(default=5, ge=1, le=20, description="self_consistency: reasoning paths sampled")
     prompt_style: PromptStyle = "paper"
     judge: JudgeMode = Field(
@@ -176,6 +187,18 @@ class DebateConfig(BaseModel):
             detail = "; ".join(f"{f} (used by {', '.join(users[f]) or 'no protocol'})" for f in ignored)
             raise ValueError(f"{ignored[0]}: protocol {self.protocol!r} does not use {detail}")
         return self
+
+    @property
+    def searches_wikipedia(self) -> bool:
+        """Whether the debate's pool is built with Wikipedia items (what a search passage changes)."""
+        return self.needs_pool and "wikipedia" in self.knowledge_sources() and self.k_wiki > 0
+
+    @property
+    def writes_search_passage(self) -> bool:
+        """Whether the model writes a search passage before the pool is built (``search_query``). Not
+        without Wikipedia items in the pool (``knowledge`` web or none, ``k_wiki`` 0): there is nothing
+        for it to search, as ``k_wiki`` means nothing with ``knowledge="web"``."""
+        return self.search_query == "passage" and self.searches_wikipedia
 
     @property
     def requires_gold(self) -> bool:

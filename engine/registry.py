@@ -32,9 +32,15 @@ COMMON_SETTINGS = frozenset(
         "sequential",
     }
 )
-KNOWLEDGE_SETTINGS = frozenset({"knowledge", "selection", "max_selected", "k_wiki", "k_web"})
+# How the pool is built (k_wiki, k_web, search_query) is a setting of every protocol that reads one.
+POOL_SETTINGS = frozenset({"knowledge", "k_wiki", "k_web", "search_query"})
+KNOWLEDGE_SETTINGS = POOL_SETTINGS | {"selection", "max_selected"}
 
 DEBATER, JUDGE, SUMMARIZER = "debater", "judge", "summarizer"  # the configured endpoints
+# Roles recorded before any protocol runs, for every protocol that reads a pool: "search" writes the
+# passage the pool is searched with (``search_query="passage"``), played by the debaters' endpoint.
+SEARCH_ROLE = "search"
+PRE_DEBATE_ROLES = {SEARCH_ROLE: DEBATER}
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,7 @@ SPECS: tuple[ProtocolSpec, ...] = (
     _baseline("single"),
     _baseline("cot"),
     _baseline("self_consistency", "sample", frozenset({"samples"})),
-    _baseline("rag", settings=frozenset({"knowledge", "k_wiki", "k_web"}), uses_pool=True),
+    _baseline("rag", settings=POOL_SETTINGS, uses_pool=True),
     ProtocolSpec(
         name="society",
         runner="engine.protocols.society.runner:run_society",
@@ -165,12 +171,13 @@ def spec_for(name: str) -> ProtocolSpec:
 
 
 def role_endpoints() -> dict[str, str]:
-    """Which configured endpoint plays each transcript role, over all protocols.
+    """Which configured endpoint plays each transcript role, over all protocols (and the roles
+    recorded before a protocol runs, ``PRE_DEBATE_ROLES``).
 
     A role name means the same endpoint in every protocol that records it (checked here), so the map
     is one table however many protocols share a role.
     """
-    merged: dict[str, str] = {}
+    merged: dict[str, str] = dict(PRE_DEBATE_ROLES)
     for spec in SPECS:
         for role, endpoint in spec.roles.items():
             if merged.setdefault(role, endpoint) != endpoint:

@@ -16,8 +16,8 @@ from engine.context import (
 )
 from engine.outcome import CheckpointSink, Outcome, ProtocolRun
 from engine.protocols.common import apply_team, require_gold
-from engine.registry import spec_for
-from engine.result import Checkpoint, DebateResult
+from engine.registry import SEARCH_ROLE, spec_for
+from engine.result import Checkpoint, DebateResult, TranscriptRecord
 from services.knowledge import KnowledgePool, empty_pool
 
 # How long a stopped debate waits for its calls in flight to end so they are charged what they served;
@@ -44,6 +44,7 @@ async def run_debate(
     gold: list[str] | None = None,
     on_usage: UsageSink | None = None,
     spent: Spend | None = None,
+    search: TranscriptRecord | None = None,
 ) -> DebateResult:
     """Debate ``question`` over ``pool`` with ``config.protocol`` and return the full record.
 
@@ -51,7 +52,9 @@ async def run_debate(
     receives the state after each completed round, and ``resume`` continues from such a state.
     ``gold`` is only for evaluation-only settings that need the reference answer. ``on_usage`` is
     told what each LLM call cost as it ends; ``spent`` is what the job was charged before (a resumed
-    job), which its budget starts from.
+    job), which its budget starts from. ``search`` is the call that wrote the passage the pool was
+    searched with (``engine.search_passage``): the transcript starts with it, and the usage and the
+    budget count it; a resumed debate's checkpoint holds it already, so it is taken only without one.
     """
     question = validate_question(question)
     started = time.perf_counter()
@@ -62,7 +65,7 @@ async def run_debate(
         config,
         llm,
         on_event,
-        transcript=resume.transcript if resume else (),
+        transcript=resume.transcript if resume else ((search,) if search is not None else ()),
         on_usage=on_usage,
         spent=spent,
     )
@@ -87,13 +90,18 @@ async def run_debate(
         rounds=outcome.rounds,
         consensus=outcome.consensus,
         pool=used_pool,
-        transcript=ctx.ordered_transcript(),
+        transcript=_search_first(ctx.ordered_transcript()),
         usage=usage,
         usage_by_role=by_role,
         final_answers=outcome.final_answers,
         wall_ms=round((time.perf_counter() - started) * 1000, 1),
         config=config.model_dump(),
     )
+
+
+def _search_first(transcript: list[TranscriptRecord]) -> list[TranscriptRecord]:
+    """The transcript in call order for a reader: the search passage, written before the pool, first."""
+    return [r for r in transcript if r.role == SEARCH_ROLE] + [r for r in transcript if r.role != SEARCH_ROLE]
 
 
 def answer_within_budget(ctx: DebateContext, exc: BudgetExhausted) -> Outcome:

@@ -228,7 +228,7 @@ def honoured_fields(protocol: str) -> frozenset[str] | None:
     return None
 
 
-KNOWLEDGE_FIELDS = frozenset({"knowledge", "selection", "max_selected", "k_wiki", "k_web"})
+KNOWLEDGE_FIELDS = frozenset({"knowledge", "selection", "max_selected", "k_wiki", "k_web", "search_query"})
 KNOWLEDGE_BASELINES = frozenset({"rag", "madke"})
 
 

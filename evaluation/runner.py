@@ -1,13 +1,18 @@
 """In-process evaluation: every run (protocol × prompt style) over the same items and the same pools.
 
 Pools are built once per item and cached in the output folder, so every protocol debates on equal
-terms and a resumed or extended evaluation does not query the retriever again. An item that came with
-its own pool (MADKE's published files) debates on that pool, cut to each run's k_wiki/k_web, unless
-the evaluation asks for the retriever (``pool_source="retriever"``); the cache never replaces it.
-Each item's result is scored and appended as soon as it finishes; a failed item (LLM down, bad
-question) is recorded with its reason and retried on the next invocation. When many items fail in a
-row the run stops early: the endpoint is most likely down, and burning through the dataset would only
-record failures.
+terms and a resumed or extended evaluation does not query the retriever again. Runs with
+``search_query=passage`` share pools of their own (one per item and ``search_key``): the model writes
+each item's search passage once, the pool is searched with it, and both are cached together; every run
+that debates on such a pool carries the passage's call at the head of its transcript, so its calls and
+tokens count what the run would cost on its own (the passage was written, and paid for, once).
+
+An item that came with its own pool (MADKE's published files) debates on that pool, cut to each
+run's k_wiki/k_web (no passage is written for it), unless the evaluation asks for the retriever
+(``pool_source="retriever"``); the cache never replaces it. Each item's result is scored and
+appended as soon as it finishes; a failed item (LLM down, bad question) is recorded with its reason
+and retried on the next invocation. When many items fail in a row the run stops early: the endpoint
+is most likely down, and burning through the dataset would only record failures.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from engine.config import DebateConfig
 from engine.context import RoleModels
 from engine.result import DebateResult, TranscriptRecord, Usage
 from engine.runner import run_debate
+from engine.search_passage import search_key, write_search_passage
 from evaluation.datasets import Item
 from evaluation.judge import AnswerJudge, JudgeVerdict
 from evaluation.metrics import is_consistent
 from evaluation.scoring import PrimaryMetric, score_answer
-from evaluation.store import ResultRecord, RunSpec, Workspace
+from evaluation.store import QUESTION_POOLS, ResultRecord, RunSpec, Workspace
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
 
 ProgressFactory = Callable[[str, int, int], Any]
@@ -78,6 +84,25 @@ def needs_retriever(specs: Sequence[RunSpec], items: Sequence[Item], pool_source
         return False
     own = own_pool_ids(items, pool_source)
     return any(it.id not in own for it in items)
+
+
+@dataclass
+class BuiltPools:
+    """The pools built for the knowledge runs, by ``search_key`` then item id, with the calls that
+    wrote their search passages, and why an item has none."""
+
+    pools: dict[str, dict[str, KnowledgePool]] = field(default_factory=dict)
+    searches: dict[str, dict[str, TranscriptRecord]] = field(default_factory=dict)
+    errors: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def add(
+        self,
+        key: str,
+        pools: dict[str, KnowledgePool],
+        searches: dict[str, TranscriptRecord],
+        errors: dict[str, str],
+    ) -> None:
+        self.pools[key], self.searches[key], self.errors[key] = pools, searches, errors
 
 
 def pool_for_run(
@@ -157,30 +182,89 @@ async def ensure_pools(
     k_web: int,
     concurrency: int = 1,
     progress: bool = True,
-) -> tuple[dict[str, KnowledgePool], dict[str, str]]:
-    """Build the pools that are not cached yet; returns (pools, errors by item id)."""
-    pools = ws.load_pools()
+    passage: DebateConfig | None = None,
+    models: RoleModels | None = None,
+) -> tuple[dict[str, KnowledgePool], dict[str, str], dict[str, TranscriptRecord]]:
+    """Build the pools that are not cached yet; returns (pools, errors, search passage calls), each by
+    item id. With ``passage`` (a config with ``search_query=passage``) ``models`` first write each
+    item's search passage as that config says, and the pool is searched with it; the two are cached
+    together under the config's ``search_key``."""
+    key = search_key(passage) if passage is not None else QUESTION_POOLS
+    cached = ws.load_pools_with_search(key)
+    pools = {item_id: pool for item_id, (pool, _) in cached.items()}
+    searches = {item_id: rec for item_id, (_, rec) in cached.items() if rec is not None}
     errors: dict[str, str] = {}
     todo = [it for it in items if it.id not in pools]
-    bar = make_progress("knowledge pools", len(items), len(items) - len(todo), progress)
+    label = "knowledge pools" if passage is None else "search passages and pools"
+    bar = make_progress(label, len(items), len(items) - len(todo), progress)
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def build(item: Item) -> None:
         async with sem:
             try:
-                pool = await builder.build_pool(item.question, k_wiki=k_wiki, k_web=k_web)
+                search: TranscriptRecord | None = None
+                text: str | None = None
+                warning: str | None = None
+                if passage is not None:
+                    if models is None:
+                        raise ValueError("search_query=passage needs the models that write the passage")
+                    written = await write_search_passage(item.question, passage, models)
+                    search, text, warning = written.record, written.text, written.warning
+                pool = await builder.build_pool(item.question, k_wiki=k_wiki, k_web=k_web, search_text=text)
+                if warning is not None:
+                    pool.warnings.append(warning)
             except Exception as exc:  # any failure is recorded per item and retried on resume
                 errors[item.id] = describe_error(exc)
             else:
-                ws.save_pool(item.id, pool)
+                ws.save_pool(item.id, pool, key=key, search=search)
                 pools[item.id] = pool
+                if search is not None:
+                    searches[item.id] = search
             bar.update(1)
 
     try:
         await asyncio.gather(*(build(it) for it in todo))
     finally:
         bar.close()
-    return pools, errors
+    return pools, errors, searches
+
+
+async def build_pools(
+    ws: Workspace,
+    items: Sequence[Item],
+    runs: Sequence[RunSpec],
+    builder: PoolBuilder,
+    models: RoleModels,
+    opts: EvalOptions,
+) -> BuiltPools:
+    """One pool per item and ``search_key`` for the knowledge runs, as deep as the deepest of them."""
+    built = BuiltPools()
+    groups: dict[str, list[DebateConfig]] = {}
+    for spec in runs:
+        cfg = DebateConfig.model_validate(spec.config)
+        groups.setdefault(search_key(cfg), []).append(cfg)
+    for key, cfgs in groups.items():
+        # The passage is written once for all the runs of a key, outside any run's budget: each run
+        # counts it (its transcript starts with the call), so each run's budget does too.
+        first = cfgs[0]
+        passage = (
+            first.model_copy(update={"budget_calls": None, "budget_tokens": None})
+            if key != QUESTION_POOLS
+            else None
+        )
+        pools, errors, searches = await ensure_pools(
+            ws,
+            items,
+            builder,
+            k_wiki=max(c.k_wiki for c in cfgs),
+            k_web=max(c.k_web for c in cfgs),
+            concurrency=opts.concurrency,
+            progress=opts.progress,
+            passage=passage,
+            models=models,
+        )
+        built.add(key, pools, searches, errors)
+    return built
 
 
 async def run_in_process(
@@ -195,33 +279,21 @@ async def run_in_process(
 ) -> list[RunTally]:
     """Run every spec over ``items`` in turn, skipping items that already have an ok result."""
     opts = options or EvalOptions()
-    pools: dict[str, KnowledgePool] = {}
-    pool_errors: dict[str, str] = {}
+    built = BuiltPools()
     own = own_pool_ids(items, opts.pool_source)
     knowledge_runs = [s for s in runs if needs_pool(s) and s.budget_of is None]
     to_retrieve = [it for it in items if it.id not in own]
     if knowledge_runs and to_retrieve:
         if pool_builder is None:
             raise ValueError("these protocols use knowledge, but no pool builder was given")
-        cfgs = [DebateConfig.model_validate(s.config) for s in knowledge_runs]
-        pools, pool_errors = await ensure_pools(
-            ws,
-            to_retrieve,
-            pool_builder,
-            k_wiki=max(c.k_wiki for c in cfgs),
-            k_web=max(c.k_web for c in cfgs),
-            concurrency=opts.concurrency,
-            progress=opts.progress,
-        )
+        built = await build_pools(ws, to_retrieve, knowledge_runs, pool_builder, models, opts)
     tallies = []
     # Same-budget vote runs spend what their debate spent, so they run after every debate.
     for spec in sorted(runs, key=lambda s: s.budget_of is not None):
         if spec.budget_of is not None:
             tallies.append(await run_same_budget(ws, items, spec, models, judge, opts))
             continue
-        tallies.append(
-            await _run_one(ws, items, spec, models, pools, pool_errors, needs_pool(spec), judge, opts, own)
-        )
+        tallies.append(await _run_one(ws, items, spec, models, built, needs_pool(spec), judge, opts, own))
     return tallies
 
 
@@ -237,8 +309,7 @@ async def _run_one(
     items: Sequence[Item],
     spec: RunSpec,
     models: RoleModels,
-    pools: dict[str, KnowledgePool],
-    pool_errors: dict[str, str],
+    built: BuiltPools,
     uses_pool: bool,
     judge: AnswerJudge | None,
     opts: EvalOptions,
@@ -246,13 +317,20 @@ async def _run_one(
 ) -> RunTally:
     config = DebateConfig.model_validate(spec.config)
     own_ids = own or set()
+    key = search_key(config)
+    pools = built.pools.get(key, {})
+    searches = built.searches.get(key, {})
+    pool_errors = built.errors.get(key, {})
 
     async def debate(item: Item) -> Produced:
         if uses_pool and item.id not in pools and item.id not in own_ids:
             return None, f"knowledge pool: {pool_errors.get(item.id, 'not built')}", {}
         pool = pool_for_run(item, config, pools, own_ids) if uses_pool else empty_pool(item.question)
+        # An item's own pool was not searched: no passage was written for it.
+        search = searches.get(item.id) if uses_pool and item.id not in own_ids else None
         try:
-            return await run_debate(item.question, pool, config, models, gold=item.answers), None, {}
+            result = await run_debate(item.question, pool, config, models, gold=item.answers, search=search)
+            return result, None, {}
         except Exception as exc:  # recorded with its reason and retried on resume
             return None, describe_error(exc), {}
 

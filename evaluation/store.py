@@ -6,6 +6,8 @@ Layout::
     OUT/items.jsonl               the items evaluated (the report can be rebuilt without the dataset),
                                   with the pools published with them (MADKE's files)
     OUT/pools.jsonl               one retrieved pool per item, built once, shared by every run
+    OUT/pools.<key>.jsonl         the same for runs with ``search_query=passage`` (one file per
+                                  ``search_key``): each pool with the call that wrote its passage
     OUT/results/<label>.jsonl     one line per item: answer, gold, scores, rounds, calls, tokens, seconds
     OUT/transcripts/<label>.jsonl the full DebateResult per item (``transcript_ref`` points here)
     OUT/api/<label>.json          the batch id of an ``--api`` run, so a resumed run keeps polling it
@@ -27,13 +29,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from engine.result import DebateResult
+from engine.result import DebateResult, TranscriptRecord
 from evaluation.datasets import Item
 from evaluation.judge import JudgeVerdict
 from evaluation.scoring import Scores
 from services.knowledge import KnowledgePool
 
 _SAFE_LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
+QUESTION_POOLS = "question"  # the pools searched for the question alone (pools.jsonl)
 
 
 class RunSpec(BaseModel):
@@ -228,17 +231,42 @@ class Workspace:
     def pools_path(self) -> Path:
         return self.root / "pools.jsonl"
 
-    def load_pools(self) -> dict[str, KnowledgePool]:
-        pools: dict[str, KnowledgePool] = {}
-        for obj in _read_lines(self.pools_path):
+    def pools_path_for(self, key: str = QUESTION_POOLS) -> Path:
+        """Pools searched for the question alone in ``pools.jsonl``; those searched with a passage
+        (``engine.search_passage.search_key``) in a file of their own per key."""
+        return self.pools_path if key == QUESTION_POOLS else self.root / f"pools.{check_label(key)}.jsonl"
+
+    def load_pools(self, key: str = QUESTION_POOLS) -> dict[str, KnowledgePool]:
+        return {item_id: pool for item_id, (pool, _) in self.load_pools_with_search(key).items()}
+
+    def load_pools_with_search(
+        self, key: str = QUESTION_POOLS
+    ) -> dict[str, tuple[KnowledgePool, TranscriptRecord | None]]:
+        """Each item's pool and the call that wrote the passage it was searched with (None: none)."""
+        pools: dict[str, tuple[KnowledgePool, TranscriptRecord | None]] = {}
+        for obj in _read_lines(self.pools_path_for(key)):
             try:
-                pools[str(obj["id"])] = KnowledgePool.model_validate(obj["pool"])
+                search = obj.get("search")
+                pools[str(obj["id"])] = (
+                    KnowledgePool.model_validate(obj["pool"]),
+                    TranscriptRecord.model_validate(search) if search is not None else None,
+                )
             except (KeyError, ValidationError):
                 continue
         return pools
 
-    def save_pool(self, item_id: str, pool: KnowledgePool) -> None:
-        _append(self.pools_path, {"id": item_id, "pool": pool.model_dump(mode="json")})
+    def save_pool(
+        self,
+        item_id: str,
+        pool: KnowledgePool,
+        *,
+        key: str = QUESTION_POOLS,
+        search: TranscriptRecord | None = None,
+    ) -> None:
+        line: dict[str, Any] = {"id": item_id, "pool": pool.model_dump(mode="json")}
+        if search is not None:
+            line["search"] = search.model_dump(mode="json")
+        _append(self.pools_path_for(key), line)
 
     # -- results and transcripts ----------------------------------------------------------------
     def results_path(self, label: str) -> Path:

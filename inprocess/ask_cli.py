@@ -22,9 +22,9 @@ from rich.table import Table
 from engine.config import DebateConfig, validate_question
 from engine.prompts import get_prompts
 from engine.result import DebateResult
-from inprocess.local_debate import llm_endpoint, pool_builder
+from inprocess.local_debate import build_knowledge, llm_endpoint
 from services.errors import ParleyError
-from services.knowledge import KnowledgePool, empty_pool
+from services.knowledge import KnowledgePool
 from services.settings import LLMSettings
 
 
@@ -39,7 +39,10 @@ class LiveView:
         who = f"Agent {agent + 1}" if agent is not None else ""
         if event == "turn.completed":
             role = data["role"]
-            if role == "select":
+            if role == "search":
+                passage = data.get("text") or "(empty: the question alone is searched)"
+                self.console.print(f"  [dim]Search passage:[/dim] {passage}")
+            elif role == "select":
                 sel = data.get("selected") or []
                 shown = ", ".join(f"[{n}]" for n in sel) if sel else "[No Found] / none"
                 note = f"  [yellow]({data['parse_error']})[/yellow]" if data.get("parse_error") else ""
@@ -127,20 +130,16 @@ async def _run(
     from engine.runner import run_debate
     from services.llm_factory import build_role_models
 
-    if config.needs_pool:
-        async with pool_builder(console) as builder:
-            with console.status("Building the knowledge pool …"):
-                pool = await builder.build_pool(question, k_wiki=config.k_wiki, k_web=config.k_web)
-    else:
-        pool = empty_pool(question)
-    if live:
-        render_pool(console, pool)
+    view = LiveView(console) if live else None
+    # The model starts first: with search_query=passage it writes what the pool is searched with.
     with llm_endpoint(llm_settings, console) as served:
         models = build_role_models(llm_settings, served=served)
         try:
+            pool, search = await build_knowledge(question, config, models, console, view, status=True)
             if live:
+                render_pool(console, pool)
                 console.rule(f"{config.protocol} · {config.agents} agents · ≤{config.rounds} rounds")
-            return await run_debate(question, pool, config, models, LiveView(console) if live else None)
+            return await run_debate(question, pool, config, models, view, search=search)
         finally:
             await models.aclose()
 
@@ -174,6 +173,13 @@ def ask(
     k_wiki: Annotated[int, typer.Option(help="Wikipedia items in the pool")] = 5,
     k_web: Annotated[int, typer.Option(help="web items in the pool")] = 5,
     seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
+    search_query: Annotated[
+        str,
+        typer.Option(
+            help="question|passage: what the Wikipedia searches look for (passage: the model first "
+            "writes two or three sentences answering the question, searched after it; one more call)"
+        ),
+    ] = "question",
     team: Annotated[
         str | None,
         typer.Option(
@@ -206,6 +212,7 @@ def ask(
                 "k_wiki": k_wiki,
                 "k_web": k_web,
                 "seed": seed,
+                "search_query": search_query,
                 **({"team": json.loads(team)} if team else {}),
             }
         )

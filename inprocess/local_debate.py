@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator, Iterator
 from rich.console import Console
 
 from engine.config import DebateConfig
-from engine.result import DebateResult
+from engine.context import RoleModels
+from engine.result import DebateResult, TranscriptRecord
 from engine.runner import EventSink
+from engine.search_passage import write_search_passage
 from services.embedded_llm import ServedModel
-from services.knowledge import PoolBuilder, empty_pool
+from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
 from services.settings import LLMSettings, RetrieverClientSettings
 
 
@@ -69,6 +71,33 @@ async def pool_builder(console: Console) -> AsyncIterator[PoolBuilder]:
             close()
 
 
+async def build_knowledge(
+    question: str,
+    config: DebateConfig,
+    models: RoleModels,
+    console: Console,
+    on_event: EventSink | None = None,
+    *,
+    status: bool = False,
+) -> tuple[KnowledgePool, TranscriptRecord | None]:
+    """The debate's pool and, with ``search_query="passage"``, the call that wrote the passage it was
+    searched with (for ``run_debate(search=...)``, which counts it in the usage and the budget). A
+    passage that could not be written leaves the question alone searched, with a warning on the pool."""
+    if not config.needs_pool:
+        return empty_pool(question), None
+    passage = await write_search_passage(question, config, models, on_event)
+    async with pool_builder(console) as builder:
+        with contextlib.ExitStack() as shown:
+            if status:
+                shown.enter_context(console.status("Building the knowledge pool …"))
+            pool = await builder.build_pool(
+                question, k_wiki=config.k_wiki, k_web=config.k_web, search_text=passage.text
+            )
+    if passage.warning is not None:
+        pool.warnings.append(passage.warning)
+    return pool, passage.record
+
+
 class LocalDebater:
     """Runs debates in this process; the LLM endpoint (the embedded server, if none is configured) is
     started on the first debate and kept until ``close``."""
@@ -89,15 +118,11 @@ class LocalDebater:
         from engine.runner import run_debate
         from services.llm_factory import build_role_models
 
-        if config.needs_pool:
-            async with pool_builder(self.console) as builder:
-                pool = await builder.build_pool(question, k_wiki=config.k_wiki, k_web=config.k_web)
-        else:
-            pool = empty_pool(question)
         if self._served is None:
             self._served = self._stack.enter_context(llm_endpoint(self.llm_settings, self.console))
         models = build_role_models(self.llm_settings, served=self._served)
         try:
-            return await run_debate(question, pool, config, models, on_event)
+            pool, search = await build_knowledge(question, config, models, self.console, on_event)
+            return await run_debate(question, pool, config, models, on_event, search=search)
         finally:
             await models.aclose()

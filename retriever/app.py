@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from retriever.indexer import IndexMissing
 from retriever.jvm import JVMUnavailable
 from retriever.pools import MAX_K, InvalidRequest
+from retriever.query_text import clean_text
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings, SearchMode
 from retriever.vector_store import VectorStoreError
@@ -54,6 +55,13 @@ class PoolRequest(BaseModel):
         default=None,
         description="false skips the deployment's second ranking stage for this pool (cheaper, weaker); "
         "null or true use it when the deployment has one",
+    )
+    search_text: str | None = Field(
+        default=None,
+        description="text searched after the question by the Wikipedia searches (dense, BM25, second "
+        "stage), e.g. a passage the debate's model wrote (query2doc); web search and the pool's question "
+        "keep the question alone. Part of the cache key; at most PARLEY_RETRIEVER_MAX_SEARCH_TEXT_CHARS "
+        "(4,000) characters, else 422",
     )
 
 
@@ -199,7 +207,7 @@ health_router = APIRouter()
 async def create_pool(body: PoolRequest, request: Request) -> KnowledgePool:
     """Build (or fetch from cache) SKPool(question)."""
     pool = await _runtime(request).pools.build_pool(
-        body.question, body.k_wiki, body.k_web, rerank=body.rerank
+        body.question, body.k_wiki, body.k_web, rerank=body.rerank, search_text=body.search_text
     )
     observe_pool(pool.cached, pool.timings_ms)
     return pool
@@ -225,6 +233,7 @@ async def search(
 ) -> SearchResponse:
     """Inspect Wikipedia retrieval alone: dense, BM25 or hybrid (default: the service's mode)."""
     settings = _settings(request)
+    q = clean_text(q)
     if not q.strip():
         raise InvalidRequest("q must not be blank")
     if len(q) > settings.max_question_chars:

@@ -3,6 +3,12 @@
 Every JVM call runs on one dedicated thread: pyjnius must attach each calling thread to the JVM, and
 one thread keeps that simple and safe; a BM25 query takes ~2 ms, so a single lane is no bottleneck.
 The index stores only passage ids; texts come from the dense collection (one source of truth).
+
+Query text is never parsed as Lucene query syntax: pyserini analyzes it into terms (bag of words), so
+quotes, colons, parentheses or a trailing backslash are just characters. Two things still refused a
+query before, and are handled here: lone surrogates (the JVM cannot encode them; replaced by U+FFFD)
+and more distinct terms than Lucene's clause limit (a long search text; the query is then built from
+its first ``MAX_QUERY_TERMS`` distinct terms, the question's first).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 import os
 import shutil
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +26,10 @@ from typing import Any
 
 from retriever.corpus import Passage
 from retriever.jvm import import_pyserini_indexer, import_pyserini_searcher, pyserini_available
+from retriever.query_text import clean_text
+
+# Lucene's default IndexSearcher.maxClauseCount: pyserini turns each distinct query term into a clause.
+MAX_QUERY_TERMS = 1024
 
 
 def bm25_index_exists(index_dir: Path) -> bool:
@@ -32,6 +43,7 @@ class Bm25Index:
     def __init__(self, index_dir: Path) -> None:
         self.index_dir = index_dir
         self._searcher: Any = None
+        self._analyzer: Any = None
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parley-jvm")
 
@@ -57,7 +69,30 @@ class Bm25Index:
 
     def _search_sync(self, query: str, k: int) -> list[tuple[str, float]]:
         searcher = self._open()
-        return [(str(h.docid), float(h.score)) for h in searcher.search(query, k=k)]
+        text = clean_text(query)
+        # Each term takes at least one character, so a short text cannot reach the clause limit and is
+        # searched exactly as before; a longer one is analyzed first.
+        q = text if len(text) <= MAX_QUERY_TERMS else self._bounded_query(text)
+        return [(str(h.docid), float(h.score)) for h in searcher.search(q, k=k)]
+
+    def _bounded_query(self, text: str) -> Any:
+        """``text`` itself when its distinct terms fit Lucene's clause limit, else the query pyserini
+        would build from it (one clause per distinct term, boosted by its count: Anserini's
+        BagOfWordsQueryGenerator) over its first ``MAX_QUERY_TERMS`` distinct terms."""
+        from pyserini.analysis import Analyzer, get_lucene_analyzer
+        from pyserini.search.lucene import querybuilder
+
+        if self._analyzer is None:
+            self._analyzer = Analyzer(get_lucene_analyzer())  # the searcher's default: Porter, stopwords
+        counts = Counter(self._analyzer.analyze(text))  # in order of first occurrence
+        if len(counts) <= MAX_QUERY_TERMS:
+            return text
+        builder = querybuilder.get_boolean_query_builder()
+        should = querybuilder.JBooleanClauseOccur.should.value
+        for term, n in list(counts.items())[:MAX_QUERY_TERMS]:
+            clause = querybuilder.JTermQuery(querybuilder.JTerm("contents", term))
+            builder.add(querybuilder.get_boost_query(clause, float(n)), should)
+        return builder.build()
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
         """Top-k (passage id, BM25 score), best first."""

@@ -32,9 +32,12 @@ class LocalPoolBuilder:
     def runtime(self) -> RetrieverRuntime:
         return self._rt
 
-    async def build_pool(self, question: str, k_wiki: int = 5, k_web: int = 5) -> KnowledgePool:
-        """SKPool(question), exactly as the service would build it."""
-        return await self._rt.pools.build_pool(question, k_wiki, k_web)
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, search_text: str | None = None
+    ) -> KnowledgePool:
+        """SKPool(question), exactly as the service would build it (``search_text`` as in the service's
+        ``POST /v1/pools``)."""
+        return await self._rt.pools.build_pool(question, k_wiki, k_web, search_text=search_text)
 
     async def get_pool(self, pool_id: str) -> KnowledgePool | None:
         return await self._rt.pools.get_pool(pool_id)

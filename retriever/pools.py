@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from retriever.query_text import clean_text, search_query
 from retriever.search import PassageHit, WikiRetriever, elapsed_ms
 from retriever.settings import RetrieverSettings
 from retriever.stores import PoolBackend
@@ -48,7 +49,7 @@ log = logging.getLogger("parley.retriever")
 
 
 class InvalidRequest(ValueError):
-    """Bad input (empty or huge question, k outside 0..50): a 422 for the HTTP layer."""
+    """Bad input (empty or huge question or search text, k outside 0..50): a 422 for the HTTP layer."""
 
 
 def normalize_question(question: str) -> str:
@@ -247,7 +248,7 @@ class PoolService:
         self._pending: set[Future[None]] = set()
 
     def validate(self, question: str, k_wiki: int, k_web: int) -> str:
-        q = question.strip()
+        q = clean_text(question.strip())
         if not q:
             raise InvalidRequest("question must not be empty")
         if len(q) > self.settings.max_question_chars:
@@ -257,10 +258,28 @@ class PoolService:
                 raise InvalidRequest(f"{name} must be between 0 and {MAX_K}, got {k}")
         return q
 
-    def cache_key(self, question: str, k_wiki: int, k_web: int, rerank: bool | None = None) -> str:
+    def validate_search_text(self, search_text: str | None) -> str | None:
+        """The search text as searched (whitespace collapsed; None when absent or blank), or
+        ``InvalidRequest`` when it is longer than ``max_search_text_chars``."""
+        if search_text is None:
+            return None
+        limit = self.settings.max_search_text_chars
+        if len(search_text) > limit:
+            raise InvalidRequest(f"search_text is {len(search_text)} characters; the limit is {limit}")
+        text = " ".join(clean_text(search_text).split())
+        return text or None
+
+    def cache_key(
+        self,
+        question: str,
+        k_wiki: int,
+        k_web: int,
+        rerank: bool | None = None,
+        search_text: str | None = None,
+    ) -> str:
         """sha256 of the normalised question and everything that changes the pool's content."""
         s = self.settings
-        key = {
+        key: dict[str, object] = {
             "q": normalize_question(question),
             "k_wiki": k_wiki,
             "k_web": k_web if self.web is not None else 0,
@@ -283,18 +302,31 @@ class PoolService:
                 else None
             ),
         }
+        if search_text is not None:
+            # Searched after the question, so it changes the pool; absent, the key is what it always was.
+            key["search_text"] = search_text
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
     async def build_pool(
-        self, question: str, k_wiki: int = 5, k_web: int = 5, *, rerank: bool | None = None
+        self,
+        question: str,
+        k_wiki: int = 5,
+        k_web: int = 5,
+        *,
+        rerank: bool | None = None,
+        search_text: str | None = None,
     ) -> KnowledgePool:
         """The pool for ``question``: from the cache when fresh, else built once even under concurrency.
 
-        ``rerank`` False skips the deployment's second stage for this pool (None or True use it)."""
+        ``rerank`` False skips the deployment's second stage for this pool (None or True use it).
+        ``search_text`` (a passage the debate's model wrote) is searched after the question by the
+        dense and BM25 searches and the second stage; web search and the pool's ``question`` keep the
+        question alone."""
         t0 = time.perf_counter()
         q = self.validate(question, k_wiki, k_web)
+        st = self.validate_search_text(search_text)
         self.wiki.check_ready()
-        qhash = self.cache_key(q, k_wiki, k_web, rerank)
+        qhash = self.cache_key(q, k_wiki, k_web, rerank, st)
         # Single flight: register before the first await, so a concurrent request for the same key
         # always finds either the in-flight build or (after it) the published cache entry.
         fut = self._inflight.get(qhash)
@@ -314,7 +346,7 @@ class PoolService:
                     update={"question": q, "cached": True, "timings_ms": {"cache_ms": ms, "total_ms": ms}}
                 )
             else:
-                pool = await self._assemble(q, qhash, k_wiki, k_web, t0, rerank)
+                pool = await self._assemble(q, qhash, k_wiki, k_web, t0, rerank, st)
             fut.set_result(pool)
             return pool
         except BaseException as exc:
@@ -325,17 +357,25 @@ class PoolService:
             self._inflight.pop(qhash, None)
 
     async def _assemble(
-        self, q: str, qhash: str, k_wiki: int, k_web: int, t0: float, rerank: bool | None
+        self,
+        q: str,
+        qhash: str,
+        k_wiki: int,
+        k_web: int,
+        t0: float,
+        rerank: bool | None,
+        search_text: str | None = None,
     ) -> KnowledgePool:
         timings: dict[str, float] = {}
         warnings: list[str] = []
         web_task = asyncio.create_task(self._web(q, k_web, warnings, timings))
+        query = search_query(q, search_text)
         wiki_hits, maybe_qvec = await self.wiki.search_and_embed(
-            q, k_wiki, with_vectors=True, timings=timings, rerank=rerank
+            query, k_wiki, with_vectors=True, timings=timings, rerank=rerank
         )
         if maybe_qvec is None:  # k_wiki = 0 or BM25-only mode: the header and web dedupe still need it
             t = time.perf_counter()
-            maybe_qvec = await self.wiki.embed_query(q)
+            maybe_qvec = await self.wiki.embed_query(query)
             timings["embed_ms"] = elapsed_ms(t)
         qvec = maybe_qvec
         web_hits, web_failed = await web_task

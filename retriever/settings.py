@@ -141,6 +141,13 @@ class RetrieverSettings(ParleySettings):
         default=0.5, ge=0, description="weight of the first-stage order in the final RRF (second stage = 1)"
     )
     max_question_chars: int = Field(default=2000, ge=10)
+    max_search_text_chars: int = Field(
+        default=4000,
+        ge=100,
+        le=20_000,
+        description="most characters of a pool request's search_text (a passage the debate's model wrote, "
+        "searched after the question); longer ones are refused with 422",
+    )
     pool_ttl_s: float = Field(default=24 * 3600.0, gt=0)
     sweep_interval_s: float = Field(default=600.0, gt=0, description="how often expired pools are deleted")
     warmup: bool = Field(default=True, description="load the embedding model and JVM at start-up")

@@ -81,6 +81,12 @@ def empty_pool(question: str) -> KnowledgePool:
 
 
 class PoolBuilder(Protocol):
-    """Anything that builds SKPool(q): the retriever service's HTTP client or the in-process retriever."""
+    """Anything that builds SKPool(q): the retriever service's HTTP client or the in-process retriever.
 
-    async def build_pool(self, question: str, k_wiki: int = 5, k_web: int = 5) -> KnowledgePool: ...
+    ``search_text`` (a passage the debate's model wrote, ``DebateConfig.search_query="passage"``) is
+    searched after the question by the Wikipedia searches and is part of the pool's cache key; the
+    pool's ``question`` stays the question."""
+
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, search_text: str | None = None
+    ) -> KnowledgePool: ...

@@ -120,11 +120,15 @@ class RetrieverClient:
         except ValueError as exc:
             raise RetrieverError(f"retriever at {self.base_url} sent a malformed pool: {exc}") from exc
 
-    async def build_pool(self, question: str, k_wiki: int = 5, k_web: int = 5) -> KnowledgePool:
-        """SKPool(question) from the service (cached there by normalised question and parameters)."""
-        resp = await self._request(
-            "POST", "/v1/pools", json={"question": question, "k_wiki": k_wiki, "k_web": k_web}
-        )
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, search_text: str | None = None
+    ) -> KnowledgePool:
+        """SKPool(question) from the service (cached there by normalised question and parameters);
+        ``search_text`` is searched after the question (sent only when given)."""
+        body: dict[str, Any] = {"question": question, "k_wiki": k_wiki, "k_web": k_web}
+        if search_text is not None:
+            body["search_text"] = search_text
+        resp = await self._request("POST", "/v1/pools", json=body)
         self._raise_for_4xx(resp, self.base_url)
         return self._parse_pool(resp)
 

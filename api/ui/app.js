@@ -355,6 +355,7 @@
       pool: [],
       rounds: new Map(),
       finals: [],
+      search: null,
       usage: new Map(),
       lastId: null,
       events: 0,
@@ -437,8 +438,13 @@
           if (ACTIVE.has(state.status)) state.status = "debating";
           break;
         case "turn.completed": {
-          if (ACTIVE.has(state.status)) state.status = "debating";
           addUsage(data.role, data.prompt_tokens, data.completion_tokens, data.latency_ms);
+          if (data.role === "search") {
+            // The passage the pool is searched with (search_query=passage): written before the pool.
+            state.search = data;
+            break;
+          }
+          if (ACTIVE.has(state.status)) state.status = "debating";
           if (!data.round) {
             state.finals.push(data);
             break;
@@ -501,6 +507,9 @@
         el("h3", { text: focus ? `Knowledge pool — picks of round ${focus}` : "Knowledge pool" }),
         state.pool.length ? null : el("p", { class: "muted", text: ACTIVE.has(state.status) && !state.events ? "waiting for the pool…" : "no knowledge items" }),
         (state.poolWarnings || []).map((w) => el("p", { class: "warning", text: w })),
+        state.search && state.search.text
+          ? el("p", { class: "muted search-passage" }, el("span", { class: "label", text: "searched for the question and: " }), state.search.text)
+          : null,
         state.pool.map((item) => {
           const agents = picks.get(item.n) || [];
           const url = safeUrl(item.url);

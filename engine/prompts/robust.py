@@ -38,6 +38,7 @@ from engine.parsing import (
     parse_verdict_json,
 )
 from engine.prompts.compose import join_blocks, system_user
+from engine.prompts.search import search_passage as search_passage
 from engine.prompts.untrusted import knowledge_block
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage

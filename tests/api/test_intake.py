@@ -276,3 +276,41 @@ def test_redis_down_is_503_with_retry_after(tmp_path: Path) -> None:
             f"{server.url}/v1/batches", json={"items": [{"question": "a?"}]}, headers=headers, timeout=30
         )
         assert_problem(upload, 503)
+
+
+def test_a_search_query_mode_the_operator_did_not_enable_is_refused(redis_server: RedisServer) -> None:
+    """PARLEY_API_SEARCH_QUERY_MODES bounds what a client may pick by name (never the prompt): a
+    refused mode is a 422 naming the field, at submission, and the schema lists only the enabled."""
+    settings = api_settings(redis_server.url, search_query_modes=["question"], key_prefix="searchmodes")
+    passage = {"question": "Who painted the Mona Lisa?", "config": {"search_query": "passage"}}
+    with ApiServer(settings) as server:
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        before = queued_messages(redis_server)
+        body = assert_problem(httpx.post(f"{server.url}/v1/debates", json=passage, headers=headers), 422)
+        assert body["detail"] == (
+            "config.search_query: search_query 'passage' is not enabled on this deployment "
+            "(enabled: question)"
+        )
+        batch = {"items": [{"question": "a?"}], "config": {"search_query": "passage"}}
+        assert_problem(httpx.post(f"{server.url}/v1/batches", json=batch, headers=headers), 422)
+        assert queued_messages(redis_server) == before
+        spec = httpx.get(f"{server.url}/openapi.json").json()
+        assert spec["components"]["schemas"]["DebateConfig"]["properties"]["search_query"]["enum"] == [
+            "question"
+        ]
+        asked = {**passage, "config": {"search_query": "question"}}
+        assert httpx.post(f"{server.url}/v1/debates", json=asked, headers=headers).status_code == 202
+
+
+def test_the_passage_mode_is_enabled_by_default_for_protocols_with_a_pool(
+    alice: httpx.Client, api: ApiServer
+) -> None:
+    question = "Who painted the Mona Lisa?"
+    accepted = alice.post("/v1/debates", json={"question": question, "config": {"search_query": "passage"}})
+    assert accepted.status_code == 202, accepted.text
+    assert alice.get(accepted.headers["location"]).json()["config"]["search_query"] == "passage"
+    cot = {"protocol": "cot", "search_query": "passage"}
+    body = assert_problem(alice.post("/v1/debates", json={"question": question, "config": cot}), 422)
+    assert "search_query" in json.dumps(body)
+    schema = httpx.get(f"{api.url}/openapi.json").json()["components"]["schemas"]["DebateConfig"]
+    assert schema["properties"]["search_query"]["enum"] == ["question", "passage"]

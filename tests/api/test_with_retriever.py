@@ -106,3 +106,50 @@ def test_openai_route_cites_the_wikipedia_pages_the_agents_selected(
         assert a["url_citation"]["url"].startswith("https://en.wikipedia.org/wiki/")
         assert a["url_citation"]["title"] in TITLES
         assert (a["url_citation"]["start_index"], a["url_citation"]["end_index"]) == (0, len(message.content))
+
+
+def test_a_search_passage_is_written_searched_charged_and_recorded(
+    knowledge_worker: WorkerProcess, alice: httpx.Client, scripted: ScriptedLLM, redis_server: RedisServer
+) -> None:
+    """``search_query: "passage"`` through the gateway, a Celery worker and the real retriever: the
+    model writes the passage, the pool is searched with it (a vague question finds Mount Everest), its
+    call heads the transcript, and the job is charged exactly what the result's usage says."""
+    passage = "Mount Everest is the highest mountain on Earth above sea level, in the Himalayas."
+    scripted.reset()
+    scripted.on("Write two or three sentences from a Wikipedia article", passage)
+    scripted.on(SELECT, "The most helpful knowledge is [1].")
+    scripted.on("respond with [Yes]", "[Yes]")
+    scripted.on("summarize the final answer", "The final answer is [Mount Everest].")
+    scripted.on("Question:", "The knowledge says so: the answer is [Mount Everest].")
+    question = "which one is it"
+    cfg = {"knowledge": "wikipedia", "k_wiki": 1, "k_web": 0, "search_query": "passage", "seed": 3}
+    job_id = alice.post("/v1/debates", json={"question": question, "config": cfg}).json()["job_id"]
+    job = wait_status(alice, job_id, {"completed", "failed"}, timeout_s=120)
+    assert job["status"] == "completed", job
+    result: dict[str, Any] = job["result"]
+    assert result["pool"]["question"] == question
+    assert [item["title"] for item in result["pool"]["items"]] == ["Mount Everest"]
+    search = result["transcript"][0]
+    assert search["role"] == "search" and search["round"] == 0 and search["extra"]["search_text"] == passage
+    assert [r["role"] for r in result["transcript"]].count("search") == 1
+    [asked] = [b for b in scripted.requests if "Write two or three sentences" in json.dumps(b)]
+    assert asked["temperature"] == 0 and asked["seed"] == 3 and asked["max_tokens"] == 96
+    usage, by_role = result["usage"], result["usage_by_role"]
+    assert by_role["search"]["calls"] == 1
+    assert by_role["search"]["prompt_tokens"] + by_role["search"]["completion_tokens"] == (
+        search["prompt_tokens"] + search["completion_tokens"]
+    )
+    # What the store charged the job, call by call, is what the result's usage adds up.
+    r = redis_server.client()
+    try:
+        calls, tokens = r.hmget(f"parley:job:{job_id}", ["used_calls", "used_tokens"])
+    finally:
+        r.close()
+    assert (int(calls or 0), int(tokens or 0)) == (
+        usage["calls"],
+        usage["prompt_tokens"] + usage["completion_tokens"],
+    )
+    assert usage["calls"] == len(scripted.requests)
+    events = alice.get(f"/v1/debates/{job_id}/events", timeout=30).text
+    assert '"role": "search"' in events
+    assert events.index('"role": "search"') < events.index("event: pool.ready")

@@ -31,7 +31,9 @@ class CachingBuilder:
     def __init__(self) -> None:
         self.seen: set[str] = set()
 
-    async def build_pool(self, question: str, k_wiki: int = 5, k_web: int = 5) -> KnowledgePool:
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, search_text: str | None = None
+    ) -> KnowledgePool:
         cached = question in self.seen
         if not cached:
             await asyncio.sleep(FRESH_S)

@@ -19,10 +19,11 @@ import pytest
 from debate_worker.tasks import JobRunner, WorkerRuntime
 from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import JobRecord, RedisJobStore, new_id
+from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import ChatCompletion, ChatMessage, OpenAIChatClient
 from services.settings import DEFAULT_JOB_TTL_S, LLMSettings, RetrieverClientSettings
 from tests.api.support import JUDGE, RedisServer, script_agreeing
-from tests.support.scripted_llm import ScriptedLLM, free_port
+from tests.support.scripted_llm import ScriptedLLM, free_port, request_text
 
 pytestmark = pytest.mark.integration
 
@@ -257,3 +258,152 @@ async def test_an_agent_url_that_resolves_to_this_network_is_refused_where_it_is
             == "completed"
         )
         assert internal.requests and internal.hosts[0] == f"{host}:{internal.port}"
+
+
+# -- search_query=passage: the passage is written once per job, charged, recorded ----------------------
+
+ASKS_PASSAGE = "Write two or three sentences from a Wikipedia article"
+PASSAGE = "Paris is the capital and largest city of France."
+PASSAGE_CONFIG = {"knowledge": "wikipedia", "k_wiki": 1, "k_web": 0, "search_query": "passage"}
+
+
+class RecordingPools:
+    """A ``PoolBuilder`` (the protocol the worker speaks to the retriever's client): one item, and the
+    search text of every build."""
+
+    def __init__(self) -> None:
+        self.search_texts: list[str | None] = []
+
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, search_text: str | None = None
+    ) -> KnowledgePool:
+        self.search_texts.append(search_text)
+        items = [
+            KnowledgeItem(n=1, source="wikipedia", title="Paris", text="Paris is the capital of France.")
+        ]
+        return KnowledgePool(pool_id=f"pool-{len(self.search_texts)}", question=question, items=items)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def script_passage(llm: ScriptedLLM) -> None:
+    llm.reset()
+    script_agreeing(llm)
+    llm.on(ASKS_PASSAGE, PASSAGE)
+    llm.rules.insert(0, llm.rules.pop())  # before the debaters' "Question:" rule, which it would match
+
+
+def passage_requests(llm: ScriptedLLM) -> int:
+    return sum(ASKS_PASSAGE in request_text(b) for b in llm.requests)
+
+
+async def test_the_passage_is_written_once_even_when_the_worker_dies_after_it(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    script_passage(llm)
+    pools = RecordingPools()
+    job_id = await new_job(store, **PASSAGE_CONFIG)
+    # Call 1 writes the passage, call 2 (the first selection) dies before it is sent.
+    crashing = runtime(redis_server.url, Models(llm.base_url, crash_on_call=2))
+    crashing.pool_factory = lambda: pools
+    with pytest.raises(WorkerLost):
+        await JobRunner(crashing, store).execute(job_id)
+    assert passage_requests(llm) == 1 and pools.search_texts == [PASSAGE]
+    ckpt = await store.load_checkpoint(job_id)
+    assert ckpt is not None and ckpt["checkpoint"] is None and ckpt["search"]["role"] == "search"
+
+    second = Models(llm.base_url)
+    rt = runtime(redis_server.url, second)
+    rt.pool_factory = lambda: pools
+    assert await JobRunner(rt, store).execute(job_id) == "completed"
+    assert passage_requests(llm) == 1  # not written again: the checkpoint's passage is searched
+    assert pools.search_texts == [PASSAGE, PASSAGE]
+    result = await store.get_result(job_id)
+    assert result is not None and result["answer"] == "Paris"
+    roles = [r["role"] for r in result["transcript"]]
+    assert roles[0] == "search" and roles.count("search") == 1
+    assert result["transcript"][0]["extra"]["search_text"] == PASSAGE
+    assert result["usage_by_role"]["search"]["calls"] == 1
+    # The job was charged each call once: the passage (first attempt) and the debate (second).
+    usage = result["usage"]
+    assert await store.spent(job_id) == (
+        usage["calls"],
+        usage["prompt_tokens"] + usage["completion_tokens"],
+    )
+    assert usage["calls"] == len(llm.requests) == second.calls + 1
+
+
+async def test_a_resumed_round_keeps_the_search_record(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    script_passage(llm)
+    llm.on(JUDGE, "They disagree. [No]")
+    llm.rules.insert(0, llm.rules.pop())
+    pools = RecordingPools()
+    job_id = await new_job(store, rounds=2, **PASSAGE_CONFIG)
+    # passage, round 1 (2 selections, 2 debaters, judge), then die in round 2
+    crashing = runtime(redis_server.url, Models(llm.base_url, crash_on_call=8))
+    crashing.pool_factory = lambda: pools
+    with pytest.raises(WorkerLost):
+        await JobRunner(crashing, store).execute(job_id)
+    ckpt = await store.load_checkpoint(job_id)
+    assert ckpt is not None and ckpt["checkpoint"]["round"] == 1 and ckpt["search"] is not None
+    rt = runtime(redis_server.url, Models(llm.base_url))
+    rt.pool_factory = lambda: pools
+    assert await JobRunner(rt, store).execute(job_id) == "completed"
+    assert passage_requests(llm) == 1 and pools.search_texts == [PASSAGE]  # pool from the checkpoint
+    result = await store.get_result(job_id)
+    assert result is not None
+    assert [r["role"] for r in result["transcript"]].count("search") == 1
+    assert result["transcript"][0]["role"] == "search"
+
+
+async def test_a_failed_passage_leaves_the_question_alone_and_the_job_runs(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    script_passage(llm)
+    llm.fail_next(400)
+    pools = RecordingPools()
+    rt = runtime(redis_server.url, Models(llm.base_url))
+    rt.pool_factory = lambda: pools
+    job_id = await new_job(store, **PASSAGE_CONFIG)
+    assert await JobRunner(rt, store).execute(job_id) == "completed"
+    assert pools.search_texts == [None]
+    result = await store.get_result(job_id)
+    assert result is not None and result["answer"] == "Paris"
+    assert "search" not in [r["role"] for r in result["transcript"]]
+    assert any("search passage failed (" in w for w in result["pool"]["warnings"])
+    calls, tokens = await store.spent(job_id)
+    usage = result["usage"]
+    assert (calls, tokens) == (usage["calls"], usage["prompt_tokens"] + usage["completion_tokens"])
+
+
+async def test_a_worker_without_the_mode_fails_the_job_naming_it(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    script_passage(llm)
+    rt = runtime(redis_server.url, Models(llm.base_url), search_query_modes=["question"])
+    rt.pool_factory = RecordingPools
+    job_id = await new_job(store, **PASSAGE_CONFIG)
+    assert await JobRunner(rt, store).execute(job_id) == "failed"
+    job = await store.get_job(job_id)
+    assert job is not None and "search_query 'passage' is not enabled on this worker" in (job.error or "")
+    assert llm.requests == []
+
+
+async def test_a_given_pool_writes_no_passage(
+    redis_server: RedisServer, store: RedisJobStore, llm: ScriptedLLM
+) -> None:
+    script_passage(llm)
+    rt = runtime(redis_server.url, Models(llm.base_url))
+    job = JobRecord(
+        job_id=new_id("job"),
+        owner="t",
+        question="What is the capital of France?",
+        config=PASSAGE_CONFIG,
+        pool=[{"source": "wikipedia", "title": "Paris", "text": "Paris is the capital of France."}],
+    )
+    await store.create_jobs([job])
+    assert await JobRunner(rt, store).execute(job.job_id) == "completed"
+    assert passage_requests(llm) == 0

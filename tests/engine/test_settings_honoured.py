@@ -32,6 +32,7 @@ NON_DEFAULT: dict[str, Any] = {
     "sequential": True,
     "k_wiki": 3,
     "k_web": 2,
+    "search_query": "passage",
     "samples": 3,
     "prompt_style": "robust",
     "judge": "rule",

@@ -45,9 +45,13 @@ class FixedPools:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.search_texts: list[str | None] = []
 
-    async def build_pool(self, question: str, k_wiki: int = 5, k_web: int = 5) -> KnowledgePool:
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, search_text: str | None = None
+    ) -> KnowledgePool:
         self.calls.append(question)
+        self.search_texts.append(search_text)
         items = [
             KnowledgeItem(n=1, source="wikipedia", title="Encyclopedia", text=f"Facts about {question}."),
             KnowledgeItem(n=2, source="web", title="Web page", text=f"A page on {question}."),

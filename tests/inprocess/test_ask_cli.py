@@ -102,3 +102,37 @@ def test_ask_reports_bad_input_and_unreachable_llm(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "LLMUnavailable" in proc.stderr and "127.0.0.1:9" in proc.stderr
+
+
+@pytest.mark.integration
+def test_ask_with_a_search_passage(tmp_path: Path) -> None:
+    """``parley ask --search-query passage``: the model writes the passage first, the in-process
+    retriever searches the question followed by it, and the passage's call heads the transcript and
+    counts in the usage; the live view shows it too."""
+    settings = build_slice_index(tmp_path / "index", titles=["Apollo 11", "Neil Armstrong", "Mount Everest"])
+    passage = "Mount Everest is the highest mountain on Earth, in the Himalayas."
+    env = {
+        "PARLEY_LLM_MODEL": "scripted",
+        "PARLEY_RETRIEVER_DATA_DIR": str(settings.data_dir),
+    }
+    with ScriptedLLM() as llm:
+        llm.on("Write two or three sentences from a Wikipedia article", passage)
+        llm.on("select knowledge", "The most helpful knowledge is [1].")
+        llm.on("respond with [Yes]", "[Yes]")
+        llm.on("summarize the final answer", "The final answer is [Mount Everest].")
+        llm.on("Question:", "Therefore, the answer is [Mount Everest].")
+        env["PARLEY_LLM_BASE_URL"] = llm.base_url
+        args = ["ask", "which one is it", "--knowledge", "wikipedia", "--k-wiki", "1", "--k-web", "0"]
+        proc = run_parley([*args, "--search-query", "passage", "--seed", "4", "--json"], env, tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        asked = [b for b in llm.requests if "Write two or three sentences" in json.dumps(b)]
+        assert len(asked) == 1 and asked[0]["temperature"] == 0 and asked[0]["seed"] == 4
+        live = run_parley([*args, "--search-query", "passage"], env, tmp_path)
+    result = json.loads(proc.stdout)
+    assert [i["title"] for i in result["pool"]["items"]] == ["Mount Everest"]
+    first = result["transcript"][0]
+    assert first["role"] == "search" and first["extra"]["search_text"] == passage
+    assert result["usage_by_role"]["search"]["calls"] == 1
+    assert result["usage"]["calls"] == sum(u["calls"] for u in result["usage_by_role"].values())
+    assert live.returncode == 0, live.stderr[-3000:]
+    assert f"Search passage: {passage}" in " ".join(live.stdout.split())

@@ -106,6 +106,48 @@ def test_bad_pool_requests_are_422_problems(service: str, body: dict[str, object
     assert p["status"] == 422 and p["title"] and p["detail"]
 
 
+def test_search_text_over_the_limit_is_a_422_problem_naming_it(service: str) -> None:
+    body = {"question": "Who painted the Mona Lisa?", "search_text": "x" * 4001}
+    r = httpx.post(service + "/v1/pools", json=body)
+    assert r.status_code == 422 and r.headers["content-type"].startswith(PROBLEM)
+    assert r.json()["detail"] == "search_text is 4001 characters; the limit is 4000"
+    assert httpx.post(service + "/v1/pools", json={**body, "search_text": 5}).status_code == 422
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"question": "who painted the mona lisa", "k_web": 0, '
+        b'"search_text": "\\"Leonardo\\" title:da (Vinci) AND -NOT +x~2 ^3 [a TO b] \\\\"}',
+        b'{"question": "who painted the mona lisa", "k_web": 0, "search_text": "lone \\ud800 surrogate"}',
+        b'{"question": "who \\udfff painted the mona lisa", "k_web": 0}',
+        b'{"question": "who painted the mona lisa", "k_web": 0, "search_text": "' + b"y " * 2000 + b'"}',
+    ],
+    ids=["lucene-syntax", "surrogate-in-search-text", "surrogate-in-question", "4000-chars"],
+)
+def test_odd_search_text_is_searched_never_a_500(service: str, raw: bytes) -> None:
+    r = httpx.post(
+        service + "/v1/pools", content=raw, headers={"content-type": "application/json"}, timeout=60
+    )
+    # The JSON parser refuses some lone surrogates itself (a 422); what it lets through is searched.
+    assert r.status_code in (200, 422), r.text
+    if r.status_code == 422:
+        assert r.headers["content-type"].startswith(PROBLEM) and b"\\ud" in raw
+    else:
+        assert r.json()["items"]
+
+
+async def test_client_sends_the_search_text(service: str) -> None:
+    async with RetrieverClient(service, timeout_s=60) as client:
+        plain = await client.build_pool("which one is it", k_wiki=2, k_web=0)
+        passage = "Mount Everest is the highest mountain on Earth, in the Himalayas."
+        searched = await client.build_pool("which one is it", k_wiki=2, k_web=0, search_text=passage)
+        again = await client.build_pool("which one is it", k_wiki=2, k_web=0, search_text=passage)
+    assert searched.items[0].title == "Mount Everest" and searched.question == "which one is it"
+    assert searched.pool_id != plain.pool_id
+    assert again.cached and again.items == searched.items
+
+
 @pytest.mark.parametrize("params", [{"q": "x", "k": 51}, {"q": ""}, {"q": "x", "mode": "magic"}])
 def test_bad_search_requests_are_422_problems(service: str, params: dict[str, str | int]) -> None:
     r = httpx.get(service + "/v1/search", params=params)

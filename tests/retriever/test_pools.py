@@ -177,3 +177,115 @@ async def test_k_zero_gives_empty_pool(open_rt: Opener) -> None:
     pool = await rt.pools.build_pool("who painted the mona lisa", 0, 0)
     assert pool.items == [] and pool.warnings == []
     assert (await rt.pools.get_pool(pool.pool_id)) is not None
+
+
+# -- search_text: a passage the debate's model wrote, searched after the question ----------------------
+
+VAGUE = "which one is it"
+EVEREST = (
+    "Mount Everest is the highest mountain on Earth above sea level, in the Himalayas of Nepal and Tibet."
+)
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
+async def test_search_text_is_searched_after_the_question(open_rt: Opener, mode: str) -> None:
+    """Each first-stage search gets the question followed by the search text; the pool's question
+    stays the question."""
+    rt = open_rt(default_mode=mode)
+    plain = await rt.pools.build_pool(VAGUE, 3, 0)
+    pool = await rt.pools.build_pool(VAGUE, 3, 0, search_text=EVEREST)
+    assert pool.items[0].title == "Mount Everest"
+    assert "Mount Everest" not in [it.title for it in plain.items]
+    assert pool.question == VAGUE and pool.pool_id != plain.pool_id and not pool.cached
+
+
+async def test_both_searches_receive_the_question_then_the_search_text(open_rt: Opener) -> None:
+    rt = open_rt(default_mode="hybrid")
+    seen: dict[str, list[str]] = {"dense": [], "bm25": []}
+    assert rt.wiki.bm25 is not None
+    bm25_search, embed = rt.wiki.bm25.asearch, rt.wiki.embed_query
+
+    async def spy_bm25(query: str, k: int) -> list[tuple[str, float]]:
+        seen["bm25"].append(query)
+        return await bm25_search(query, k)
+
+    async def spy_embed(text: str) -> np.ndarray:
+        seen["dense"].append(text)
+        return await embed(text)
+
+    rt.wiki.bm25.asearch = spy_bm25
+    rt.wiki.embed_query = spy_embed
+    await rt.pools.build_pool("Who painted the Mona Lisa?", 3, 0, search_text="  Leonardo\n da Vinci  ")
+    assert seen == {
+        "dense": ["Who painted the Mona Lisa? Leonardo da Vinci"],
+        "bm25": ["Who painted the Mona Lisa? Leonardo da Vinci"],
+    }
+
+
+async def test_search_text_is_part_of_the_cache_key(open_rt: Opener) -> None:
+    rt = open_rt()
+    first = await rt.pools.build_pool(VAGUE, 3, 0, search_text=EVEREST)
+    same = await rt.pools.build_pool(VAGUE, 3, 0, search_text=EVEREST)
+    assert same.cached and same.pool_id == first.pool_id
+    assert same.model_dump(exclude={"cached", "timings_ms"}) == first.model_dump(
+        exclude={"cached", "timings_ms"}
+    )
+    other = await rt.pools.build_pool(
+        VAGUE, 3, 0, search_text="The Mona Lisa was painted by Leonardo da Vinci."
+    )
+    alone = await rt.pools.build_pool(VAGUE, 3, 0)
+    assert not other.cached and not alone.cached
+    assert len({first.pool_id, other.pool_id, alone.pool_id}) == 3
+    assert rt.pools.builds == 3
+    # Only the text searched counts: spacing the encoders and BM25 ignore gives the same pool.
+    spaced = await rt.pools.build_pool(VAGUE, 3, 0, search_text=f"  {EVEREST.replace(' ', '  ')}\n")
+    assert spaced.cached and spaced.pool_id == first.pool_id
+    # A blank search text is no search text.
+    assert (await rt.pools.build_pool(VAGUE, 3, 0, search_text="  \n ")).pool_id == alone.pool_id
+    # And stored pools come back under the same key after the write-behind save.
+    rt.pools.flush()
+    assert rt.pools.pools.lookup(rt.pools.cache_key(VAGUE, 3, 0, None, EVEREST)) is not None
+
+
+HOSTILE_SEARCH_TEXTS = [
+    'Mona Lisa "painted by" title:Leonardo (da Vinci) AND NOT -Raphael +Louvre~2 ^3 [1 TO 5] {x} /re/ \\',
+    "\\",
+    '"',
+    "((((",
+    "*:*",
+    "Mona Lisa \ud800 lone surrogate \udfff",
+    "painter " + " ".join(f"t{i}" for i in range(900)),  # > 1,024 distinct terms with the question
+    "x" * 4000,
+    "中" + "".join(chr(0x4E00 + i) for i in range(3999)),  # 4,000 characters, each a term of its own
+]
+
+
+@pytest.mark.parametrize("mode", ["bm25", "hybrid"])
+@pytest.mark.parametrize("text", HOSTILE_SEARCH_TEXTS, ids=range(len(HOSTILE_SEARCH_TEXTS)))
+async def test_hostile_search_text_is_searched_as_plain_text(open_rt: Opener, mode: str, text: str) -> None:
+    rt = open_rt(default_mode=mode)
+    question = "who painted the mona lisa " + " ".join(f"q{i}" for i in range(300))
+    pool = await rt.pools.build_pool(question[:2000], 3, 0, search_text=text[:4000])
+    assert len(pool.items) == 3
+
+
+async def test_more_distinct_terms_than_lucene_takes_keep_the_first_ones(open_rt: Opener) -> None:
+    """Past Lucene's clause limit the BM25 query is built from the first 1,024 distinct terms (the
+    question's first), as pyserini would build it from the whole text; below it, the text itself."""
+    rt = open_rt(default_mode="bm25")
+    bm25 = rt.wiki.bm25
+    assert bm25 is not None
+    await rt.pools.build_pool("who painted the mona lisa", 1, 0)  # opens the searcher
+    few = "who painted the mona lisa " + " ".join(f"t{i}" for i in range(300))
+    many = "who painted the mona lisa " + " ".join(f"t{i}" for i in range(1500))
+    assert bm25._executor.submit(bm25._bounded_query, few).result() == few
+    assert not isinstance(bm25._executor.submit(bm25._bounded_query, many).result(), str)
+    hits = await bm25.asearch(many, 3)
+    assert hits and hits[0][0].startswith("vital:Mona Lisa")
+
+
+async def test_search_text_over_the_limit_is_refused(open_rt: Opener) -> None:
+    rt = open_rt(max_search_text_chars=4000)
+    with pytest.raises(InvalidRequest, match="search_text is 4001 characters; the limit is 4000"):
+        await rt.pools.build_pool("who painted the mona lisa", 3, 0, search_text="x" * 4001)
+    assert rt.pools.builds == 0

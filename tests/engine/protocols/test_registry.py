@@ -43,7 +43,16 @@ def test_derived_sets() -> None:
     assert {"single", "cot", "self_consistency", "kks"} == config.KNOWLEDGE_FREE
     assert answer_roles() == {"debater", "answer", "sample", "affirmative", "negative", "propose", "adjust"}
     all_roles = set(registry.role_endpoints())
-    assert all_roles - answer_roles() == {"select", "judge", "summarizer", "moderator", "vote", "extract"}
+    assert all_roles - answer_roles() == {
+        "select",
+        "judge",
+        "summarizer",
+        "moderator",
+        "vote",
+        "extract",
+        "search",  # the search passage, written before any protocol runs (registry.PRE_DEBATE_ROLES)
+    }
+    assert registry.role_endpoints()["search"] == registry.DEBATER
     assert DebateConfig(protocol="kks", knowledge="all").needs_pool is False
     assert DebateConfig(protocol="rag").needs_pool is True
 
