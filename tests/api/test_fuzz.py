@@ -39,7 +39,7 @@ from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EXAMPLES = int(os.environ.get("PARLEY_FUZZ_EXAMPLES", "20"))
-STEPS = int(os.environ.get("PARLEY_FUZZ_STEPS", "10"))
+STEPS = int(os.environ.get("PARLEY_FUZZ_STEPS", "20"))
 SEED = int(os.environ.get("PARLEY_FUZZ_SEED", "12"))
 
 AUTH = {"Authorization": f"Bearer {KEY_A}"}
