@@ -4,8 +4,9 @@ Before the pool is built, the debate's model writes two or three sentences that 
 an encyclopaedia would (query2doc / HyDE); the retriever then searches for the question followed by
 them. On 100 dev questions with the embedded Qwen2.5-Coder-1.5B this put the answer into more pools
 (answer-in-pool@5 0.340 → 0.430, paired bootstrap 95 % CI of the difference [+0.020, +0.160]) for
-about 65 prompt + 27 completion tokens per question (``reports/query-rewrite/bench.md``). Whether the
-debates answer better for it is not measured yet, so ``question`` stays the default.
+about 65 prompt + 27 completion tokens per question (``reports/query-rewrite/bench.md``). RAG's answers on
+140 dev questions moved the same way but within noise (+0.043, 95 % CI [-0.021, +0.107],
+``reports/rag-passage``), so ``question`` stays the default.
 
 The call is one of the debate's own: it goes through a ``DebateContext`` (over an empty pool), so it
 is checked against the debate's call and token budget, charged to ``on_usage`` as it is sent and
