@@ -103,6 +103,23 @@ class ResultRecord(BaseModel):
     finished_at: str = Field(default_factory=lambda: now_iso())
 
 
+def _changed_settings(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The settings that differ between two run configurations. A setting one of them lacks counts
+    as the engine's default: a run recorded before a setting existed (which then behaved as its
+    default) resumes under a version that records it."""
+    from engine.config import DebateConfig
+
+    fields = DebateConfig.model_fields
+
+    def value(config: dict[str, Any], key: str) -> Any:
+        if key in config:
+            return config[key]
+        field = fields.get(key)
+        return None if field is None or field.is_required() else field.get_default(call_default_factory=True)
+
+    return sorted(k for k in set(before) | set(now) if value(before, k) != value(now, k))
+
+
 class WorkspaceError(RuntimeError):
     """The output folder holds results that do not fit this command (another config for a label)."""
 
@@ -191,10 +208,8 @@ class Workspace:
         runs = {r.label: r for r in old.runs}
         for spec in new.runs:
             prev = runs.get(spec.label)
-            if prev is not None and prev.config != spec.config:
-                changed = sorted(
-                    k for k in set(prev.config) | set(spec.config) if prev.config.get(k) != spec.config.get(k)
-                )
+            changed = _changed_settings(prev.config, spec.config) if prev is not None else []
+            if changed:
                 raise WorkspaceError(
                     f"{self.root} already holds run {spec.label!r} with a different configuration "
                     f"(changed: {', '.join(changed)}); use a new --out or --fresh"
