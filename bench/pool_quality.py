@@ -226,7 +226,8 @@ async def measure(
                 "recall": {k: round(v, 4) for k, v in recall[name].items()},
                 "latency_ms": r["latency_ms"],
                 "vs_first": {
-                    f"@{k}": _ci(paired_bootstrap(runs[base]["in_pool"][k], r["in_pool"][k])) for k in (5, 10)
+                    f"@{k}": ci_summary(paired_bootstrap(runs[base]["in_pool"][k], r["in_pool"][k]))
+                    for k in (5, 10)
                 },
             }
         return {
@@ -241,7 +242,8 @@ async def measure(
         await rt.aclose()
 
 
-def _ci(ci: Any) -> dict[str, Any]:
+def ci_summary(ci: Any) -> dict[str, Any]:
+    """A paired bootstrap CI as the reports' JSON holds it."""
     return {
         "diff": round(ci.diff, 4),
         "low": round(ci.low, 4),

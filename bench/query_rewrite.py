@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from bench.pool_quality import CONFIGS, KS, load_questions, pool_has_answer, retriever_for
+from bench.pool_quality import CONFIGS, KS, ci_summary, load_questions, pool_has_answer, retriever_for
 from bench.retrieval_bench import percentile
 from evaluation.metrics import paired_bootstrap
 from retriever.runtime import RetrieverRuntime
@@ -129,7 +129,7 @@ async def measure(
         row: dict[str, Any] = {"answer_in_pool": {k: round(statistics.mean(v), 4) for k, v in per_k.items()}}
         if name != "question":
             row["vs_question"] = {
-                f"@{k}": _ci(paired_bootstrap(in_pool["question"][k], per_k[k])) for k in (5, 10)
+                f"@{k}": ci_summary(paired_bootstrap(in_pool["question"][k], per_k[k])) for k in (5, 10)
             }
             c = costs[name]
             row["cost"] = {
@@ -140,15 +140,6 @@ async def measure(
             }
         table[name] = row
     return {"questions": len(questions), "configs": table, "examples": examples}
-
-
-def _ci(ci: Any) -> dict[str, Any]:
-    return {
-        "diff": round(ci.diff, 4),
-        "low": round(ci.low, 4),
-        "high": round(ci.high, 4),
-        "excludes_0": ci.significant,
-    }
 
 
 def write_reports(out: Path, result: dict[str, Any]) -> None:

@@ -21,12 +21,13 @@ import pytest
 
 from engine.budget import CallBudget, prompt_token_bound
 from engine.config import DebateConfig
-from engine.context import SingleModel, Spend
+from engine.context import SingleModel
 from engine.runner import run_debate
 from services.llm import LLMTimeout, OpenAIChatClient, RetryPolicy
 from services.metrics import LLM_LATE_SETTLEMENTS
 from services.replicas import REPLICA_HEALTH, affinity
 from tests.engine.test_budgets import POOL, script
+from tests.engine.usage_sink import Sink
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.unit
@@ -39,24 +40,6 @@ def _fresh_health() -> Iterator[None]:
     REPLICA_HEALTH.clear()  # replica health is process-wide per URL; ports are reused
     yield
     REPLICA_HEALTH.clear()
-
-
-class Sink:
-    """The usage sink: every ``Spend`` it is told."""
-
-    def __init__(self) -> None:
-        self.spends: list[Spend] = []
-
-    async def __call__(self, spend: Spend) -> None:
-        self.spends.append(spend)
-
-    @property
-    def tokens(self) -> int:
-        return sum(s.tokens for s in self.spends)
-
-    @property
-    def calls(self) -> int:
-        return sum(s.calls for s in self.spends)
 
 
 def config(**kw: Any) -> DebateConfig:

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from engine.config import DebateConfig
-from engine.context import SingleModel, Spend
+from engine.context import SingleModel
 from engine.prompts.search import SEARCH_PASSAGE
 from engine.runner import run_debate
 from engine.search_passage import (
@@ -23,6 +23,7 @@ from engine.search_passage import (
 )
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import OpenAIChatClient
+from tests.engine.usage_sink import Sink
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 pytestmark = pytest.mark.unit
@@ -48,22 +49,6 @@ def script(llm: ScriptedLLM, passage: str = PASSAGE) -> None:
 def served(body: dict[str, Any], reply: str) -> int:
     """What the scripted server charges for one request (its own word count)."""
     return sum(len(str(m.get("content", "")).split()) for m in body["messages"]) + len(reply.split())
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.spends: list[Spend] = []
-
-    async def __call__(self, spend: Spend) -> None:
-        self.spends.append(spend)
-
-    @property
-    def tokens(self) -> int:
-        return sum(s.tokens for s in self.spends)
-
-    @property
-    def calls(self) -> int:
-        return sum(s.calls for s in self.spends)
 
 
 def config(**kw: Any) -> DebateConfig:
