@@ -18,10 +18,11 @@ cut it, or neither (a defect); p50/p99 gateway latency per window; RSS
 of every service process and Redis memory per window, and how far each moved after the first window;
 how long each fault took to recover from. JSON, a markdown table and a PNG plot go to ``--out``.
 
-``--job-ttl-s`` is the retention (``PARLEY_JOB_TTL_S``, given to the gateway and the workers): with one
-shorter than the run, finished jobs expire while it goes on and Redis memory levels off after the
-first retention; each job's own account (tokens charged, attempts) is read from the store once its
-last calls have settled, before its record can expire. The harness (this process: the load, its
+``--job-ttl-s`` is the retention (``PARLEY_JOB_TTL_S``, given to the gateway and the workers, and the
+retriever's ``PARLEY_RETRIEVER_POOL_TTL_S``): with one shorter than the run, finished jobs and built pools
+expire while it goes on and Redis and retriever memory level off after the first retention; each
+job's own account (tokens charged, attempts) is read from the store once its last calls have settled,
+before its record can expire. The harness (this process: the load, its
 ledger of every job and request, and the scripted LLM, which keeps no per-request history here) is
 reported apart from the service processes.
 
@@ -251,6 +252,17 @@ class Stack:
         self.base_env.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
         # The retention, through the one variable the gateway and the workers read (unset: theirs).
         self.retention = {"PARLEY_JOB_TTL_S": str(job_ttl_s)} if job_ttl_s else {}
+        # The retriever keeps every pool it built for its own TTL (a day by default, each question in
+        # the soak is new): with a retention, pools expire on the same clock and are swept twice per
+        # TTL, so the retriever's memory must level off like Redis's.
+        self.pool_retention = (
+            {
+                "PARLEY_RETRIEVER_POOL_TTL_S": str(job_ttl_s),
+                "PARLEY_RETRIEVER_SWEEP_INTERVAL_S": str(max(30, job_ttl_s // 2)),
+            }
+            if job_ttl_s
+            else {}
+        )
         self.redis = RedisServer(tmp / "redis", appendonly=True)
         # An hour of calls: the server keeps no history of them (the ledger counts what it needs).
         self.llm = ScriptedLLM(latency_s=llm_latency_s, record=False)
@@ -304,7 +316,7 @@ class Stack:
             )  # fmt: skip
 
     def start_retriever(self) -> None:
-        env = {**self.base_env, "PARLEY_RETRIEVER_DATA_DIR": str(self.tmp / "index")}
+        env = {**self.base_env, **self.pool_retention, "PARLEY_RETRIEVER_DATA_DIR": str(self.tmp / "index")}
         args = [sys.executable, "-m", "parley_cli", "retriever", "--host", "127.0.0.1"]
         args += ["--port", str(self.retriever_port)]
         self.retriever = start_process(args, env, self.tmp / "retriever.log")
@@ -962,6 +974,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -984,7 +1000,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--job-ttl-s",
         type=int,
         default=None,
-        help="retention (PARLEY_JOB_TTL_S) for gateway and workers, at least 60; unset: their default",
+        help="retention (PARLEY_JOB_TTL_S) for gateway and workers, and the retriever's pool TTL, "
+        "at least 60; unset: their defaults",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "soak")
     args = parser.parse_args(argv)
@@ -993,6 +1010,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="parley-soak-"))
     soak = Soak(args, tmp)
+    # A SIGTERM (a supervisor, `kill`) ends the run through the finally below, so the service
+    # processes it started are stopped rather than left behind.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         report = soak.run()
     finally:
