@@ -296,12 +296,21 @@ def default_prompt_style(setting: str, *, api: bool) -> str:
     model answers reliably with. The embedded models (packaged or a local GGUF) read the papers'
     free-text prompts badly (64 % of the 1.5B's debater replies unreadable against 0.5 % robust,
     docs/benchmarks-and-reports.md), so an evaluation at the papers' wording would measure the prompt
-    format more than the protocols; a configured endpoint or the gateway keeps the papers' wording."""
+    format more than the protocols. An endpoint whose model is one of the packaged models (served by
+    ``parley llm serve`` or an evaluation's own server, named by its registry name or an old alias)
+    gets robust too: the style follows the model, not where it runs. Any other endpoint, and the
+    gateway, keep the papers' wording."""
     if setting != "auto":
         return setting
+    from services.model_registry import ALIASES, MODELS
     from services.settings import LLMSettings
 
-    return "paper" if api or LLMSettings().base_url else "robust"
+    llm = LLMSettings()
+    if api:
+        return "paper"
+    if llm.base_url is None:
+        return "robust"
+    return "robust" if llm.model.strip() in MODELS or llm.model.strip() in ALIASES else "paper"
 
 
 def _check_choices(*, on_error: str, primary: str) -> None:

@@ -31,8 +31,9 @@ class EvalSettings(ParleySettings):
     prompt_style: Literal["auto", "paper", "robust"] = Field(
         default="auto",
         description="prompt style of runs that name none (no --prompt-styles, --set prompt_style or "
-        "preset): auto = robust on the embedded models (what they answer reliably with), the papers' "
-        "wording on a configured endpoint or the gateway",
+        "preset): auto = robust on the embedded models (what they answer reliably with; also an endpoint "
+        "whose PARLEY_LLM_MODEL names a packaged model), the papers' wording on any other endpoint or "
+        "the gateway",
     )
     bootstrap_samples: int = Field(default=10_000, ge=100)
     bootstrap_seed: int = 0

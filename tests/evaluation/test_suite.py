@@ -220,7 +220,13 @@ def test_eval_uses_the_style_each_model_answers_reliably_with(monkeypatch: pytes
     assert default_prompt_style("auto", api=True) == "paper"  # the gateway: its own configuration
     assert default_prompt_style("paper", api=False) == "paper"
     monkeypatch.setenv("PARLEY_LLM_BASE_URL", "http://gpu-box:8000/v1")
+    monkeypatch.setenv("PARLEY_LLM_MODEL", "Qwen/Qwen2.5-72B-Instruct")
     assert default_prompt_style("auto", api=False) == "paper"  # a configured endpoint
+    # the same packaged model served elsewhere (`parley llm serve`) keeps the style it reads reliably
+    monkeypatch.setenv("PARLEY_LLM_MODEL", "qwen2.5-coder-1.5b")
+    assert default_prompt_style("auto", api=False) == "robust"
+    monkeypatch.setenv("PARLEY_LLM_MODEL", "qwen2.5-0.5b")  # an old alias names it too
+    assert default_prompt_style("auto", api=False) == "robust"
     specs = plan_runs(["madke", "single"], None, {}, default_style="robust")
     assert [(s.label, s.prompt_style) for s in specs] == [("madke", "robust"), ("single", "robust")]
     assert specs[0].config["judge"] == "auto"  # resolves to both with the robust style
