@@ -56,6 +56,19 @@ class PassageStore(Protocol):
     def dim(self) -> int | None: ...
     def count(self) -> int: ...
     def upsert(self, ids: Sequence[str], vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None: ...
+    def compact(self) -> None:
+        """Reclaim the space of deleted points. An Edge shard has no background optimizer: a delete only
+        marks its points, so a shard that keeps deleting (the pools' sweeps) would grow on disk and in
+        memory with every point it ever held. Qdrant's vacuum rewrites only segments whose deleted share
+        is above its threshold, so a compaction after a small sweep is cheap."""
+        with self._lock:
+            if self._shard is not None:
+                try:
+                    self._shard.optimize()
+                    self._shard.flush()
+                except Exception as exc:
+                    raise storage_error(exc, str(self.path)) from exc
+
     def delete_corpus(self, corpus: str) -> None: ...
     def flush(self) -> None: ...
     def finish(self) -> None: ...
@@ -257,6 +270,19 @@ class EdgePassageStore:
                 self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
         return n
 
+    def compact(self) -> None:
+        """Reclaim the space of deleted points. An Edge shard has no background optimizer: a delete only
+        marks its points, so a shard that keeps deleting (the pools' sweeps) would grow on disk and in
+        memory with every point it ever held. Qdrant's vacuum rewrites only segments whose deleted share
+        is above its threshold, so a compaction after a small sweep is cheap."""
+        with self._lock:
+            if self._shard is not None:
+                try:
+                    self._shard.optimize()
+                    self._shard.flush()
+                except Exception as exc:
+                    raise storage_error(exc, str(self.path)) from exc
+
     def delete_corpus(self, corpus: str) -> None:
         """Drop every passage of ``corpus`` (a rebuild replaces the corpus as a whole)."""
         import qdrant_edge as qe
@@ -277,13 +303,7 @@ class EdgePassageStore:
 
     def finish(self) -> None:
         """Build the HNSW graph and int8 codes (Qdrant's optimizer; minutes at a million passages)."""
-        with self._lock:
-            if self._shard is not None:
-                try:
-                    self._shard.optimize()
-                    self._shard.flush()
-                except Exception as exc:
-                    raise storage_error(exc, str(self.path)) from exc
+        self.compact()
 
     def disk_bytes(self) -> int | None:
         return dir_size(self.path)
@@ -358,6 +378,19 @@ class ServerPassageStore:
             for pid, vec, pl in zip(ids, np.asarray(vectors, dtype=np.float32), payloads, strict=True)
         ]
         self._client.upsert(self.name, points=points, wait=True)
+
+    def compact(self) -> None:
+        """Reclaim the space of deleted points. An Edge shard has no background optimizer: a delete only
+        marks its points, so a shard that keeps deleting (the pools' sweeps) would grow on disk and in
+        memory with every point it ever held. Qdrant's vacuum rewrites only segments whose deleted share
+        is above its threshold, so a compaction after a small sweep is cheap."""
+        with self._lock:
+            if self._shard is not None:
+                try:
+                    self._shard.optimize()
+                    self._shard.flush()
+                except Exception as exc:
+                    raise storage_error(exc, str(self.path)) from exc
 
     def delete_corpus(self, corpus: str) -> None:
         from qdrant_client.http import models as qm

@@ -219,7 +219,11 @@ class PoolStore:
     def sweep(self, *, now: float | None = None) -> int:
         """Delete every point (items, headers, cache entries) older than the TTL; returns the count."""
         now = time.time() if now is None else now
-        return self.store.delete_where_less("created_at", now - self.ttl_s)
+        deleted = self.store.delete_where_less("created_at", now - self.ttl_s)
+        if deleted:
+            # Deleted points keep their space until a vacuum (an embedded shard runs none by itself).
+            self.store.compact()
+        return deleted
 
 
 class PoolService:

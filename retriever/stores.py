@@ -21,6 +21,7 @@ class PoolBackend(Protocol):
     def upsert(self, ids: Sequence[str], vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None: ...
     def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[Hit]: ...
     def delete_where_less(self, field: str, value: float) -> int: ...
+    def compact(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -42,6 +43,9 @@ class ServerPoolCollection:
 
     def delete_where_less(self, field: str, value: float) -> int:
         return self.store.delete_where_less(self.name, field, value)
+
+    def compact(self) -> None:
+        """Nothing to do: a Qdrant server's own optimizer vacuums deleted points in the background."""
 
     def close(self) -> None:
         self.store.close()
