@@ -56,19 +56,6 @@ class PassageStore(Protocol):
     def dim(self) -> int | None: ...
     def count(self) -> int: ...
     def upsert(self, ids: Sequence[str], vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None: ...
-    def compact(self) -> None:
-        """Reclaim the space of deleted points. An Edge shard has no background optimizer: a delete only
-        marks its points, so a shard that keeps deleting (the pools' sweeps) would grow on disk and in
-        memory with every point it ever held. Qdrant's vacuum rewrites only segments whose deleted share
-        is above its threshold, so a compaction after a small sweep is cheap."""
-        with self._lock:
-            if self._shard is not None:
-                try:
-                    self._shard.optimize()
-                    self._shard.flush()
-                except Exception as exc:
-                    raise storage_error(exc, str(self.path)) from exc
-
     def delete_corpus(self, corpus: str) -> None: ...
     def flush(self) -> None: ...
     def finish(self) -> None: ...
@@ -378,19 +365,6 @@ class ServerPassageStore:
             for pid, vec, pl in zip(ids, np.asarray(vectors, dtype=np.float32), payloads, strict=True)
         ]
         self._client.upsert(self.name, points=points, wait=True)
-
-    def compact(self) -> None:
-        """Reclaim the space of deleted points. An Edge shard has no background optimizer: a delete only
-        marks its points, so a shard that keeps deleting (the pools' sweeps) would grow on disk and in
-        memory with every point it ever held. Qdrant's vacuum rewrites only segments whose deleted share
-        is above its threshold, so a compaction after a small sweep is cheap."""
-        with self._lock:
-            if self._shard is not None:
-                try:
-                    self._shard.optimize()
-                    self._shard.flush()
-                except Exception as exc:
-                    raise storage_error(exc, str(self.path)) from exc
 
     def delete_corpus(self, corpus: str) -> None:
         from qdrant_client.http import models as qm
