@@ -86,6 +86,7 @@ LLM_TIMEOUT_S = 4.0
 # >= 60 s).
 SETTLE_S = LLM_TIMEOUT_S + 12
 HARNESS = "harness"  # this process's column: not a service
+ANON = " anon"  # a sample's key for a process's anonymous memory (RssAnon): "<name> anon"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -426,14 +427,16 @@ def descendants(pid: int) -> set[int]:
     return pids
 
 
-def rss_mb(pid: int, *, tree: bool = True) -> float:
-    """Resident memory of ``pid`` and (``tree``) every process below it, in MB."""
+def rss_mb(pid: int, *, tree: bool = True, field: str = "VmRSS") -> float:
+    """Resident memory of ``pid`` and (``tree``) every process below it, in MB: ``VmRSS`` (all of it)
+    or ``RssAnon`` (the anonymous part: heaps, not the pages of mapped files such as a model's weights
+    or a Qdrant shard's write-ahead log, which the kernel can drop and read again)."""
     pids = descendants(pid) if tree else {pid}
     total = 0
     for p in pids:
         try:
             for line in (Path("/proc") / str(p) / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     total += int(line.split()[1])
         except OSError:
             continue
@@ -490,6 +493,8 @@ class Soak:
             row: dict[str, Any] = {"t": round(time.monotonic() - self.ledger.t0, 1)}
             for name, pid in self.stack.processes().items():
                 row[name] = round(rss_mb(pid, tree=name != HARNESS), 1) if pid else None
+                anon = rss_mb(pid, tree=name != HARNESS, field="RssAnon") if pid else None
+                row[f"{name}{ANON}"] = None if anon is None else round(anon, 1)
             try:
                 client = self.stack.redis.client()
                 info = client.info("memory")
@@ -775,6 +780,9 @@ class Soak:
                     "p50_ms": _pct(lat, 50),
                     "p99_ms": _pct(lat, 99),
                     "rss_mb": {name: _last([r.get(name) for r in rows]) for name in self.stack.processes()},
+                    "anon_mb": {
+                        name: _last([r.get(f"{name}{ANON}") for r in rows]) for name in self.stack.processes()
+                    },
                     "redis_used_mb": _last([r.get("redis_used_mb") for r in rows]),
                     "redis_keys": _last([r.get("redis_keys") for r in rows]),
                 }
@@ -789,6 +797,9 @@ class Soak:
             # The issue's yardstick: each process's RSS and Redis memory against their level after the
             # first window (its last sample), the largest move in any later window.
             "drift_after_first_window_pct": _drift(windows),
+            # The same for anonymous memory alone: a leak shows here; mapped files (a model's weights, a
+            # shard's rotating write-ahead log) move VmRSS without being the process's to free.
+            "anon_drift_after_first_window_pct": _drift(windows, "anon_mb"),
             "jobs": {
                 "submitted": len(jobs),
                 "completed": statuses["completed"],
@@ -822,13 +833,14 @@ class Soak:
         }
 
 
-def _drift(windows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Per process (and Redis used memory): the largest change in any later window from the first
-    window's level, in percent; None where a level is missing."""
+def _drift(windows: list[dict[str, Any]], measure: str = "rss_mb") -> dict[str, float | None]:
+    """Per process (and, for RSS, Redis used memory): the largest change in any later window from the
+    first window's level, in percent; None where a level is missing."""
     if not windows:
         return {}
-    series = {name: [w["rss_mb"].get(name) for w in windows] for name in windows[0]["rss_mb"]}
-    series["redis_used_mb"] = [w["redis_used_mb"] for w in windows]
+    series = {name: [w[measure].get(name) for w in windows] for name in windows[0][measure]}
+    if measure == "rss_mb":
+        series["redis_used_mb"] = [w["redis_used_mb"] for w in windows]
     out: dict[str, float | None] = {}
     for name, values in series.items():
         base, later = values[0], [v for v in values[1:] if v is not None]
@@ -929,6 +941,17 @@ def markdown(report: dict[str, Any], command: str) -> str:
             "service; its ledger grows with the jobs by design"
             + (f" (harness {drift.get(HARNESS)} %)." if drift.get(HARNESS) is not None else "."),
         ]
+        anon = report.get("anon_drift_after_first_window_pct") or {}
+        last = report["windows"][-1].get("anon_mb") or {}
+        anon_moved = ", ".join(
+            f"{n} {anon.get(n)} % (last window {last.get(n)} MB)" for n in names if anon.get(n) is not None
+        )
+        if anon_moved:
+            lines += [
+                "",
+                f"Anonymous memory alone (RssAnon: heaps, not the pages of mapped files), largest move after "
+                f"the first window: {anon_moved}.",
+            ]
     lines += ["", "| fault | n | recovery median s | recovery max s |", "|---|---|---|---|"]
     for kind, r in report["recovery_s_by_fault"].items():
         lines.append(f"| {kind} | {r['n']} | {r['median']} | {r['max']} |")

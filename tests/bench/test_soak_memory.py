@@ -1,0 +1,23 @@
+"""The soak's memory readings: all of a process's resident memory and its anonymous part, and the
+largest move after the first window for each."""
+
+from __future__ import annotations
+
+import os
+
+from bench.soak import _drift, rss_mb
+
+
+def test_anonymous_memory_is_read_and_is_part_of_the_resident_set() -> None:
+    total = rss_mb(os.getpid(), tree=False)
+    anon = rss_mb(os.getpid(), tree=False, field="RssAnon")
+    assert 0 < anon <= total
+
+
+def test_drift_is_measured_on_either_reading() -> None:
+    windows = [
+        {"rss_mb": {"retriever": 900.0}, "anon_mb": {"retriever": 600.0}, "redis_used_mb": 20.0},
+        {"rss_mb": {"retriever": 990.0}, "anon_mb": {"retriever": 606.0}, "redis_used_mb": 21.0},
+    ]
+    assert _drift(windows) == {"retriever": 10.0, "redis_used_mb": 5.0}
+    assert _drift(windows, "anon_mb") == {"retriever": 1.0}
