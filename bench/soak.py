@@ -427,20 +427,23 @@ def descendants(pid: int) -> set[int]:
     return pids
 
 
-def rss_mb(pid: int, *, tree: bool = True, field: str = "VmRSS") -> float:
-    """Resident memory of ``pid`` and (``tree``) every process below it, in MB: ``VmRSS`` (all of it)
-    or ``RssAnon`` (the anonymous part: heaps, not the pages of mapped files such as a model's weights
-    or a Qdrant shard's write-ahead log, which the kernel can drop and read again)."""
+def memory_mb(pid: int, *, tree: bool = True) -> tuple[float, float]:
+    """Resident memory of ``pid`` and (``tree``) every process below it, in MB, read in one pass over
+    their ``/proc/<pid>/status``: all of it (``VmRSS``) and its anonymous part (``RssAnon``: heaps, not
+    the pages of mapped files such as a model's weights or a Qdrant shard's write-ahead log, which the
+    kernel can drop and read again)."""
     pids = descendants(pid) if tree else {pid}
-    total = 0
+    rss = anon = 0
     for p in pids:
         try:
             for line in (Path("/proc") / str(p) / "status").read_text().splitlines():
-                if line.startswith(f"{field}:"):
-                    total += int(line.split()[1])
+                if line.startswith("VmRSS:"):
+                    rss += int(line.split()[1])
+                elif line.startswith("RssAnon:"):
+                    anon += int(line.split()[1])
         except OSError:
             continue
-    return total / 1024
+    return rss / 1024, anon / 1024
 
 
 # --------------------------------------------------------------------------------------------------
@@ -492,8 +495,8 @@ class Soak:
         while not self.stop.wait(self.args.sample_every):
             row: dict[str, Any] = {"t": round(time.monotonic() - self.ledger.t0, 1)}
             for name, pid in self.stack.processes().items():
-                row[name] = round(rss_mb(pid, tree=name != HARNESS), 1) if pid else None
-                anon = rss_mb(pid, tree=name != HARNESS, field="RssAnon") if pid else None
+                rss, anon = memory_mb(pid, tree=name != HARNESS) if pid else (None, None)
+                row[name] = None if rss is None else round(rss, 1)
                 row[f"{name}{ANON}"] = None if anon is None else round(anon, 1)
             try:
                 client = self.stack.redis.client()

@@ -5,7 +5,7 @@ an encyclopaedia would (query2doc / HyDE); the retriever then searches for the q
 them. On 100 dev questions with the embedded Qwen2.5-Coder-1.5B this put the answer into more pools
 (answer-in-pool@5 0.340 → 0.430, paired bootstrap 95 % CI of the difference [+0.020, +0.160]) for
 about 65 prompt + 27 completion tokens per question (``reports/query-rewrite/bench.md``). RAG's answers on
-140 dev questions moved the same way but within noise (+0.043, 95 % CI [-0.021, +0.107],
+200 dev questions moved the same way but within noise (+0.040, 95 % CI [-0.015, +0.095],
 ``reports/rag-passage``), so ``question`` stays the default.
 
 The call is one of the debate's own: it goes through a ``DebateContext`` (over an empty pool), so it

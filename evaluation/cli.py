@@ -305,12 +305,11 @@ def default_prompt_style(setting: str, *, api: bool) -> str:
     from services.model_registry import ALIASES, MODELS
     from services.settings import LLMSettings
 
-    llm = LLMSettings()
     if api:
         return "paper"
-    if llm.base_url is None:
-        return "robust"
-    return "robust" if llm.model.strip() in MODELS or llm.model.strip() in ALIASES else "paper"
+    llm = LLMSettings()
+    served = llm.model.strip()
+    return "robust" if llm.base_url is None or served in MODELS or served in ALIASES else "paper"
 
 
 def _check_choices(*, on_error: str, primary: str) -> None:
