@@ -52,11 +52,23 @@ def parse_compare(value: str | None) -> list[tuple[str, str]]:
     return pairs
 
 
+def _read_config_file(path: str) -> str:
+    """A ``--config`` that is not inline JSON names a file; one that cannot be read is said so (an
+    inline value is told apart by its bracket, so a long one is never taken for a file name)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise typer.BadParameter(
+            f"neither a JSON object nor a readable JSON file: {reason}", param_hint="--config"
+        ) from None
+
+
 def parse_config(config: str | None, sets: list[str] | None) -> dict[str, Any]:
     """Base ``DebateConfig`` fields from a JSON file or inline JSON, then ``--set key=value`` overrides."""
     base: dict[str, Any] = {}
     if config:
-        text = Path(config).read_text(encoding="utf-8") if Path(config).is_file() else config
+        text = config if config.lstrip()[:1] in ("{", "[") else _read_config_file(config)
         try:
             loaded = json.loads(text)
         except json.JSONDecodeError as exc:

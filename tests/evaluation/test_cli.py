@@ -215,3 +215,25 @@ def test_cli_refuses_a_bad_setting_without_a_traceback(nq_dataset: Path, tmp_pat
     assert "invalid setting" in result.output
     assert "embedded_server" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.unit
+def test_config_takes_a_long_inline_object_a_file_or_says_what_is_wrong(tmp_path: Path) -> None:
+    """An inline object longer than a file name may be (a run's whole configuration) is JSON, not a path."""
+    import typer
+
+    from evaluation.cli import parse_config
+
+    whole = {"agents": 2, "judge": "auto", "mallm": {"decision": "majority"}, "note": "x" * 400}
+    assert parse_config(json.dumps(whole), ["k_wiki=10"]) == {**whole, "k_wiki": 10}
+    saved = tmp_path / "config.json"
+    saved.write_text(json.dumps({"rounds": 2}), encoding="utf-8")
+    assert parse_config(str(saved), None) == {"rounds": 2}
+    for bad, says in (
+        (str(tmp_path / "missing.json"), "No such file"),
+        ("x" * 400, "File name too long"),
+        ('{"agents": 2', "not a JSON file or JSON object"),
+        ("[1, 2]", "must be a JSON object"),
+    ):
+        with pytest.raises(typer.BadParameter, match=says):
+            parse_config(bad, None)
