@@ -18,7 +18,10 @@ protocol's configuration is then taken from that folder's run, so every size dif
 Reported per protocol and size: accuracy (the evaluation's primary metric, ``contains`` by default) with
 its 95 % bootstrap CI, the paired difference against the smallest size over the questions both finished
 (95 % CI; "may be noise" when it contains 0), tokens, calls and seconds per question and the mean number
-of pool items the agents saw. Writes ``pool_size.json``, ``pool_size.md`` and ``pool_size.png``.
+of pool items the agents saw, the share of pools that held a gold answer (a SQuAD-normalised alias
+occurs in a pool item: what the agents could have found) and the accuracy on those questions (how
+well the model reads what it was given). Writes ``pool_size.json``, ``pool_size.md``
+and ``pool_size.png``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.retrieval_bench import has_answer
 from engine.config import HONOURED, DebateConfig
 from evaluation import metrics
 from evaluation.report import compare_runs
@@ -194,7 +198,10 @@ def summarize(
                 [r.scores.correct for r in ok if r.scores], samples=samples, seed=seed
             )
             transcripts = ws.load_transcripts(protocol)
-            pools = [len(transcripts[r.id].pool.items) for r in ok if r.id in transcripts]
+            seen = [(r, transcripts[r.id].pool) for r in ok if r.id in transcripts]
+            pools = [len(pool.items) for _, pool in seen]
+            # Whether the pool held a gold answer at all: what the agents could have found.
+            held = [has_answer([i.text for i in pool.items], list(r.gold)) for r, pool in seen]
             rows.append(
                 {
                     "protocol": protocol,
@@ -212,6 +219,13 @@ def summarize(
                     "calls_per_q": metrics.mean(r.calls for r in ok) if ok else None,
                     "seconds_per_q": metrics.mean(r.seconds for r in ok) if ok else None,
                     "pool_items": metrics.mean(pools) if pools else None,
+                    "answer_in_pool": metrics.mean(float(h) for h in held) if held else None,
+                    # How well the model reads: accuracy on the questions whose pool held the answer.
+                    "accuracy_when_held": metrics.mean(
+                        r.scores.correct for (r, _), h in zip(seen, held, strict=True) if h and r.scores
+                    )
+                    if any(held)
+                    else None,
                 }
             )
         labels = list(results)
@@ -237,14 +251,15 @@ def render(report: dict[str, Any], command: str) -> str:
         f"bootstrap over questions. {report.get('machine', '')} Command: `{command}`",
         "",
         "| protocol | pool size | n | failed | accuracy % | 95 % CI | tokens/q | calls/q | s/q | pool items "
-        "| folder |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| answer in pool % | accuracy % when in pool | folder |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
         lines.append(
             f"| {r['protocol']} | {r['size']} | {r['n']} | {r['failed']} | {_pct(r['accuracy'])} "
             f"| [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {_num(r['tokens_per_q'], 0)} "
             f"| {_num(r['calls_per_q'], 1)} | {_num(r['seconds_per_q'], 1)} | {_num(r['pool_items'], 1)} "
+            f"| {_pct(r['answer_in_pool'])} | {_pct(r['accuracy_when_held'])} "
             f"| {r['folder']}{' (reused)' if r['reused'] else ''} |"
         )
     lines += [

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from bench.pool_size import main
+from engine.result import DebateResult, Usage
 from evaluation.datasets import Item
 from evaluation.metrics import paired_bootstrap
 from evaluation.scoring import Scores
 from evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
+from services.knowledge import KnowledgeItem, KnowledgePool
 
 pytestmark = pytest.mark.unit
 
@@ -51,8 +53,30 @@ def write_folder(root: Path, *, size: int, runs: dict[str, list[float]], primary
                     completion_tokens=10,
                     seconds=2.0,
                     calls=1,
-                )
+                ),
+                transcript(size, holds_answer=i < HELD[size]),
             )
+
+
+# Questions whose pool holds the gold answer "x": more of them in larger pools.
+HELD = {5: 12, 10: 20, 15: 24}
+
+
+def transcript(size: int, *, holds_answer: bool) -> DebateResult:
+    texts = ["the answer is x" if holds_answer and n == size else f"passage {n}" for n in range(1, size + 1)]
+    items = [KnowledgeItem(n=n, source="wikipedia", title=f"t{n}", text=t) for n, t in enumerate(texts, 1)]
+    return DebateResult(
+        question="q",
+        protocol="rag",
+        answer="x",
+        answer_source="single answer",
+        rounds=1,
+        consensus=True,
+        pool=KnowledgePool(pool_id="p", question="q", items=items),
+        transcript=[],
+        usage=Usage(calls=1, prompt_tokens=100 * size, completion_tokens=10),
+        usage_by_role={},
+    )
 
 
 RAG = {5: [1.0] * 6 + [0.0] * 24, 10: [1.0] * 12 + [0.0] * 18, 15: [1.0] * 3 + [0.0] * 27}
@@ -108,6 +132,9 @@ def test_the_study_runs_what_is_missing_like_the_reused_run_and_reports_paired_c
         assert row["n"] == N and row["accuracy"] == pytest.approx(sum(values) / N)
         assert row["tokens_per_q"] == pytest.approx(100 * size + 10)
         assert row["ci_low"] < row["accuracy"] < row["ci_high"]
+        assert row["pool_items"] == size and row["answer_in_pool"] == pytest.approx(HELD[size] / N)
+        # right on the first questions, whose pools hold the answer: accuracy among those held
+        assert row["accuracy_when_held"] == pytest.approx(min(sum(values), HELD[size]) / HELD[size])
     diffs = {(c["protocol"], c["b"]): c for c in report["comparisons"]}
     assert set(diffs) == {("rag", "k10"), ("rag", "k15"), ("madke", "k10"), ("madke", "k15")}
     rag10 = diffs[("rag", "k10")]
