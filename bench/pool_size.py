@@ -42,7 +42,7 @@ from engine.config import HONOURED, DebateConfig
 from evaluation import metrics
 from evaluation.report import compare_runs
 from evaluation.store import RunSpec, Workspace
-from evaluation.suite import accuracy_ci
+from evaluation.suite import accuracy_ci, cost_per_question
 
 Runner = Callable[[Sequence[str]], int]
 
@@ -138,14 +138,16 @@ def eval_command(
 
 
 def run_study(
-    args: argparse.Namespace, folders: Sequence[SizeFolder], protocols: Sequence[str], runner: Runner
+    args: argparse.Namespace,
+    folders: Sequence[SizeFolder],
+    protocols: Sequence[str],
+    bases: dict[str, dict[str, Any]],
+    runner: Runner,
 ) -> None:
-    """Every protocol at every size not reused, protocol by protocol, smallest size first."""
+    """Every protocol at every size not reused, protocol by protocol, smallest size first; ``bases``
+    holds each protocol's configuration in the reused folder (none: the evaluation's defaults)."""
     for protocol in protocols:
-        base = next(
-            (reused_run(f, protocol, args.primary).config for f in folders if f.reused),
-            None,
-        )
+        base = bases.get(protocol)
         for f in folders:
             if f.reused:
                 continue
@@ -190,7 +192,8 @@ def summarize(
             primary = primary or manifest.primary
             ids = [it.id for it in ws.load_items()][:limit]
             order = order or ids
-            got = {i: r for i, r in ws.load_results(protocol).items() if i in set(ids)}
+            wanted = set(ids)
+            got = {i: r for i, r in ws.load_results(protocol).items() if i in wanted}
             label = f"k{f.size}"
             results[label] = got
             ok = [r for r in got.values() if r.status == "ok" and r.scores is not None]
@@ -213,11 +216,7 @@ def summarize(
                     "accuracy": acc,
                     "ci_low": low,
                     "ci_high": high,
-                    "tokens_per_q": metrics.mean(r.prompt_tokens + r.completion_tokens for r in ok)
-                    if ok
-                    else None,
-                    "calls_per_q": metrics.mean(r.calls for r in ok) if ok else None,
-                    "seconds_per_q": metrics.mean(r.seconds for r in ok) if ok else None,
+                    **cost_per_question(ok),
                     "pool_items": metrics.mean(pools) if pools else None,
                     "answer_in_pool": metrics.mean(float(h) for h in held) if held else None,
                     # How well the model reads: accuracy on the questions whose pool held the answer.
@@ -353,12 +352,14 @@ def main(argv: Sequence[str] | None = None, runner: Runner = _subprocess_runner)
         sizes = parse_sizes(args.sizes)
         protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
         folders = plan(args.out, sizes, parse_reuse(args.reuse, sizes))
+        # Every reused folder is checked before anything runs; the first one configures the new runs.
+        bases: dict[str, dict[str, Any]] = {}
         for f in folders:
             if f.reused:
                 for protocol in protocols:
-                    reused_run(f, protocol, args.primary)
+                    bases.setdefault(protocol, reused_run(f, protocol, args.primary).config)
         if not args.report_only:
-            run_study(args, folders, protocols, runner)
+            run_study(args, folders, protocols, bases, runner)
     except StudyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

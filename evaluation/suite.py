@@ -213,6 +213,17 @@ def accuracy_ci(values: Sequence[float], *, samples: int, seed: int) -> tuple[fl
     return ci.diff, ci.low, ci.high
 
 
+def cost_per_question(ok: Sequence[ResultRecord]) -> dict[str, float | None]:
+    """Tokens, seconds and calls per finished question (None where none finished)."""
+    if not ok:
+        return {"tokens_per_q": None, "seconds_per_q": None, "calls_per_q": None}
+    return {
+        "tokens_per_q": metrics.mean(r.prompt_tokens + r.completion_tokens for r in ok),
+        "seconds_per_q": metrics.mean(r.seconds for r in ok),
+        "calls_per_q": metrics.mean(r.calls for r in ok),
+    }
+
+
 def _ok(results: dict[str, ResultRecord]) -> list[ResultRecord]:
     return [r for r in results.values() if r.status == "ok" and r.scores is not None]
 
@@ -253,11 +264,7 @@ def write_suite_report(
                 "accuracy": acc,
                 "ci_low": low,
                 "ci_high": high,
-                "tokens_per_q": metrics.mean(r.prompt_tokens + r.completion_tokens for r in ok)
-                if ok
-                else None,
-                "seconds_per_q": metrics.mean(r.seconds for r in ok) if ok else None,
-                "calls_per_q": metrics.mean(r.calls for r in ok) if ok else None,
+                **cost_per_question(ok),
                 "unparseable": unparseable_share(rates),
                 "parse_errors": rates,
                 "pool_items": metrics.mean(pools) if pools else None,
