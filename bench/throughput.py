@@ -28,7 +28,10 @@ Full measurement (hours on a small CPU):
         --servers xllamacpp,native --out reports/throughput
 
 ``--llm-url`` runs against a server you started (any OpenAI-compatible one; ``S`` is then only what
-the worker assumes, and ``--servers`` is ignored).
+the worker assumes, and ``--servers`` is ignored); ``--llm-url compiled=URL1,prebuilt=URL2`` runs the
+same settings against each labelled server in turn, side by side in one report (the ``llm`` image
+with its compiled server and with ``PARLEY_LLM_EMBEDDED_SERVER=xllamacpp``, say). The CPU of a server
+started elsewhere is not measured (``-``).
 """
 
 from __future__ import annotations
@@ -177,11 +180,29 @@ def start_llm(
         time.sleep(0.5)
 
 
+def llm_urls(spec: str | None) -> dict[str, str]:
+    """``--llm-url``: one URL (labelled ``external``) or ``LABEL=URL,...``, in order."""
+    if not spec:
+        return {}
+    if "=" not in spec:
+        return {"external": spec}
+    urls: dict[str, str] = {}
+    for part in spec.split(","):
+        label, sep, url = part.partition("=")
+        if not sep or not label.strip() or not url.strip().startswith(("http://", "https://")):
+            raise ValueError(f"--llm-url: {part!r} is not LABEL=http(s)://URL")
+        if label.strip() in urls:
+            raise ValueError(f"--llm-url: the label {label.strip()!r} is given twice")
+        urls[label.strip()] = url.strip()
+    return urls
+
+
 def run_setting(
     stack: Stack, args: argparse.Namespace, server: str, setting: Setting, items: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    llm = start_llm(stack, args, server, setting) if not args.llm_url else None
-    url = args.llm_url or llm.url  # type: ignore[union-attr]
+    external = llm_urls(args.llm_url)
+    llm = start_llm(stack, args, server, setting) if not external else None
+    url = external[server] if external else llm.url  # type: ignore[union-attr]
     env = worker_env(
         stack.redis.url,
         url,
@@ -249,7 +270,7 @@ def run_setting(
     cached = sum(p["cached_tokens"] for p in per_item)
     completion = sum(p["completion_tokens"] for p in per_item)
     return {
-        "server": server if not args.llm_url else "external",
+        "server": server,
         "setting": setting.name,
         "worker_processes": setting.workers,
         "slots": setting.slots,
@@ -264,7 +285,7 @@ def run_setting(
         "cached_share": round(cached / prompt, 3) if prompt else 0.0,
         "completion_tokens_per_s": round(completion / wall, 2),
         "calls_per_question": round(sum(p["calls"] for p in done) / max(1, len(done)), 1),
-        "server_cores": round((cpu1[0] - cpu0[0]) / wall, 2),
+        "server_cores": round((cpu1[0] - cpu0[0]) / wall, 2) if llm else None,
         "worker_cores": round((cpu1[1] - cpu0[1]) / wall, 2),
         "machine_cpu_use": round(busy / total, 3) if total else None,
         "accuracy_contains": round(ci.diff, 3),
@@ -304,12 +325,13 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for r in report["rows"]:
         d = r["accuracy_diff_vs_first"]
+        server_cores = "-" if r["server_cores"] is None else r["server_cores"]
         lines.append(
             f"| {r['server']} | {r['setting']} | {r['calls_in_flight_per_process']} | "
             f"{r['completed']}/{r['questions']} | {r['wall_s']} | {r['questions_per_hour']} | "
             f"{r['speedup_vs_first']} | {r['prompt_tokens_per_s']} ({r['evaluated_prompt_tokens_per_s']}, "
             f"{100 * r['cached_share']:.0f} %) | {r['completion_tokens_per_s']} | "
-            f"{r['server_cores']} / {r['worker_cores']} | {100 * (r['machine_cpu_use'] or 0):.0f} % | "
+            f"{server_cores} / {r['worker_cores']} | {100 * (r['machine_cpu_use'] or 0):.0f} % | "
             f"{r['accuracy_contains']:.3f} [{r['accuracy_ci95'][0]:.3f}, {r['accuracy_ci95'][1]:.3f}] | "
             f"{d['diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] |"
         )
@@ -360,14 +382,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--config", type=json.loads, default=CONFIG, help="the debate config (JSON)")
     parser.add_argument("--structured-output", default="json_schema")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="read timeout per LLM call")
-    parser.add_argument("--llm-url", default=None, help="an OpenAI-compatible server to use instead")
+    parser.add_argument(
+        "--llm-url",
+        default=None,
+        help="an OpenAI-compatible server to use instead, or LABEL=URL,... to compare several",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "throughput")
     args = parser.parse_args(argv)
     from services.embedded_llm import find_llama_server
 
     servers = [s for s in args.servers.split(",") if s]
     skipped = [s for s in servers if s == "native" and find_llama_server() is None]
-    servers = ["external"] if args.llm_url else [s for s in servers if s not in skipped]
+    try:
+        external = llm_urls(args.llm_url)
+    except ValueError as e:
+        parser.error(str(e))
+    servers = list(external) if external else [s for s in servers if s not in skipped]
     items = load_items(args.dataset, args.pools, args.questions)
     tmp = Path(tempfile.mkdtemp(prefix="parley-throughput-"))
     stack = Stack(tmp)

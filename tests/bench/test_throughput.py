@@ -47,6 +47,42 @@ def test_a_tiny_batch_through_the_service_with_a_scripted_llm(tmp_path: Path) ->
     assert (tmp_path / "throughput.png").stat().st_size > 1000
 
 
+def test_labelled_servers_run_side_by_side_each_getting_its_own_calls(tmp_path: Path) -> None:
+    with (
+        ScriptedLLM(latency_s=0.02, default_reply="The answer is [one].") as fast,
+        ScriptedLLM(latency_s=0.3, default_reply="The answer is [one].") as slow,
+    ):
+        for llm in (fast, slow):
+            llm.on("[Yes]", "They agree. [Yes]")
+        report = main(
+            ["--questions", "2", "--settings", "1x2", "--llm-url",
+             f"compiled={fast.base_url},prebuilt={slow.base_url}",
+             "--config", json.dumps({"knowledge": "none", "rounds": 2}), "--structured-output", "off",
+             "--pools", str(tmp_path / "no-pools.jsonl"), "--out", str(tmp_path)]
+        )  # fmt: skip
+        served = (fast.served, slow.served)
+    rows = report["rows"]
+    assert [r["server"] for r in rows] == ["compiled", "prebuilt"]
+    assert all(r["completed"] == 2 for r in rows)
+    # Each label's batch went to its own server, the same number of calls each.
+    assert served[0] == served[1] > 0
+    assert rows[1]["questions_per_hour"] < rows[0]["questions_per_hour"]
+    assert rows[1]["speedup_vs_first"] < 1.0
+    # A server started elsewhere: its CPU is not measured, and the table says so.
+    assert rows[0]["server_cores"] is None
+    assert "| compiled | 1x2 | 2 | 2/2 |" in (tmp_path / "throughput.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "spec", ["compiled=http://a/v1,compiled=http://b/v1", "compiled=ftp://x", "=http://a/v1,b"]
+)
+def test_a_bad_list_of_servers_is_refused_before_anything_runs(spec: str, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--llm-url", spec, "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert not (tmp_path / "throughput.json").exists()
+
+
 @pytest.mark.llm
 @needs_redis
 def test_a_tiny_batch_on_the_embedded_model(tmp_path: Path) -> None:
