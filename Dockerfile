@@ -73,6 +73,35 @@ RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
       -r /tmp/requirements.txt \
  && find /opt/parley -name '__pycache__' -prune -exec rm -rf {} +
 
+# llama.cpp's own server for the `llm` target, compiled here (scripts/build_llama_server.sh
+# all-variants): one CPU backend per x86-64 level, the best loaded where the container starts, so the
+# image runs on any x86-64 host at that host's speed (2.45x the questions per hour of the prebuilt
+# xllamacpp server on an AVX-512 machine: docs/benchmarks-and-reports.md). Its inputs are the script
+# and the pinned llama.cpp source only, so a code change does not recompile it. The source is the
+# llama-cpp-python sdist, sha256-checked: wheelhouse/sdist (`make wheelhouse`) or PyPI.
+# LLAMA_CPU_VARIANTS builds fewer levels (faster; `haswell` alone serves any AVX2 CPU).
+FROM ${BASE_IMAGE} AS llama-server-build
+ARG APT_MIRROR
+ARG PIP_INDEX_URL
+ARG PIP_TRUSTED_HOST
+ARG PARLEY_OFFLINE=0
+ARG LLAMA_CPU_VARIANTS
+RUN if [ -n "$APT_MIRROR" ]; then \
+      sed -i "s|^URIs: .*/debian\$|URIs: $APT_MIRROR|" /etc/apt/sources.list.d/debian.sources; \
+    fi \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends g++ make cmake \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
+ && python3 -m venv /tmp/pip
+COPY scripts/build_llama_server.sh /src/
+RUN --mount=type=bind,source=wheelhouse/sdist,target=/sdist \
+    --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca; fi \
+ && mkdir -p /out/bin \
+ && LLAMA_CPP_SDIST_DIR=/sdist LLAMA_CPU_VARIANTS="$LLAMA_CPU_VARIANTS" \
+    bash /src/build_llama_server.sh /tmp/pip/bin/python /tmp/llama-cache /out/bin/llama-server all-variants \
+ && rm -rf /tmp/llama-cache
+
 # The runtime: the base image plus the virtualenv; no compiler, no pip cache, not root.
 FROM ${BASE_IMAGE} AS runtime-base
 ENV PATH=/opt/parley/bin:$PATH \
@@ -99,7 +128,7 @@ CMD ["api", "--host", "0.0.0.0", "--port", "8000"]
 
 # `docker build --target llm -t parley-llm .`: the same image with the embedded model and its server.
 FROM runtime-base AS llm
-# llama.cpp's server in the xllamacpp wheel links the OpenMP runtime (a library, not a compiler).
+# Both llama.cpp servers (the compiled one, xllamacpp's) link the OpenMP runtime (a library).
 ARG APT_MIRROR
 RUN if [ -n "$APT_MIRROR" ]; then \
       sed -i "s|^URIs: .*/debian\$|URIs: $APT_MIRROR|" /etc/apt/sources.list.d/debian.sources; \
@@ -108,6 +137,9 @@ RUN if [ -n "$APT_MIRROR" ]; then \
  && apt-get install -y --no-install-recommends libgomp1 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 COPY --from=builder-llm /opt/parley /opt/parley
+# bin/llama-server (a link) and libexec/llama-server: `parley llm serve` runs it
+# (PARLEY_LLM_EMBEDDED_SERVER=auto); PARLEY_LLM_EMBEDDED_SERVER=xllamacpp runs the prebuilt one.
+COPY --from=llama-server-build /out/ /opt/parley/
 USER parley
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=30 \

