@@ -37,6 +37,7 @@ started elsewhere is not measured (``-``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -180,6 +181,21 @@ def start_llm(
         time.sleep(0.5)
 
 
+def isolated_prompt_rate(url: str, model: str) -> float:
+    """The server's prompt evaluation rate on its own, just before the batch (no cache, one request:
+    ``bench.embedded_speed.throughput``), so the build's speed shows apart from what the batch adds:
+    decoding, cache hits, debates of other lengths."""
+    from bench.embedded_speed import throughput as prompt_rate
+    from services.llm_factory import build_role_models
+    from services.settings import LLMSettings
+
+    async def measure() -> float:
+        models = build_role_models(LLMSettings(), base_url=url, model=model, structured_output="off")
+        return float((await prompt_rate(models))["prompt_tokens_per_s"])
+
+    return asyncio.run(measure())
+
+
 def llm_urls(spec: str | None) -> dict[str, str]:
     """``--llm-url``: one URL (labelled ``external``) or ``LABEL=URL,...``, in order."""
     if not spec:
@@ -222,6 +238,7 @@ def run_setting(
         worker.start(timeout_s=120)
         time.sleep(1.0)
         assert worker.proc is not None
+        alone = isolated_prompt_rate(url, args.model or "local")
         cpu0 = (group_cpu_s(llm.pid) if llm else 0.0, group_cpu_s(worker.proc.pid), machine_busy())
         batch = [{**it, "id": f"{tag}-{it['id']}"} for it in items]
         with httpx.Client(base_url=stack.api, timeout=120) as client:
@@ -280,6 +297,7 @@ def run_setting(
         "wall_s": round(wall, 1),
         "questions_per_hour": round(len(done) / wall * 3600, 1),
         "seconds_per_question": round(wall / max(1, len(done)), 1),
+        "isolated_prompt_tokens_per_s": alone,
         "prompt_tokens_per_s": round(prompt / wall, 1),
         "evaluated_prompt_tokens_per_s": round((prompt - cached) / wall, 1),
         "cached_share": round(cached / prompt, 3) if prompt else 0.0,
@@ -319,9 +337,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"Command: `{report['command']}`",
         "",
         "| server | W x S | in flight / process | done | wall s | questions/h | × first | prompt tok/s "
-        "(evaluated, cached %) | completion tok/s | server / worker cores | CPU use | accuracy (95% CI) "
-        "| Δ accuracy vs first (95% CI) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "alone | prompt tok/s (evaluated, cached %) | completion tok/s | server / worker cores | CPU use "
+        "| accuracy (95% CI) | Δ accuracy vs first (95% CI) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
         d = r["accuracy_diff_vs_first"]
@@ -329,7 +347,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {r['server']} | {r['setting']} | {r['calls_in_flight_per_process']} | "
             f"{r['completed']}/{r['questions']} | {r['wall_s']} | {r['questions_per_hour']} | "
-            f"{r['speedup_vs_first']} | {r['prompt_tokens_per_s']} ({r['evaluated_prompt_tokens_per_s']}, "
+            f"{r['speedup_vs_first']} | {r.get('isolated_prompt_tokens_per_s', '-')} | "
+            f"{r['prompt_tokens_per_s']} ({r['evaluated_prompt_tokens_per_s']}, "
             f"{100 * r['cached_share']:.0f} %) | {r['completion_tokens_per_s']} | "
             f"{server_cores} / {r['worker_cores']} | {100 * (r['machine_cpu_use'] or 0):.0f} % | "
             f"{r['accuracy_contains']:.3f} [{r['accuracy_ci95'][0]:.3f}, {r['accuracy_ci95'][1]:.3f}] | "
@@ -337,8 +356,9 @@ def markdown(report: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "W x S: W worker processes (debates at once) and S server slots. Accuracy: contains-match; CIs "
-        "by bootstrap over the questions (paired for the difference).",
+        "W x S: W worker processes (debates at once) and S server slots. Prompt tok/s alone: the server's "
+        "prompt evaluation rate measured on its own just before the batch (no cache). Accuracy: "
+        "contains-match; CIs by bootstrap over the questions (paired for the difference).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -70,6 +70,8 @@ def test_labelled_servers_run_side_by_side_each_getting_its_own_calls(tmp_path: 
     assert rows[1]["speedup_vs_first"] < 1.0
     # A server started elsewhere: its CPU is not measured, and the table says so.
     assert rows[0]["server_cores"] is None
+    # Each server's prompt rate on its own is measured before its batch and reported beside it.
+    assert all(r["isolated_prompt_tokens_per_s"] > 0 for r in rows)
     assert "| compiled | 1x2 | 2 | 2/2 |" in (tmp_path / "throughput.md").read_text()
 
 
