@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from bench.gateway_bench import wait_http
 from parley_testing.scripted_llm import free_port
 
 PROMPTS = [
@@ -61,19 +62,11 @@ def run_variant(binary: Path, model: Path, extra: list[str], threads: int, log: 
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
     rows = []
     try:
+        try:
+            wait_http(f"http://127.0.0.1:{port}/health", timeout_s=180)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e} (llama-server exit code {proc.poll()}); see {log}") from e
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
-            deadline = time.monotonic() + 180
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"llama-server exited ({proc.returncode}); see {log}")
-                try:
-                    if client.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"llama-server did not come up; see {log}")
-                time.sleep(0.5)
             for text in PROMPTS:
                 body = {"messages": [{"role": "user", "content": text}], "max_tokens": 160,
                         "temperature": 0, "cache_prompt": False}  # fmt: skip
