@@ -27,6 +27,8 @@ arch=${4:-native}
 pinned_version=0.3.36
 version=${LLAMA_CPP_PYTHON_VERSION:-$pinned_version}
 pinned_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+# ggml's x86-64 CPU backend levels (ggml/src/CMakeLists.txt, GGML_CPU_ALL_VARIANTS), in its order.
+x86_levels="x64 sse42 sandybridge ivybridge piledriver haswell skylakex cannonlake cascadelake icelake cooperlake zen4 alderlake sapphirerapids"
 case "$arch" in
   native)
     cpu=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m) | sha256sum | cut -c1-12)
@@ -42,9 +44,9 @@ case "$arch" in
     cpu_flags=""
     native=OFF ;;
   all-variants)
-    # Every x86-64 level of ggml's list but sapphirerapids: its AMX kernels are chosen whenever CPUID
-    # reports AMX, and die on the VMs that report it without granting the tile state (see native).
-    variants=${LLAMA_CPU_VARIANTS:-x64 sse42 sandybridge ivybridge piledriver haswell skylakex cannonlake cascadelake icelake cooperlake zen4 alderlake}
+    # Every x86-64 level of ggml's list but sapphirerapids (the last): its AMX kernels are chosen
+    # whenever CPUID reports AMX, and die on the VMs that report it without granting the tile state.
+    variants=${LLAMA_CPU_VARIANTS:-${x86_levels% sapphirerapids}}
     built="$cache/llama-server-$version-all-variants-$(echo "$variants" | sha256sum | cut -c1-8)/llama-server"
     cpu_flags=""
     native=OFF ;;
@@ -88,8 +90,7 @@ if [ ! -x "$built" ]; then
   if [ "$arch" = all-variants ]; then
     # Shared libraries found beside the server ($ORIGIN), the CPU backends loaded at start. ggml's
     # list of x86-64 levels is cut to the chosen ones (every level is a dependency of ggml itself).
-    for v in x64 sse42 sandybridge ivybridge piledriver haswell skylakex cannonlake cascadelake icelake \
-      cooperlake zen4 alderlake sapphirerapids; do
+    for v in $x86_levels; do
       case " $variants " in
         *" $v "*) ;;
         *) sed -i -E "/ggml_add_cpu_backend_variant\($v[ )]/d" "$src/ggml/src/CMakeLists.txt" ;;

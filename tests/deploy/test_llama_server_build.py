@@ -110,4 +110,6 @@ def test_the_image_compiles_the_server_apart_from_the_code() -> None:
     # AMX is left out by default (chosen whenever CPUID reports it, fatal where the VM does not grant it).
     assert "sapphirerapids" not in DEFAULT_VARIANTS.split()
     script = SCRIPT.read_text()
-    assert f"variants=${{LLAMA_CPU_VARIANTS:-{DEFAULT_VARIANTS}}}" in script
+    assert f'x86_levels="{DEFAULT_VARIANTS} sapphirerapids"' in script
+    assert "variants=${LLAMA_CPU_VARIANTS:-${x86_levels% sapphirerapids}}" in script
+    # (that the default expands to DEFAULT_VARIANTS is shown by the cache key of the install test above)
