@@ -63,12 +63,17 @@ PROMPTS = {
 async def rewrite(client: httpx.AsyncClient, model: str, kind: str, question: str) -> dict[str, Any]:
     """One rewrite: its text, tokens and seconds."""
     template, max_tokens = PROMPTS[kind]
+    return await chat(client, model, template.format(question=question), max_tokens)
+
+
+async def chat(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """One user message at temperature 0 and the fixed seed: the reply's text, tokens and seconds."""
     t = time.perf_counter()
     resp = await client.post(
         "/chat/completions",
         json={
             "model": model,
-            "messages": [{"role": "user", "content": template.format(question=question)}],
+            "messages": [{"role": "user", "content": prompt}],
             "temperature": 0,
             "seed": SEED,
             "max_tokens": max_tokens,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,17 +21,28 @@ DEFAULT_VARIANTS = (
 
 
 def run(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """The script, offline unless a test says otherwise: a test that misses its cached build must
+    fail, not download llama.cpp and compile it for minutes. On a timeout its whole process group
+    (cmake, the compilers) is killed, not only bash."""
+    proc = subprocess.Popen(
         ["bash", str(SCRIPT), sys.executable, *map(str, args)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
-        env={**os.environ, **env},
+        env={**os.environ, "PARLEY_OFFLINE": "1", **env},
+        start_new_session=True,
     )
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_offline_without_the_source_says_what_to_run(tmp_path: Path) -> None:
-    done = run("-", tmp_path / "sdist", "source", PARLEY_OFFLINE="1")
+    done = run("-", tmp_path / "sdist", "source")
     assert done.returncode == 1
     assert f"no {tmp_path}/sdist/llama_cpp_python-{VERSION}.tar.gz" in done.stderr
     assert "make wheelhouse" in done.stderr
@@ -39,7 +51,7 @@ def test_offline_without_the_source_says_what_to_run(tmp_path: Path) -> None:
 def test_a_source_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> None:
     sdist = tmp_path / f"llama_cpp_python-{VERSION}.tar.gz"
     sdist.write_bytes(b"not the release")
-    done = run("-", tmp_path, "source", PARLEY_OFFLINE="1")
+    done = run("-", tmp_path, "source")
     assert done.returncode == 1
     assert "does not match its recorded sha256" in done.stderr
     # The same check guards a build that would use it.
@@ -93,7 +105,7 @@ def test_an_all_variants_build_is_installed_as_a_folder_with_the_server_linked(t
     assert (libexec / "libllama.so.0").is_symlink()  # library links stay links
     # Another choice of levels is another build: nothing cached for it, so it would compile (and here,
     # offline without the source, it stops before touching the installed one).
-    done = run(tmp_path / "cache", target, "all-variants", LLAMA_CPU_VARIANTS="haswell", PARLEY_OFFLINE="1")
+    done = run(tmp_path / "cache", target, "all-variants", LLAMA_CPU_VARIANTS="haswell")
     assert done.returncode == 1 and "make wheelhouse" in done.stderr
     assert os.readlink(target) == "../libexec/llama-server/llama-server"
 
