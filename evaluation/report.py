@@ -517,10 +517,16 @@ def unparseable_warnings(report: dict[str, Any], threshold: float = UNPARSEABLE_
         share = r.get("unparseable")
         if share is not None and share > threshold:
             worst = max(r["parse_errors"].items(), key=lambda kv: kv[1]["rate"])
+            # The robust style is the remedy only for a run not already using it.
+            advice = (
+                "the model does not follow even the robust style here: read its transcripts"
+                if r["prompt_style"] == "robust"
+                else "try the robust style"
+            )
             out.append(
                 f"{r['label']} ({r['prompt_style']} prompts): {100 * share:.1f} % of its replies could "
                 f"not be parsed (most: {worst[0]} {worst[1]['errors']}/{worst[1]['records']}); its "
-                f"accuracy measures the prompt format as much as the protocol — try the robust style"
+                f"accuracy measures the prompt format as much as the protocol — {advice}"
             )
     return out
 

@@ -248,10 +248,18 @@ def test_the_report_warns_about_unparseable_replies() -> None:
             },
         },
         {"label": "madke-robust", "prompt_style": "robust", "unparseable": 0.01, "parse_errors": {}},
+        {
+            "label": "mad",
+            "prompt_style": "robust",
+            "unparseable": 0.083,
+            "parse_errors": {"affirmative": {"records": 25, "errors": 5, "rate": 0.2}},
+        },
     ]
     warnings = unparseable_warnings({"runs": runs})
-    assert len(warnings) == 1 and warnings[0].startswith("madke-paper (paper prompts): 31.0 %")
-    assert "debater 40/100" in warnings[0]
+    assert len(warnings) == 2 and warnings[0].startswith("madke-paper (paper prompts): 31.0 %")
+    assert "debater 40/100" in warnings[0] and warnings[0].endswith("try the robust style")
+    # A run already in the robust style is not told to try it.
+    assert "affirmative 5/25" in warnings[1] and "try the robust style" not in warnings[1]
 
 
 @pytest.mark.unit
