@@ -27,19 +27,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import re
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.pool_quality import CONFIGS, DEPTH, ci_summary, load_questions, retriever_for
-from bench.query_rewrite import chat
+from bench.pool_quality import CONFIGS, DEPTH, ci_summary, retriever_for
+from bench.query_rewrite import add_llm_bench_args, chat, llm_bench_inputs, run_facts
 from bench.retrieval_bench import has_answer, percentile
 from evaluation.metrics import paired_bootstrap
 from retriever.pools import _Candidate, dedupe
@@ -217,46 +214,23 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--questions", type=Path, required=True, help="JSONL: question, answers")
-    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "llm-rerank")
-    ap.add_argument("--split", choices=["even", "odd"], default=None)
-    ap.add_argument("--limit", type=int, default=None)
+    add_llm_bench_args(ap, ROOT / "reports" / "llm-rerank")
     ap.add_argument(
         "--candidates", type=int, default=10, help="the first stage's top N the model orders (2–20)"
     )
     ap.add_argument("--passage-words", type=int, default=60, help="words of each passage the model reads")
-    ap.add_argument(
-        "--llm-url", default=os.environ.get("PARLEY_LLM_BASE_URL", ""), help="OpenAI-compatible /v1"
-    )
-    ap.add_argument("--model", default=os.environ.get("PARLEY_LLM_MODEL", "qwen2.5-coder-1.5b"))
-    ap.add_argument("--data-dir", type=Path, default=None, help="override PARLEY_RETRIEVER_DATA_DIR")
     args = ap.parse_args(argv)
     if not 2 <= args.candidates <= 20:
         raise SystemExit("--candidates: 2 to 20 (the prompt holds every candidate)")
     if not 10 <= args.passage_words <= 300:
         raise SystemExit("--passage-words: 10 to 300")
-    if not args.llm_url:
-        raise SystemExit("--llm-url (or PARLEY_LLM_BASE_URL) names the model's OpenAI-compatible endpoint")
-    settings = RetrieverSettings(warmup=False, **({"data_dir": args.data_dir} if args.data_dir else {}))
-    questions = load_questions(args.questions, args.split, args.limit)
+    settings, questions = llm_bench_inputs(args)
     result = asyncio.run(
         measure(
             settings, questions, args.llm_url.rstrip("/"), args.model, args.candidates, args.passage_words
         )
     )
-    result.update(
-        {
-            "command": " ".join(
-                ["HF_HUB_OFFLINE=1", "python -m bench.llm_rerank", *(sys.argv[1:] if argv is None else argv)]
-            ),
-            "questions_file": args.questions.name + (f" ({args.split} half)" if args.split else ""),
-            "llm_url": args.llm_url,
-            "model": args.model,
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), "
-            f"Python {platform.python_version()}",
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        }
-    )
+    result.update(run_facts("bench.llm_rerank", argv, args))
     write_reports(args.out, result)
     print((args.out / "bench.md").read_text(encoding="utf-8"))
 

@@ -202,10 +202,10 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_llm_bench_args(ap: argparse.ArgumentParser, out: Path) -> None:
+    """The options every LLM-in-the-search benchmark takes: questions, output, split, model server."""
     ap.add_argument("--questions", type=Path, required=True, help="JSONL: question, answers")
-    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "query-rewrite")
+    ap.add_argument("--out", type=Path, default=out)
     ap.add_argument("--split", choices=["even", "odd"], default=None)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument(
@@ -213,27 +213,42 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--model", default=os.environ.get("PARLEY_LLM_MODEL", "qwen2.5-coder-1.5b"))
     ap.add_argument("--data-dir", type=Path, default=None, help="override PARLEY_RETRIEVER_DATA_DIR")
+
+
+def llm_bench_inputs(args: argparse.Namespace) -> tuple[RetrieverSettings, list[dict[str, Any]]]:
+    """The retriever settings and questions those options name (the model server is required)."""
+    if not args.llm_url:
+        raise SystemExit("--llm-url (or PARLEY_LLM_BASE_URL) names the model's OpenAI-compatible endpoint")
+    settings = RetrieverSettings(warmup=False, **({"data_dir": args.data_dir} if args.data_dir else {}))
+    return settings, load_questions(args.questions, args.split, args.limit)
+
+
+def run_facts(module: str, argv: list[str] | None, args: argparse.Namespace) -> dict[str, str]:
+    """What a report says about its run: the command, the questions, the model, the machine, the date."""
+    return {
+        "command": " ".join(
+            ["HF_HUB_OFFLINE=1", f"python -m {module}", *(sys.argv[1:] if argv is None else argv)]
+        ),
+        "questions_file": args.questions.name + (f" ({args.split} half)" if args.split else ""),
+        "llm_url": args.llm_url,
+        "model": args.model,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), "
+        f"Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_llm_bench_args(ap, ROOT / "reports" / "query-rewrite")
     ap.add_argument("--kinds", default=",".join(PROMPTS), help=f"comma-separated, of {', '.join(PROMPTS)}")
     args = ap.parse_args(argv)
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     if not kinds or any(k not in PROMPTS for k in kinds):
         raise SystemExit(f"--kinds: one or more of {', '.join(PROMPTS)}")
-    if not args.llm_url:
-        raise SystemExit("--llm-url (or PARLEY_LLM_BASE_URL) names the model's OpenAI-compatible endpoint")
-    settings = RetrieverSettings(warmup=False, **({"data_dir": args.data_dir} if args.data_dir else {}))
-    questions = load_questions(args.questions, args.split, args.limit)
+    settings, questions = llm_bench_inputs(args)
     result = asyncio.run(measure(settings, questions, args.llm_url.rstrip("/"), args.model, kinds))
-    result.update(
-        {
-            "command": " ".join(["HF_HUB_OFFLINE=1", "python -m bench.query_rewrite", *sys.argv[1:]]),
-            "questions_file": args.questions.name + (f" ({args.split} half)" if args.split else ""),
-            "llm_url": args.llm_url,
-            "model": args.model,
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), "
-            f"Python {platform.python_version()}",
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        }
-    )
+    result.update(run_facts("bench.query_rewrite", argv, args))
     write_reports(args.out, result)
     print((args.out / "bench.md").read_text(encoding="utf-8"))
 
