@@ -21,8 +21,10 @@ every ``parley …``, ``make …`` and ``python -m …`` command in every block 
 from __future__ import annotations
 
 import re
+import subprocess
 import unicodedata
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,3 +145,22 @@ def links(page: Path) -> list[Link]:
     found = [m["target"] for m in LINK.finditer(text)] + [m["target"] for m in IMAGE.finditer(text)]
     found += [m["target"] for m in AUTOLINK.finditer(text)]
     return [Link(page, t) for t in found]
+
+
+@cache
+def checkout_paths() -> frozenset[str]:
+    """Files and folders a clean clone has once the work in progress is committed: tracked files and
+    untracked ones git does not ignore. Run-time folders (var/, models/, a filled wheelhouse/) are left
+    out even where this checkout has them, so the test decides here as it does in CI."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    paths: set[str] = set()
+    for name in listed:
+        parts = name.split("/")
+        paths.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return frozenset(paths)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import typer
 
-from tests.docs.pages import ROOT, UPSTREAM_PATHS, Block, pages, snippets
+from tests.docs.pages import ROOT, UPSTREAM_PATHS, Block, checkout_paths, pages, snippets
 
 pytestmark = pytest.mark.unit
 
@@ -134,14 +134,18 @@ def check_parley(args: list[str]) -> list[str]:
 INPUT_OPTIONS = {"--dataset", "--pools", "--questions"}
 
 
-def check_inputs(args: list[str]) -> list[str]:
+def repository_inputs(args: list[str]) -> list[str]:
+    """The values of input options that name a file of this repository (not one the reader brings)."""
     tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
-    problems = []
-    for option, value in itertools.pairwise(args):
-        ours = option in INPUT_OPTIONS and value.split("/")[0] in tops and value not in UPSTREAM_PATHS
-        if ours and not (ROOT / value).exists():
-            problems.append(f"no input file {value}")
-    return problems
+    return [
+        value
+        for option, value in itertools.pairwise(args)
+        if option in INPUT_OPTIONS and value.split("/")[0] in tops and value not in UPSTREAM_PATHS
+    ]
+
+
+def check_inputs(args: list[str]) -> list[str]:
+    return [f"no input file {value}" for value in repository_inputs(args) if not (ROOT / value).exists()]
 
 
 def check_command(cmd: list[str]) -> list[str]:
@@ -232,6 +236,27 @@ def test_every_inline_command_exists() -> None:
         for p in check_command(cmd)
     ]
     assert problems == []
+
+
+def named_inputs() -> Iterator[tuple[str, str]]:
+    """(where, path) for every repository file a command of the pages reads, blocks and prose."""
+    for block in snippets():
+        if block.lang != "python":
+            for cmd in commands(block.code):
+                yield from ((block.where, v) for v in repository_inputs(strip_env(cmd)))
+    for where, code in inline_commands():
+        for cmd in commands(code):
+            yield from ((where, v) for v in repository_inputs(strip_env(cmd)))
+
+
+@pytest.mark.integration  # asks git what a clean clone holds
+def test_every_input_a_command_reads_is_in_a_clean_clone() -> None:
+    """A dataset this disk has because a command wrote it (git ignores it) is not in a fresh clone:
+    the page's command would fail there, so the file must be tracked (or new and not ignored)."""
+    found = list(named_inputs())
+    assert len(found) > 5
+    present = checkout_paths()
+    assert [f"{where}: {path}" for where, path in found if path not in present] == []
 
 
 @pytest.mark.parametrize(
