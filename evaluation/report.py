@@ -267,7 +267,8 @@ def compare_runs(
     samples: int,
     seed: int,
 ) -> dict[str, Any]:
-    """Paired bootstrap 95% CI of accuracy(b) − accuracy(a) over items finished in both runs."""
+    """Paired bootstrap 95% CI of accuracy(b) − accuracy(a) over items finished in both runs, and how
+    many of those items each run answered better (the discordant pairs the difference comes from)."""
     ra, rb = results.get(a, {}), results.get(b, {})
     va: list[float] = []
     vb: list[float] = []
@@ -290,7 +291,17 @@ def compare_runs(
         "ci_high": ci.high,
         "level": ci.level,
         "significant": ci.significant,
+        "a_better": sum(1 for x, y in zip(va, vb, strict=True) if x > y),
+        "b_better": sum(1 for x, y in zip(va, vb, strict=True) if y > x),
     }
+
+
+def discordant(comparison: dict[str, Any]) -> str:
+    """``12 / 5``: on how many items B answered better than A and A better than B; the others tie.
+    Reports written before these counts existed show a dash."""
+    if "b_better" not in comparison:
+        return "–"
+    return f"{comparison['b_better']} / {comparison['a_better']}"
 
 
 def _preset(name: str | None) -> Any:
@@ -380,19 +391,19 @@ def _comparison_lines(report: dict[str, Any]) -> list[str]:
             f"{report['bootstrap']['samples']} resamples, seed {report['bootstrap']['seed']}. "
             "A CI that contains 0 means the difference may be noise.",
             "",
-            "| A | B | n | A % | B % | B − A (pp) | 95% CI (pp) | verdict |",
-            "|---|---|---|---|---|---|---|---|",
+            "| A | B | n | A % | B % | B better / A better | B − A (pp) | 95% CI (pp) | verdict |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in report["comparisons"]:
             if not c["n"]:
                 lines.append(
-                    f"| {c['a']} | {c['b']} | 0 | – | – | – | – | no item finished in both runs yet |"
+                    f"| {c['a']} | {c['b']} | 0 | – | – | – | – | – | no item finished in both runs yet |"
                 )
                 continue
             verdict = "real difference" if c["significant"] else "may be noise"
             lines.append(
                 f"| {c['a']} | {c['b']} | {c['n']} | {_fmt(c['accuracy_a'], True)} "
-                f"| {_fmt(c['accuracy_b'], True)} | {100 * c['diff']:+.1f} "
+                f"| {_fmt(c['accuracy_b'], True)} | {discordant(c)} | {100 * c['diff']:+.1f} "
                 f"| [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {verdict} |"
             )
     return lines

@@ -33,6 +33,7 @@ from evaluation.harness import EvalOutcome, EvalRequest, PlanError
 from evaluation.presets import MADKE
 from evaluation.report import (
     compare_runs,
+    discordant,
     parse_error_rates,
     run_setting,
     unparseable_share,
@@ -418,20 +419,22 @@ def render_suite(report: dict[str, Any]) -> str:
         "",
         f"## Paired differences against {report['reference']} and against {report['vote']}",
         "",
-        "B − A over the questions both finished; a CI that contains 0 means the difference may be noise.",
+        "B − A over the questions both finished; *B better / A better* counts the questions on which one"
+        " run answered better than the other (the rest tie): the difference comes from those alone. A CI"
+        " that contains 0 means the difference may be noise.",
         "",
-        "| A | B | n | A % | B % | B − A (points) | 95 % CI | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| A | B | n | A % | B % | B better / A better | B − A (points) | 95 % CI | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in report["comparisons"]:
         if not c["n"]:
-            lines.append(f"| {c['a']} | {c['b']} | 0 | – | – | – | – | no question finished in both |")
+            lines.append(f"| {c['a']} | {c['b']} | 0 | – | – | – | – | – | no question finished in both |")
             continue
         verdict_word = "real difference" if c["significant"] else "may be noise"
         lines.append(
             f"| {c['a']} | {c['b']} | {c['n']} | {_pct(c['accuracy_a'])} | {_pct(c['accuracy_b'])} "
-            f"| {100 * c['diff']:+.1f} | [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] "
-            f"| {verdict_word} |"
+            f"| {discordant(c)} | {100 * c['diff']:+.1f} "
+            f"| [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {verdict_word} |"
         )
     if report.get("plot"):
         lines += ["", f"![cost and accuracy]({report['plot']})"]

@@ -204,6 +204,7 @@ def test_the_report_ci_arithmetic_on_fixed_results(tmp_path: Path) -> None:
         pytest.approx(expected.high),
     )
     assert madke_rag["significant"] and madke_rag["ci_low"] > 0.1
+    assert (madke_rag["b_better"], madke_rag["a_better"]) == (12, 0)
     vote_madke = diffs[(budget_label("madke"), "madke")]
     assert vote_madke["diff"] == pytest.approx(0.15)
     assert report["verdict"][0].startswith("madke beats RAG: +30.0 points")
@@ -331,3 +332,44 @@ def test_parley_eval_suite_from_the_command_line(tmp_path: Path, monkeypatch: py
         build_app(), ["eval", "--suite", "evidence", "--out", str(out), "--report-only"]
     )
     assert rebuilt.exit_code == 0 and "suite.md" in rebuilt.output
+
+
+@pytest.mark.unit
+def test_the_paired_table_counts_the_questions_each_run_answered_better(tmp_path: Path) -> None:
+    """RAG right on q0–q9, MADKE on q5–q16: MADKE better on 7 questions, RAG on 5, 5 tie right and 23
+    tie wrong; the difference (+2 of 40 = +5 points) is those counts' difference over n."""
+    n = 40
+    rag = [1.0 if i < 10 else 0.0 for i in range(n)]
+    madke = [1.0 if 5 <= i < 17 else 0.0 for i in range(n)]
+    ws = Workspace(tmp_path / "crossing")
+    specs = [
+        RunSpec(label=label, protocol=label, prompt_style="robust", config={"protocol": label})
+        for label in ("rag", "madke")
+    ]
+    ws.save_manifest(Manifest(dataset="fixture", format="nq", primary="contains", runs=specs))
+    from evaluation.datasets import Item
+
+    ws.save_items([Item(id=f"q{i}", question=f"question {i}", answers=["x"]) for i in range(n)])
+    for label, values in (("rag", rag), ("madke", madke)):
+        for i, v in enumerate(values):
+            ws.write_result(
+                ResultRecord(
+                    id=f"q{i}",
+                    index=i,
+                    run=label,
+                    protocol=label,
+                    prompt_style="robust",
+                    status="ok",
+                    question=f"question {i}",
+                    gold=["x"],
+                    scores=Scores(em=v, f1=v, contains=v, correct=v),
+                )
+            )
+    report = write_suite_report(ws, EVIDENCE, labels=["rag", "madke"], samples=500, seed=1, plots=False)
+    (c,) = [c for c in report["comparisons"] if (c["a"], c["b"]) == ("rag", "madke")]
+    assert (c["b_better"], c["a_better"], c["n"]) == (7, 5, 40)
+    assert c["diff"] == pytest.approx((7 - 5) / 40)
+    assert (
+        "| rag | madke | 40 | 25.0 | 30.0 | 7 / 5 | +5.0 |"
+        in (tmp_path / "crossing" / "suite.md").read_text()
+    )
