@@ -225,6 +225,32 @@ def cost_per_question(ok: Sequence[ResultRecord]) -> dict[str, float | None]:
     }
 
 
+def by_pool_answer(
+    ws: Workspace, results: dict[str, dict[str, ResultRecord]], *, samples: int, seed: int
+) -> dict[str, Any] | None:
+    """Each run's accuracy on the questions whose knowledge pool holds a gold answer string (the
+    passages RAG and MADKE read; a normalised alias on word boundaries, as ``contains`` scores) and on
+    the others. Runs that read no pool show how hard the two groups are on their own, so a knowledge
+    protocol's gain on the first group is read against theirs. None where no pools were built."""
+    pools = ws.load_pools()
+    if not pools:
+        return None
+    gold = {it.id: it.answers for it in ws.load_items()}
+    holds = {
+        item_id: any(metrics.contains_match(p.text, gold.get(item_id, [])) for p in pool.items)
+        for item_id, pool in pools.items()
+    }
+    runs = []
+    for label, recs in results.items():
+        row: dict[str, Any] = {"label": label}
+        for group, wanted in (("holds", True), ("lacks", False)):
+            values = [r.scores.correct for r in _ok(recs) if r.scores and holds.get(r.id) is wanted]
+            acc, low, high = accuracy_ci(values, samples=samples, seed=seed)
+            row[group] = {"n": len(values), "accuracy": acc, "ci_low": low, "ci_high": high}
+        runs.append(row)
+    return {"questions": len(holds), "holding": sum(holds.values()), "runs": runs}
+
+
 def _ok(results: dict[str, ResultRecord]) -> list[ResultRecord]:
     return [r for r in results.values() if r.status == "ok" and r.scores is not None]
 
@@ -291,6 +317,7 @@ def write_suite_report(
         "bootstrap": {"samples": samples, "seed": seed, "level": 0.95},
         "runs": runs,
         "comparisons": comparisons,
+        "pool_answer": by_pool_answer(ws, results, samples=samples, seed=seed),
         "literature": LITERATURE,
         "paper_nq_f1": [{"model": m, **v} for m, v in PAPER_NQ],
     }
@@ -385,6 +412,31 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.1f}"
 
 
+def render_pool_answer(split: dict[str, Any] | None) -> list[str]:
+    if not split or not split["questions"]:
+        return []
+    lines = [
+        "",
+        "## Accuracy when the pool holds the answer",
+        "",
+        f"The question's knowledge pool (the passages RAG and MADKE read) holds a gold answer string for "
+        f"{split['holding']} of its {split['questions']} questions "
+        f"({100 * split['holding'] / split['questions']:.1f} %). Each run's accuracy on those and on the "
+        "others: a run that reads no pool shows how hard each group is without it, so what reading adds "
+        "is the knowledge run's gain over it on the first group. On the second, every run answers from "
+        "what the model already knows.",
+        "",
+        "| run | n (pool holds) | accuracy % | 95 % CI | n (pool lacks) | accuracy % | 95 % CI |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def cells(g: dict[str, Any]) -> str:
+        return f"{g['n']} | {_pct(g['accuracy'])} | [{_pct(g['ci_low'])}, {_pct(g['ci_high'])}]"
+
+    lines += [f"| {r['label']} | {cells(r['holds'])} | {cells(r['lacks'])} |" for r in split["runs"]]
+    return lines
+
+
 def render_suite(report: dict[str, Any]) -> str:
     """The suite's Markdown report."""
     models = sorted({m for r in report["runs"] for m in r["models"]})
@@ -436,6 +488,7 @@ def render_suite(report: dict[str, Any]) -> str:
             f"| {discordant(c)} | {100 * c['diff']:+.1f} "
             f"| [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {verdict_word} |"
         )
+    lines += render_pool_answer(report.get("pool_answer"))
     if report.get("plot"):
         lines += ["", f"![cost and accuracy]({report['plot']})"]
     lines += [

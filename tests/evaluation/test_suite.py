@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from evaluation.cli import default_prompt_style
+from evaluation.datasets import Item
 from evaluation.harness import EvalRequest, PlanError, evaluate, plan_request, plan_runs
 from evaluation.metrics import paired_bootstrap
 from evaluation.report import unparseable_warnings
@@ -20,6 +21,7 @@ from evaluation.runner import budget_label
 from evaluation.scoring import Scores
 from evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
 from evaluation.suite import EVIDENCE, Suite, accuracy_ci, run_suite, suite_requests, write_suite_report
+from services.knowledge import KnowledgeItem, KnowledgePool
 from tests.evaluation.conftest import QUESTIONS, FixedPools, models_for, scripted_reply, write_jsonl
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -135,17 +137,10 @@ def test_suite_requests_refuse_what_they_would_ignore_and_take_the_paper_setting
     assert (main.limit, extra.limit) == (300, 100)
 
 
-@pytest.mark.unit
-def test_the_report_ci_arithmetic_on_fixed_results(tmp_path: Path) -> None:
-    """40 questions: RAG right on 10, MADKE on those 10 and 12 more, the vote on 16. Each accuracy's CI
-    and each paired difference are the bootstrap of exactly those 0/1 vectors."""
-    n = 40
-    rag = [1.0] * 10 + [0.0] * 30
-    madke = [1.0] * 22 + [0.0] * 18
-    vote = [1.0] * 16 + [0.0] * 24
-    single = [1.0] * 4 + [0.0] * 36
-    ws = Workspace(tmp_path / "fixed")
-    runs = {"rag": rag, "single": single, "madke": madke, budget_label("madke"): vote}
+def fixed_workspace(root: Path, runs: dict[str, list[float]], gold: str = "x") -> Workspace:
+    """An evaluation folder whose runs finished question ``q{i}`` with score ``runs[label][i]`` (a
+    ``vote…`` label is the same-budget vote of madke), 100–300 prompt tokens a question."""
+    ws = Workspace(root)
     specs = [
         RunSpec(
             label=label,
@@ -160,9 +155,8 @@ def test_the_report_ci_arithmetic_on_fixed_results(tmp_path: Path) -> None:
         for label in runs
     ]
     ws.save_manifest(Manifest(dataset="fixture", format="nq", primary="contains", runs=specs))
-    from evaluation.datasets import Item
-
-    ws.save_items([Item(id=f"q{i}", question=f"question {i}", answers=["x"]) for i in range(n)])
+    n = max(len(values) for values in runs.values())
+    ws.save_items([Item(id=f"q{i}", question=f"question {i}", answers=[gold]) for i in range(n)])
     for label, values in runs.items():
         for i, v in enumerate(values):
             ws.write_result(
@@ -174,13 +168,27 @@ def test_the_report_ci_arithmetic_on_fixed_results(tmp_path: Path) -> None:
                     prompt_style="robust",
                     status="ok",
                     question=f"question {i}",
-                    gold=["x"],
+                    gold=[gold],
                     scores=Scores(em=v, f1=v, contains=v, correct=v),
                     prompt_tokens=100 * (1 + i % 3),
                     completion_tokens=10,
                     seconds=1.5,
                 )
             )
+    return ws
+
+
+@pytest.mark.unit
+def test_the_report_ci_arithmetic_on_fixed_results(tmp_path: Path) -> None:
+    """40 questions: RAG right on 10, MADKE on those 10 and 12 more, the vote on 16. Each accuracy's CI
+    and each paired difference are the bootstrap of exactly those 0/1 vectors."""
+    n = 40
+    rag = [1.0] * 10 + [0.0] * 30
+    madke = [1.0] * 22 + [0.0] * 18
+    vote = [1.0] * 16 + [0.0] * 24
+    single = [1.0] * 4 + [0.0] * 36
+    runs = {"rag": rag, "single": single, "madke": madke, budget_label("madke"): vote}
+    ws = fixed_workspace(tmp_path / "fixed", runs)
     report = write_suite_report(ws, EVIDENCE, labels=list(runs), samples=2000, seed=3, plots=True)
     by_label = {r["label"]: r for r in report["runs"]}
     for label, values in runs.items():
@@ -341,30 +349,7 @@ def test_the_paired_table_counts_the_questions_each_run_answered_better(tmp_path
     n = 40
     rag = [1.0 if i < 10 else 0.0 for i in range(n)]
     madke = [1.0 if 5 <= i < 17 else 0.0 for i in range(n)]
-    ws = Workspace(tmp_path / "crossing")
-    specs = [
-        RunSpec(label=label, protocol=label, prompt_style="robust", config={"protocol": label})
-        for label in ("rag", "madke")
-    ]
-    ws.save_manifest(Manifest(dataset="fixture", format="nq", primary="contains", runs=specs))
-    from evaluation.datasets import Item
-
-    ws.save_items([Item(id=f"q{i}", question=f"question {i}", answers=["x"]) for i in range(n)])
-    for label, values in (("rag", rag), ("madke", madke)):
-        for i, v in enumerate(values):
-            ws.write_result(
-                ResultRecord(
-                    id=f"q{i}",
-                    index=i,
-                    run=label,
-                    protocol=label,
-                    prompt_style="robust",
-                    status="ok",
-                    question=f"question {i}",
-                    gold=["x"],
-                    scores=Scores(em=v, f1=v, contains=v, correct=v),
-                )
-            )
+    ws = fixed_workspace(tmp_path / "crossing", {"rag": rag, "madke": madke})
     report = write_suite_report(ws, EVIDENCE, labels=["rag", "madke"], samples=500, seed=1, plots=False)
     (c,) = [c for c in report["comparisons"] if (c["a"], c["b"]) == ("rag", "madke")]
     assert (c["b_better"], c["a_better"], c["n"]) == (7, 5, 40)
@@ -373,3 +358,35 @@ def test_the_paired_table_counts_the_questions_each_run_answered_better(tmp_path
         "| rag | madke | 40 | 25.0 | 30.0 | 7 / 5 | +5.0 |"
         in (tmp_path / "crossing" / "suite.md").read_text()
     )
+
+
+@pytest.mark.unit
+def test_the_report_splits_accuracy_by_whether_the_pool_holds_the_answer(tmp_path: Path) -> None:
+    """Ten questions, gold "Paris": the pools of q0–q3 hold it; q4's holds only "Parisian" (not the
+    word), the rest other towns. RAG right on q0–q2 and q5, single on q0 and q6."""
+    rag = [1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    single = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    ws = fixed_workspace(tmp_path / "split", {"rag": rag, "single": single}, gold="Paris")
+    texts = ["Paris is the capital of France."] * 4 + ["A Parisian style."] + ["Lyon and Lille."] * 5
+    for i, text in enumerate(texts):
+        item = KnowledgeItem(n=1, source="wikipedia", title=f"T{i}", text=text)
+        ws.save_pool(f"q{i}", KnowledgePool(pool_id=f"p{i}", question=f"question {i}", items=[item]))
+    report = write_suite_report(ws, EVIDENCE, labels=["rag", "single"], samples=500, seed=1, plots=False)
+    split = report["pool_answer"]
+    assert (split["questions"], split["holding"]) == (10, 4)
+    by_label = {r["label"]: r for r in split["runs"]}
+    assert by_label["rag"]["holds"]["n"] == 4 and by_label["rag"]["holds"]["accuracy"] == pytest.approx(0.75)
+    assert by_label["rag"]["lacks"]["accuracy"] == pytest.approx(1 / 6)
+    assert by_label["single"]["holds"]["accuracy"] == pytest.approx(0.25)
+    assert by_label["single"]["lacks"]["n"] == 6 and by_label["single"]["lacks"]["accuracy"] == pytest.approx(
+        1 / 6
+    )
+    text = (tmp_path / "split" / "suite.md").read_text()
+    assert "holds a gold answer string for 4 of its 10 questions (40.0 %)" in text
+    assert "| rag | 4 | 75.0 |" in text
+    # a folder without pools (closed-book runs only) has no such section
+    bare = fixed_workspace(tmp_path / "bare", {"single": single}, gold="Paris")
+    assert (
+        write_suite_report(bare, EVIDENCE, labels=["single"], samples=100, plots=False)["pool_answer"] is None
+    )
+    assert "pool holds the answer" not in (tmp_path / "bare" / "suite.md").read_text()
