@@ -22,6 +22,7 @@ from evaluation import metrics, published
 from evaluation.datasets import Item
 from evaluation.scoring import PrimaryMetric, is_correct
 from evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
+from services.knowledge import KnowledgePool
 
 # Roles whose records carry an agent's own answer to the question (not a selection, verdict or vote),
 # as the protocol registry declares them: a role no protocol declares is not counted as an answer.
@@ -108,6 +109,28 @@ def accuracy_by_round(
     depth = max(len(c) for c in per_item)
     padded = [c + [c[-1]] * (depth - len(c)) for c in per_item]
     return [sum(c[r] for c in padded) / len(padded) for r in range(depth)]
+
+
+def answer_passages(pool: KnowledgePool, gold: Sequence[str]) -> set[int]:
+    """Numbers of the pool's passages that hold a gold answer string (a normalised alias on word
+    boundaries, as ``contains`` scores an answer)."""
+    return {it.n for it in pool.items if metrics.contains_match(it.text, gold)}
+
+
+def selection_hits(transcripts: dict[str, DebateResult], gold: dict[str, list[str]]) -> dict[str, Any]:
+    """How often a selection step picked a passage that holds a gold answer string, over the steps
+    whose pool holds one (a normalised alias on word boundaries, as ``contains`` scores): the share of
+    the answer that selection lets through to the agent, whatever the agent then makes of it."""
+    steps = hits = 0
+    for item_id, result in transcripts.items():
+        holding = answer_passages(result.pool, gold.get(item_id, []))
+        if not holding:
+            continue
+        for rec in result.transcript:
+            if rec.role == "select":
+                steps += 1
+                hits += bool(holding.intersection(rec.selected or []))
+    return {"steps": steps, "share": hits / steps if steps else None}
 
 
 def selection_stats(transcripts: Iterable[DebateResult]) -> dict[str, Any]:
@@ -241,6 +264,7 @@ def run_metrics(
         "parse_errors": (rates := parse_error_rates(trans.values())),
         "unparseable": unparseable_share(rates),
         "selection": selection_stats(trans.values()),
+        "selection_hits": selection_hits(trans, {r.id: r.gold for r in ok}),
         "judge_rule": judge_rule_agreement(trans.values()),
         "accuracy_by_round": accuracy_by_round(by_id, trans, primary),
         "failures": [{"id": r.id, "error": r.error, "attempt": r.attempt} for r in failed],
@@ -421,12 +445,13 @@ def _diagnostic_lines(report: dict[str, Any]) -> list[str]:
         "copies of the one-shot "
         "example's answer, placeholders (empty, `answer`, `your answer`; in brackets the part where no "
         "answer could be parsed at all); turn columns count every agent turn. Selection: steps whose reply "
-        "parsed (an empty selection counts as valid) and `[No Found]` share. Judge/rule: LLM judge "
-        "verdicts equal to the rule check.",
+        "parsed (an empty selection counts as valid), `[No Found]` share, and *picks answer*: of the "
+        "steps whose pool holds a gold answer string, the share that chose a passage holding it. "
+        "Judge/rule: LLM judge verdicts equal to the rule check.",
         "",
         "| run | bare number % | example copy % | placeholder % | (no answer %) | turn bare % "
-        "| turn copy % | valid selection % | No Found % | judge = rule % |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| turn copy % | valid selection % | No Found % | picks answer % | judge = rule % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         a, t, s = r["answers"], r["turn_answers"], r["selection"]
@@ -435,6 +460,7 @@ def _diagnostic_lines(report: dict[str, Any]) -> list[str]:
             f"| {_fmt(a['placeholder'], True)} | {_fmt(a['no_answer'], True)} "
             f"| {_fmt(t['bare_number'], True)} | {_fmt(t['example_copy'], True)} "
             f"| {_fmt(s['valid_selection_share'], True)} | {_fmt(s['no_found_share'], True)} "
+            f"| {_fmt(r.get('selection_hits', {}).get('share'), True)} "
             f"| {_fmt(r['judge_rule']['agreement'], True)} |"
         )
     lines += ["", "Parse-error rate per role (errors / records):", ""]

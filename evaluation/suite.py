@@ -32,6 +32,7 @@ from evaluation import metrics
 from evaluation.harness import EvalOutcome, EvalRequest, PlanError
 from evaluation.presets import MADKE
 from evaluation.report import (
+    answer_passages,
     compare_runs,
     discordant,
     parse_error_rates,
@@ -236,10 +237,7 @@ def by_pool_answer(
     if not pools:
         return None
     gold = {it.id: it.answers for it in ws.load_items()}
-    holds = {
-        item_id: any(metrics.contains_match(p.text, gold.get(item_id, [])) for p in pool.items)
-        for item_id, pool in pools.items()
-    }
+    holds = {item_id: bool(answer_passages(pool, gold.get(item_id, []))) for item_id, pool in pools.items()}
     runs = []
     for label, recs in results.items():
         row: dict[str, Any] = {"label": label}

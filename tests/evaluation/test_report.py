@@ -1,0 +1,52 @@
+"""The report's arithmetic on hand-made transcripts: which passages hold the answer, and how often a
+selection step let one through."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.result import DebateResult, TranscriptRecord, Usage
+from evaluation.report import answer_passages, selection_hits
+from services.knowledge import KnowledgeItem, KnowledgePool
+
+pytestmark = pytest.mark.unit
+
+
+def pool(*texts: str) -> KnowledgePool:
+    items = [KnowledgeItem(n=i, source="wikipedia", title=f"T{i}", text=t) for i, t in enumerate(texts, 1)]
+    return KnowledgePool(pool_id="p", question="q", items=items)
+
+
+def debate(knowledge: KnowledgePool, *selections: list[int] | None) -> DebateResult:
+    steps = [TranscriptRecord(round=1, role="select", agent=a, selected=s) for a, s in enumerate(selections)]
+    steps.append(TranscriptRecord(round=1, role="debater", agent=0, knowledge=[1], answer="Paris"))
+    return DebateResult(
+        question="q",
+        protocol="madke",
+        answer="Paris",
+        answer_source="summarizer",
+        rounds=1,
+        consensus=True,
+        pool=knowledge,
+        transcript=steps,
+        usage=Usage(),
+        usage_by_role={},
+    )
+
+
+def test_answer_passages_match_whole_words_of_any_alias() -> None:
+    p = pool("Paris is the capital.", "A Parisian café.", "The City of Light, as some say.", "Lyon.")
+    assert answer_passages(p, ["Paris"]) == {1}
+    assert answer_passages(p, ["paris", "city of light"]) == {1, 3}
+    assert answer_passages(p, []) == set()
+
+
+def test_selection_hits_count_steps_whose_pool_holds_the_answer() -> None:
+    """q1: the answer is in passage 2; one agent picks [2, 3], the other [1], a third nothing (None).
+    q2: no passage holds it, so its steps do not count. One hit in three steps."""
+    holding = pool("Lyon.", "Paris is the capital.", "Lille.")
+    lacking = pool("Lyon.", "Lille.")
+    transcripts = {"q1": debate(holding, [2, 3], [1], None), "q2": debate(lacking, [1], [2])}
+    gold = {"q1": ["Paris"], "q2": ["Paris"]}
+    assert selection_hits(transcripts, gold) == {"steps": 3, "share": pytest.approx(1 / 3)}
+    assert selection_hits({"q2": transcripts["q2"]}, gold) == {"steps": 0, "share": None}
