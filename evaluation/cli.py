@@ -80,12 +80,23 @@ def parse_config(config: str | None, sets: list[str] | None) -> dict[str, Any]:
         base.update(loaded)
     for item in sets or []:
         key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"{item!r} is not key=value", param_hint="--set")
+        path = [part.strip() for part in key.split(".")]
+        if not sep or not all(path):
+            raise typer.BadParameter(f"{item!r} is not key=value (or a.b=value)", param_hint="--set")
         try:
-            base[key.strip()] = json.loads(raw)
+            value = json.loads(raw)
         except json.JSONDecodeError:
-            base[key.strip()] = raw
+            value = raw
+        # ``mallm.decision=majority`` sets one field of a protocol's own settings and keeps the others
+        # that --config or an earlier --set gave.
+        target = base
+        for i, part in enumerate(path[:-1]):
+            inner = target.setdefault(part, {})
+            if not isinstance(inner, dict):
+                where = ".".join(path[: i + 1])
+                raise typer.BadParameter(f"{item!r}: {where} is {inner!r}, not an object", param_hint="--set")
+            target = inner
+        target[path[-1]] = value
     return base
 
 
@@ -158,7 +169,12 @@ def eval_command(
     on_error: Annotated[str, typer.Option(help="bad dataset lines: skip (reported) or fail")] = "skip",
     config: Annotated[str | None, typer.Option(help="base DebateConfig as a JSON file or JSON text")] = None,
     set_: Annotated[
-        list[str] | None, typer.Option("--set", help="config override key=value (JSON value), repeatable")
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="config override key=value (JSON value); a.b=value sets one of a protocol's own "
+            "settings (mallm.decision=majority); repeatable",
+        ),
     ] = None,
     primary: Annotated[str, typer.Option(help="accuracy for generative QA: em|contains|judge")] = "em",
     judge: Annotated[

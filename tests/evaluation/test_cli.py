@@ -226,6 +226,16 @@ def test_config_takes_a_long_inline_object_a_file_or_says_what_is_wrong(tmp_path
 
     whole = {"agents": 2, "judge": "auto", "mallm": {"decision": "majority"}, "note": "x" * 400}
     assert parse_config(json.dumps(whole), ["k_wiki=10"]) == {**whole, "k_wiki": 10}
+    # a dotted key sets one field of a protocol's settings and keeps the others
+    assert parse_config('{"mallm": {"paradigm": "relay"}}', ["mallm.decision=majority", "mallm.turns=3"]) == {
+        "mallm": {"paradigm": "relay", "decision": "majority", "turns": 3}
+    }
+    assert parse_config(None, ["mad.tit_for_tat=3"]) == {"mad": {"tit_for_tat": 3}}
+    for bad_set in ("mallm.=x", ".x=1", "=1"):
+        with pytest.raises(typer.BadParameter, match="not key=value"):
+            parse_config(None, [bad_set])
+    with pytest.raises(typer.BadParameter, match="rounds is 2, not an object"):
+        parse_config(None, ["rounds=2", "rounds.x=1"])
     saved = tmp_path / "config.json"
     saved.write_text(json.dumps({"rounds": 2}), encoding="utf-8")
     assert parse_config(str(saved), None) == {"rounds": 2}
