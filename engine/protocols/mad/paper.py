@@ -8,7 +8,9 @@ from engine.prompts.paper import render_knowledge, truncate
 from engine.protocols.mad.prompts import TIT_FOR_TAT, ordinal, with_knowledge
 from services.knowledge import KnowledgeItem
 
-# The paper's verdicts are JSON asked for in the prompt, sent as free text.
+# The paper's debaters answer in free text; its verdicts are JSON asked for in the prompt, sent as
+# free text.
+ANSWER_SCHEMA = None
 VERDICT_SCHEMA = None
 FINAL_SCHEMA = None
 

@@ -54,7 +54,10 @@ def conversation(system: str, turns: Sequence[tuple[str, str]]) -> list[ChatMess
 
 
 class MadPrompts(Protocol):
-    # The moderator's verdict and the extractive judge's final answer, as JSON schemas (None: free text).
+    # The debaters' answers, the moderator's verdict and the extractive judge's final answer, as JSON
+    # schemas (None: free text).
+    @property
+    def ANSWER_SCHEMA(self) -> dict[str, Any] | None: ...
     @property
     def VERDICT_SCHEMA(self) -> dict[str, Any] | None: ...
     @property

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.prompts.robust import ANSWER_INSTRUCTION, answer_with_reason, render_knowledge
+from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.protocols.mad.prompts import TIT_FOR_TAT, with_knowledge
 from services.knowledge import KnowledgeItem
 

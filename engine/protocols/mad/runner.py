@@ -56,6 +56,9 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
             parse=parse_answer,
             temperature=cfg.agent_temperature(agent),
             knowledge=[k.n for k in knowledge],
+            # The robust style asks for JSON: without the schema a small model stops mid-object or
+            # wraps it in a fence (8 of 39 affirmative turns unparseable on the 1.5B).
+            json_schema=prompts.ANSWER_SCHEMA,
         )
         turns.append([user, record.text])
         return record

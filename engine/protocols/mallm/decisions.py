@@ -163,7 +163,9 @@ class AgreementState:
     """MALLM's agreement counting: the current solution, who proposed it and who agreed since.
 
     An agent that disagrees (or does not say) proposes its own solution and resets the count; an agent
-    that agrees adds itself. The proposer counts as supporting its own solution.
+    that agrees adds itself. The proposer counts as supporting its own solution, but a consensus needs
+    at least one other agent's agreement: with two agents and a 50 % threshold the proposer alone would
+    otherwise "agree" with itself and end the debate before anyone answered it.
     """
 
     solution: str | None = None
@@ -179,7 +181,12 @@ class AgreementState:
         self.supporters = {agent}
 
     def reached(self, n_agents: int, threshold: float, rule: str = ">=") -> bool:
-        return self.proposer is not None and threshold_met(len(self.supporters), n_agents, threshold, rule)
+        agreed_by_another = n_agents == 1 or len(self.supporters) > 1
+        return (
+            self.proposer is not None
+            and agreed_by_another
+            and threshold_met(len(self.supporters), n_agents, threshold, rule)
+        )
 
 
 @dataclass(frozen=True)

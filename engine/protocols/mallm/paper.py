@@ -11,7 +11,10 @@ from engine.protocols.mallm.prompts import TASK, persona_line, solution_list
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
 
-# The paper's ballots are free text (a number, numbers, a ranking or a JSON dictionary).
+# The paper's turns, extractions and ballots are free text (a ballot: a number, numbers, a ranking or
+# a JSON dictionary).
+ANSWER_SCHEMA = None
+AGREEMENT_SCHEMA = None
 VOTE_SCHEMAS: Mapping[str, dict[str, Any] | None] = dict.fromkeys(
     ("simple", "approval", "ranked", "cumulative")
 )

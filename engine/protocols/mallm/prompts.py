@@ -33,6 +33,13 @@ class MallmPrompts(Protocol):
     @property
     def VOTE_SCHEMAS(self) -> Mapping[str, dict[str, Any] | None]: ...
 
+    # A discussion turn's and an extraction's JSON schema; AGREEMENT_SCHEMA is for a turn that also
+    # states agreement with the current solution (None: free text).
+    @property
+    def ANSWER_SCHEMA(self) -> dict[str, Any] | None: ...
+    @property
+    def AGREEMENT_SCHEMA(self) -> dict[str, Any] | None: ...
+
     def discussion(
         self,
         question: str,

@@ -1,4 +1,4 @@
-"""``mallm`` in the robust style: the same flow in ``prompts/robust.py`` conventions, JSON votes."""
+"""``mallm`` in the robust style: the same flow in ``prompts/robust.py`` conventions, JSON turns and votes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from engine.prompts import paper, robust
 from engine.prompts.compose import join_blocks, system_user
+from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.protocols.mallm.prompts import persona_line, solution_list
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
@@ -38,6 +39,22 @@ VOTE_SCHEMAS: Mapping[str, dict[str, Any] | None] = {
     },
 }
 
+# A turn after the first of the memory and drafting paradigms also says whether it agrees with the
+# current solution: a JSON boolean the agreement parser reads, so the [AGREE] tag of the paper's
+# wording is not needed beside the JSON answer.
+AGREEMENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"agree": {"type": "boolean"}, **ANSWER_SCHEMA["properties"]},
+    "required": ["agree", "reason", "answer"],
+    "additionalProperties": False,
+}
+AGREEMENT_INSTRUCTION = (
+    'Reply with JSON only: {"agree": true or false, "reason": "...", "answer": "..."}\n'
+    "agree: true if the current solution is right. reason: one short sentence. answer: your own answer "
+    "either way, only the name, date, number or few words that answer the question (never a knowledge "
+    "number)."
+)
+
 
 def system(persona: str | None, agent: int) -> str:
     return robust.DEBATER_ROLE + f" Your role: {persona_line(persona, agent)}."
@@ -55,10 +72,7 @@ def discussion(
 ) -> list[ChatMessage]:
     hist = "\n".join(f"- {who}: {robust.answer_with_reason(text)}" for who, text in history)
     if agreement:
-        ask = (
-            "Start with [AGREE] if the current solution is right, or [DISAGREE] if not, then explain "
-            "briefly. Give your own answer either way."
-        )
+        ask = "Say whether the current solution is right, and give your own answer either way."
     elif history:
         ask = "Improve your own answer using the other participants' answers as advice."
     else:
@@ -70,7 +84,7 @@ def discussion(
         f"Current solution: [{current_solution}]" if current_solution and agreement else "",
         f"Question: {question}",
         ask,
-        robust.ANSWER_INSTRUCTION,
+        AGREEMENT_INSTRUCTION if agreement else robust.ANSWER_INSTRUCTION,
     )
     return system_user(system(persona, agent), user)
 

@@ -231,6 +231,7 @@ class MallmDebate:
             parse=self.parse_msg,
             temperature=cfg.agent_temperature(i),
             knowledge=[k.n for k in knowledge],
+            json_schema=self.prompts.AGREEMENT_SCHEMA if with_agreement else self.prompts.ANSWER_SCHEMA,
         )
 
     @staticmethod
@@ -295,6 +296,7 @@ class MallmDebate:
             messages=self.prompts.extraction(self.ctx.question, text, persona(self.cfg, speaker), speaker),
             parse=self.parse_msg,
             temperature=0.0,
+            json_schema=self.prompts.ANSWER_SCHEMA,
         )
         if rec.answer:
             return rec.answer, "extracted by the last speaker (E.1)"

@@ -59,6 +59,19 @@ def test_agreement_counting_resets_on_disagreement() -> None:
     assert st.reached(4, 0.5) and not st.reached(4, 0.5, ">")
 
 
+def test_the_proposer_alone_is_no_consensus() -> None:
+    """Two agents, majority (50 %, >=): the proposer's own support is half, but nobody has agreed yet;
+    the second agent's agreement decides. A single agent decides alone."""
+    st = dr.AgreementState()
+    st.update(0, None, "Paris")
+    assert not st.reached(2, 0.5) and not st.reached(2, 0.0)
+    st.update(1, True, "Paris")
+    assert st.reached(2, 0.5)
+    alone = dr.AgreementState()
+    alone.update(0, None, "Paris")
+    assert alone.reached(1, 1.0)
+
+
 def test_ranked_borda_with_invalid_entries() -> None:
     # candidates 0..2; ranking 2 contains an out-of-range entry and a repeat, which are dropped
     r = dr.ranked_vote([[0, 1, 2], [1, 9, 1, 0], [1, 0, 2]], 3)

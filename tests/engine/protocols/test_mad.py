@@ -91,6 +91,19 @@ async def test_swap_sides_and_robust_style_sends_schema(scripted: ScriptedLLM) -
     mod = next(b for b in scripted.requests if "Is one side clearly correct?" in str(b["messages"]))
     assert "response_format" in mod
     assert result.final_answers == ["Paris", "Lyon"]
+    # the debaters are asked for JSON and sent its schema, so a small model cannot stop mid-object
+    turns = [b for b in scripted.requests if "side in a debate" in str(b["messages"][0])]
+    assert len(turns) == 2
+    for body in turns:
+        schema = body["response_format"]["json_schema"]["schema"]
+        assert schema["required"] == ["reason", "answer"]
+
+
+async def test_paper_style_debaters_answer_in_free_text(scripted: ScriptedLLM) -> None:
+    script(scripted, YES_NEG)
+    await debate(scripted, protocol="mad", rounds=1)
+    turns = [b for b in scripted.requests if "side. " in str(b["messages"][0])]
+    assert len(turns) == 2 and all("response_format" not in b for b in turns)
 
 
 def test_verdict_parser_never_evaluates_code() -> None:

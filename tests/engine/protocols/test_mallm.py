@@ -133,7 +133,7 @@ async def test_cumulative_robust_schema_and_unreadable_votes_abstain(scripted: S
         json_reply=['{"points": {"1": 12, "2": 3}}', "nope", "nope"],
     )
     scripted.on("Answer on your own", ["Final answer: [Paris]", "Final answer: [Lyon]"])
-    scripted.on("[AGREE] if", "[DISAGREE]\nFinal answer: [Lyon]")
+    scripted.on('"agree": true or false', '{"agree": false, "reason": "r", "answer": "Lyon"}')
     result, _ = await debate(
         scripted,
         protocol="mallm",
@@ -150,6 +150,26 @@ async def test_cumulative_robust_schema_and_unreadable_votes_abstain(scripted: S
     assert all("response_format" in b for b in scripted.requests if "Distribute 10 points" in request_text(b))
     assert result.answer == "Paris" and "1 abstained" in result.answer_source
     assert "scaled to 10" in result.answer_source
+
+
+async def test_robust_turns_are_json_with_a_schema_and_agreement_is_a_boolean(scripted: ScriptedLLM) -> None:
+    """Robust style, two agents, majority consensus: the first speaker gets the answer schema; the
+    second states agreement as a JSON boolean (its schema requires it), which decides as [AGREE] does
+    in the paper's wording (the proposer's own half is no consensus); the extraction is
+    schema-constrained too."""
+    agreeing = '"agree": true or false'
+    scripted.on(agreeing, "free text", json_reply='{"agree": true, "reason": "It is.", "answer": "Paris"}')
+    scripted.on("Answer on your own", "free text", json_reply='{"reason": "r", "answer": "Paris"}')
+    scripted.on("previous response", "free text", json_reply='{"reason": "r", "answer": "Paris"}')
+    result, _ = await debate(
+        scripted, protocol="mallm", agents=2, prompt_style="robust", mallm={"decision": "majority"}
+    )
+    assert [(r.role, r.agent) for r in result.transcript] == [("debater", 0), ("debater", 1), ("extract", 1)]
+    assert result.answer == "Paris" and result.consensus
+    assert result.transcript[1].extra["agreed"] is True and result.transcript[1].parse_error is None
+    schemas = [b["response_format"]["json_schema"]["schema"]["required"] for b in scripted.requests]
+    assert schemas == [["reason", "answer"], ["agree", "reason", "answer"], ["reason", "answer"]]
+    assert "[AGREE]" not in texts(scripted, agreeing)[0]
 
 
 async def test_drafting_first_turn_is_independent(scripted: ScriptedLLM) -> None:
