@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from engine.result import DebateResult
 from evaluation.datasets import Item
 from evaluation.judge import AnswerJudge
-from evaluation.runner import EvalOptions, RunTally, grade, make_progress, result_record
+from evaluation.progress import make_progress
+from evaluation.runner import EvalOptions, RunTally, grade, result_record
 from evaluation.store import ResultRecord, RunSpec, Workspace, now_iso
 from parley_client import AsyncParleyClient, BatchResult, ParleyNotFound, finished_count
 

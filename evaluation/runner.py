@@ -32,6 +32,7 @@ from engine.search_passage import search_key, write_search_passage
 from evaluation.datasets import Item
 from evaluation.judge import AnswerJudge, JudgeVerdict
 from evaluation.metrics import is_consistent
+from evaluation.progress import make_progress
 from evaluation.scoring import PrimaryMetric, score_answer
 from evaluation.store import QUESTION_POOLS, ResultRecord, RunSpec, Workspace
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
@@ -60,13 +61,6 @@ class RunTally:
     ok: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
-
-
-def make_progress(desc: str, total: int, initial: int, enabled: bool = True) -> Any:
-    """One tqdm bar per run; ``initial`` shows the items a resumed run already has."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit="q", disable=not enabled, dynamic_ncols=True)
 
 
 def needs_pool(spec: RunSpec) -> bool:
