@@ -12,6 +12,9 @@ from engine.protocols.society.prompts import View, confidence_note
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
 
+# The confidence is a line of the free-text reply ("Confidence: N").
+CONFIDENCE_SCHEMA = None
+
 
 def first(question: str, knowledge: Sequence[KnowledgeItem], confidence: bool) -> str:
     parts = [

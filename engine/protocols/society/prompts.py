@@ -30,8 +30,11 @@ def confidence_note(view: View, show: bool) -> str:
 
 
 class SocietyPrompts(Protocol):
+    # An answer's JSON schema, and the same with the stated confidence (None: free text).
     @property
     def ANSWER_SCHEMA(self) -> dict[str, Any] | None: ...
+    @property
+    def CONFIDENCE_SCHEMA(self) -> dict[str, Any] | None: ...
 
     def messages(
         self,

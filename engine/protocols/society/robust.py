@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from engine.prompts import robust
 from engine.prompts.compose import join_blocks, system_user
@@ -10,6 +11,14 @@ from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.protocols.society.prompts import View, confidence_note
 from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
+
+# With confidence on, the answer's JSON carries it too, so the reply is still one schema-checked object.
+CONFIDENCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {**ANSWER_SCHEMA["properties"], "confidence": {"type": "integer"}},
+    "required": ["reason", "answer", "confidence"],
+    "additionalProperties": False,
+}
 
 
 def messages(
@@ -24,7 +33,11 @@ def messages(
     system = robust.DEBATER_ROLE + (f" Your role: {persona}." if persona else "")
     instruction = robust.ANSWER_INSTRUCTION
     if confidence:
-        instruction += '\nAlso add how confident you are in your answer, from 1 to 10, as "confidence": N.'
+        instruction = (
+            'Reply with JSON only: {"reason": "...", "answer": "...", "confidence": N}\n'
+            + robust.ANSWER_INSTRUCTION.split("\n", 1)[1]
+            + " confidence: how sure you are of your answer, from 1 to 10."
+        )
     if not own_history:
         return system_user(
             system,

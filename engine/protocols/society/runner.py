@@ -82,8 +82,7 @@ async def run_society(ctx: DebateContext, run: ProtocolRun) -> Outcome:
             messages=messages,
             parse=parse_answer,
             temperature=cfg.agent_temperature(i),
-            # The confidence line sits outside the answer JSON, so it is asked for in free text.
-            json_schema=None if cfg.confidence else prompts.ANSWER_SCHEMA,
+            json_schema=prompts.CONFIDENCE_SCHEMA if cfg.confidence else prompts.ANSWER_SCHEMA,
             knowledge=[k.n for k in knowledge],
         )
         if cfg.confidence:

@@ -104,6 +104,40 @@ async def test_confidence_is_stated_and_shown(scripted: ScriptedLLM) -> None:
     assert [r.extra.get("confidence") for r in result.transcript if r.round == 1] == [8, 3]
 
 
+async def test_robust_confidence_is_part_of_the_schema_checked_answer(scripted: ScriptedLLM) -> None:
+    """Robust style with confidence: one JSON object with reason, answer and confidence, sent with its
+    schema; the confidence is read from it and shown to the other agent."""
+    scripted.on(
+        "Other agents' answers",
+        "free text",
+        json_reply='{"reason": "r", "answer": "Paris", "confidence": 9}',
+    )
+    scripted.on(
+        "Question:",
+        "free text",
+        json_reply=[
+            '{"reason": "r", "answer": "Paris", "confidence": 8}',
+            '{"reason": "r", "answer": "Lyon", "confidence": 3}',
+        ],
+    )
+    result, _ = await debate(
+        scripted,
+        protocol="society",
+        agents=2,
+        rounds=2,
+        sequential=True,
+        confidence=True,
+        prompt_style="robust",
+        knowledge="none",
+    )
+    turns = [b for b in scripted.requests if "response_format" in b]
+    assert len(turns) == 4
+    assert all(b["response_format"]["json_schema"]["schema"]["required"][-1] == "confidence" for b in turns)
+    assert [r.extra.get("confidence") for r in result.transcript] == [8, 3, 9, 9]
+    assert "(confidence 3/10)" in request_text(scripted.requests[2])
+    assert result.answer == "Paris"
+
+
 async def test_robust_style_prompts(scripted: ScriptedLLM, pool: KnowledgePool) -> None:
     scripted.on('{"selected"', '{"selected": [1]}')
     scripted.on("Other agents' answers", "Agreed.\nFinal answer: [Paris]")
