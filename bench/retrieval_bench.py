@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.answers import normalize_answer
+from evaluation.metrics import contains_match
 from retriever.corpus import read_vital
 from retriever.indexer import build_index, index_stats, make_embedder
 from retriever.runtime import RetrieverRuntime
@@ -48,13 +48,9 @@ ROWS = (*MODES, REFERENCE)
 
 
 def has_answer(texts: list[str], aliases: list[str]) -> bool:
-    """Whether any normalised alias occurs as whole words in any normalised text."""
-    norm_texts = [f" {normalize_answer(t)} " for t in texts]
-    for a in aliases:
-        na = normalize_answer(a)
-        if na and any(f" {na} " in t for t in norm_texts):
-            return True
-    return False
+    """Whether any normalised alias occurs as whole words in any normalised text: the rule the
+    evaluation's ``contains`` scores answers by, applied to passages."""
+    return any(contains_match(t, aliases) for t in texts)
 
 
 def percentile(xs: list[float], p: float) -> float:

@@ -23,7 +23,8 @@ from api.problems import Problem
 from engine.config import DebateConfig
 from engine.registry import PROTOCOLS
 from engine.result import DebateResult, TranscriptRecord, Usage
-from services.knowledge import KnowledgeItem, KnowledgePool
+from services.knowledge import KnowledgeItem
+from tests.support.results import debate_result
 
 pytestmark = pytest.mark.unit
 
@@ -91,17 +92,8 @@ def result_with_pool(selected: list[int] | None, shown: list[int]) -> DebateResu
             round=1, role="debater", agent=0, knowledge=shown, prompt_tokens=10, completion_tokens=2
         ),
     ]
-    return DebateResult(
-        question="q?",
-        protocol="madke",
-        answer="Paris",
-        answer_source="summarizer",
-        rounds=1,
-        consensus=True,
-        pool=KnowledgePool(pool_id="p", question="q?", items=items),
-        transcript=transcript,
-        usage=Usage(calls=2, prompt_tokens=10, completion_tokens=2, cached_tokens=4),
-        usage_by_role={},
+    return debate_result(
+        items, transcript, usage=Usage(calls=2, prompt_tokens=10, completion_tokens=2, cached_tokens=4)
     )
 
 

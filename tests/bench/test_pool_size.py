@@ -15,7 +15,8 @@ from evaluation.datasets import Item
 from evaluation.metrics import paired_bootstrap
 from evaluation.scoring import Scores
 from evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
-from services.knowledge import KnowledgeItem, KnowledgePool
+from services.knowledge import KnowledgeItem
+from tests.support.results import debate_result
 
 pytestmark = pytest.mark.unit
 
@@ -65,17 +66,9 @@ HELD = {5: 12, 10: 20, 15: 24}
 def transcript(size: int, *, holds_answer: bool) -> DebateResult:
     texts = ["the answer is x" if holds_answer and n == size else f"passage {n}" for n in range(1, size + 1)]
     items = [KnowledgeItem(n=n, source="wikipedia", title=f"t{n}", text=t) for n, t in enumerate(texts, 1)]
-    return DebateResult(
-        question="q",
-        protocol="rag",
-        answer="x",
-        answer_source="single answer",
-        rounds=1,
-        consensus=True,
-        pool=KnowledgePool(pool_id="p", question="q", items=items),
-        transcript=[],
-        usage=Usage(calls=1, prompt_tokens=100 * size, completion_tokens=10),
-        usage_by_role={},
+    usage = Usage(calls=1, prompt_tokens=100 * size, completion_tokens=10)
+    return debate_result(
+        items, protocol="rag", question="q", answer="x", answer_source="single answer", usage=usage
     )
 
 

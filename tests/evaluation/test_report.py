@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.result import DebateResult, TranscriptRecord, Usage
+from engine.result import DebateResult, TranscriptRecord
 from evaluation.report import answer_passages, selection_hits
 from services.knowledge import KnowledgeItem, KnowledgePool
+from tests.support.results import debate_result
 
 pytestmark = pytest.mark.unit
 
@@ -20,18 +21,7 @@ def pool(*texts: str) -> KnowledgePool:
 def debate(knowledge: KnowledgePool, *selections: list[int] | None) -> DebateResult:
     steps = [TranscriptRecord(round=1, role="select", agent=a, selected=s) for a, s in enumerate(selections)]
     steps.append(TranscriptRecord(round=1, role="debater", agent=0, knowledge=[1], answer="Paris"))
-    return DebateResult(
-        question="q",
-        protocol="madke",
-        answer="Paris",
-        answer_source="summarizer",
-        rounds=1,
-        consensus=True,
-        pool=knowledge,
-        transcript=steps,
-        usage=Usage(),
-        usage_by_role={},
-    )
+    return debate_result(knowledge.items, steps)
 
 
 def test_answer_passages_match_whole_words_of_any_alias() -> None:
