@@ -5,7 +5,7 @@ in one output folder and on the same knowledge pools,
 
 - **tier 1** on the first 300 questions: RAG (the reference), closed-book single, MADKE and the
   same-budget self-consistency vote given each question's MADKE tokens (Choi et al.'s control);
-- **tier 2** on the first 100 of them: CoT, self-consistency, MAD, society and MALLM (majority).
+- **tier 2** on the first 100 of them: CoT, self-consistency, MAD, society and MALLM (majority consensus).
 
 Both tiers are ordinary ``parley eval`` runs, so an interrupted suite resumes where it stopped (run the
 same command: finished items are skipped, failed ones retried; the pools are reused). Afterwards
