@@ -20,7 +20,7 @@ from engine.result import DebateResult
 from evaluation.datasets import Item
 from evaluation.judge import AnswerJudge
 from evaluation.progress import make_progress
-from evaluation.runner import EvalOptions, RunTally, grade, result_record
+from evaluation.runner import EvalOptions, InvocationClock, RunTally, grade, result_record
 from evaluation.store import ResultRecord, RunSpec, Workspace, now_iso
 from parley_client import AsyncParleyClient, BatchResult, ParleyNotFound, finished_count
 
@@ -55,6 +55,7 @@ async def run_via_api(
             tallies.append(tally)
             continue
         bar = make_progress(spec.label, len(items), tally.done_before, opts.progress)
+        clock = InvocationClock(spec.label, opts.concurrency)
         try:
             # A saved batch (an interrupted invocation) is polled first; then whatever is still to do
             # and was not in it is submitted. Items that fail here are retried by the next invocation.
@@ -100,6 +101,7 @@ async def run_via_api(
         finally:
             bar.close()
             ws.compact(spec.label, [it.id for it in items])
+            clock.log(ws, tally)
         tallies.append(tally)
     return tallies
 

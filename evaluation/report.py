@@ -21,7 +21,7 @@ from engine.result import DebateResult, TranscriptRecord
 from evaluation import metrics, published
 from evaluation.datasets import Item
 from evaluation.scoring import PrimaryMetric, is_correct
-from evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
+from evaluation.store import Invocation, Manifest, ResultRecord, RunSpec, Workspace
 from services.knowledge import KnowledgePool
 
 # Roles whose records carry an agent's own answer to the question (not a selection, verdict or vote),
@@ -109,6 +109,14 @@ def accuracy_by_round(
     depth = max(len(c) for c in per_item)
     padded = [c + [c[-1]] * (depth - len(c)) for c in per_item]
     return [sum(c[r] for c in padded) / len(padded) for r in range(depth)]
+
+
+def questions_per_hour(invocations: Sequence[Invocation]) -> float | None:
+    """Answered questions per hour of wall-clock time over the invocations that logged their work
+    (throughput at the concurrency they ran with); None before any logged one."""
+    wall = sum(i.wall_s for i in invocations)
+    ok = sum(i.ok for i in invocations)
+    return 3600 * ok / wall if wall > 0 and ok else None
 
 
 def answer_passages(pool: KnowledgePool, gold: Sequence[str]) -> set[int]:
@@ -352,7 +360,8 @@ def build_report(
     all_results = {label: ws.load_results(label) for label in labels}
     runs = []
     for label in labels:
-        runs.append(run_metrics(specs[label], items, all_results[label], ws.load_transcripts(label), primary))
+        run = run_metrics(specs[label], items, all_results[label], ws.load_transcripts(label), primary)
+        runs.append({**run, "questions_per_hour": questions_per_hour(ws.load_invocations(label))})
     pairs: list[tuple[str, str]] = [(labels[0], other) for other in labels[1:]]
     for pair in compare:
         if pair not in pairs:
@@ -483,8 +492,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         *_setup_lines(report),
         *_unparseable_lines(report),
         "| run | style | ok | failed | pending | accuracy % | EM % | F1 % | contains % | judge % | Co2 % "
-        "| Cons % | rounds | calls/q | tokens/q | out tok/q | s/q | unparseable % |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Cons % | rounds | calls/q | tokens/q | out tok/q | s/q | q/h | unparseable % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         lines.append(
@@ -494,7 +503,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {_fmt(r['judge_accuracy'], True)} | {_fmt(r['co2'], True)} | {_fmt(r['cons'], True)} "
             f"| {_fmt(r['avg_rounds'], digits=2)} | {_fmt(r['calls_per_q'], digits=2)} "
             f"| {_fmt(r['tokens_per_q'], digits=0)} | {_fmt(r['completion_tokens_per_q'], digits=0)} "
-            f"| {_fmt(r['seconds_per_q'], digits=2)} | {_fmt(r.get('unparseable'), True)} |"
+            f"| {_fmt(r['seconds_per_q'], digits=2)} | {_fmt(r.get('questions_per_hour'), digits=0)} "
+            f"| {_fmt(r.get('unparseable'), True)} |"
         )
     if any(r["kks_strict"] is not None for r in report["runs"]):
         lines += ["", "| run | KKS strict % | KKS smooth % |", "|---|---|---|"]

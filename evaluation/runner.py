@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,7 +35,7 @@ from evaluation.judge import AnswerJudge, JudgeVerdict
 from evaluation.metrics import is_consistent
 from evaluation.progress import make_progress
 from evaluation.scoring import PrimaryMetric, score_answer
-from evaluation.store import QUESTION_POOLS, ResultRecord, RunSpec, Workspace
+from evaluation.store import QUESTION_POOLS, Invocation, ResultRecord, RunSpec, Workspace, now_iso
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
 
 ProgressFactory = Callable[[str, int, int], Any]
@@ -61,6 +62,28 @@ class RunTally:
     ok: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
+
+
+class InvocationClock:
+    """Times one invocation's work on a run and logs it (``invocations.jsonl``) when it finished
+    something: throughput is read from these, since items overlap at ``--concurrency`` > 1."""
+
+    def __init__(self, label: str, concurrency: int) -> None:
+        self.label, self.concurrency = label, max(1, concurrency)
+        self.started_at, self.t0 = now_iso(), time.monotonic()
+
+    def log(self, ws: Workspace, tally: RunTally) -> None:
+        if tally.ok or tally.failed:
+            ws.log_invocation(
+                Invocation(
+                    run=self.label,
+                    started_at=self.started_at,
+                    wall_s=round(time.monotonic() - self.t0, 3),
+                    ok=tally.ok,
+                    failed=tally.failed,
+                    concurrency=self.concurrency,
+                )
+            )
 
 
 def needs_pool(spec: RunSpec) -> bool:
@@ -347,6 +370,7 @@ async def _run_items(
     sem = asyncio.Semaphore(max(1, opts.concurrency))
     streak = 0
     abort = asyncio.Event()
+    clock = InvocationClock(spec.label, opts.concurrency)
 
     async def one(index: int, item: Item) -> None:
         nonlocal streak
@@ -389,6 +413,7 @@ async def _run_items(
     finally:
         bar.close()
         ws.compact(spec.label, [it.id for it in items])
+        clock.log(ws, tally)
     if abort.is_set():
         raise EvalAborted(
             f"{spec.label}: {streak} items failed in a row (last: {tally.errors[-1]}); stopped. "

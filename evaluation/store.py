@@ -11,6 +11,8 @@ Layout::
     OUT/results/<label>.jsonl     one line per item: answer, gold, scores, rounds, calls, tokens, seconds
     OUT/transcripts/<label>.jsonl the full DebateResult per item (``transcript_ref`` points here)
     OUT/api/<label>.json          the batch id of an ``--api`` run, so a resumed run keeps polling it
+    OUT/invocations.jsonl         one line per run and invocation that finished items: its wall-clock
+                                  seconds and what it finished (questions per hour, across resumes)
 
 Every line is written and flushed as soon as its item finishes; the last line for an id wins, and a
 torn last line (a crash mid-write) is ignored. Resuming therefore redoes nothing that finished and
@@ -122,6 +124,18 @@ def _changed_settings(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 class WorkspaceError(RuntimeError):
     """The output folder holds results that do not fit this command (another config for a label)."""
+
+
+class Invocation(BaseModel):
+    """One invocation's work on one run: its wall-clock time and the items it finished. Per-item
+    ``seconds`` are latencies (several items overlap at ``--concurrency`` > 1); these give throughput."""
+
+    run: str
+    started_at: str
+    wall_s: float = Field(ge=0)
+    ok: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    concurrency: int = Field(ge=1)
 
 
 def now_iso() -> str:
@@ -338,6 +352,24 @@ class Workspace:
                     latest[str(obj["id"])] = obj
             keep = [latest[r.id] for r in ordered if r.id in latest and r.status == "ok"]
             _atomic_write(path, "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in keep))
+
+    # -- throughput ------------------------------------------------------------------------------
+    @property
+    def invocations_path(self) -> Path:
+        return self.root / "invocations.jsonl"
+
+    def log_invocation(self, invocation: Invocation) -> None:
+        _append(self.invocations_path, invocation.model_dump(mode="json"))
+
+    def load_invocations(self, label: str) -> list[Invocation]:
+        out = []
+        for obj in _read_lines(self.invocations_path):
+            if obj.get("run") == label:
+                try:
+                    out.append(Invocation.model_validate(obj))
+                except ValidationError:
+                    continue
+        return out
 
     # -- API batches ----------------------------------------------------------------------------
     def batch_state_path(self, label: str) -> Path:

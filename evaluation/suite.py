@@ -36,6 +36,7 @@ from evaluation.report import (
     compare_runs,
     discordant,
     parse_error_rates,
+    questions_per_hour,
     run_setting,
     unparseable_share,
     unparseable_warnings,
@@ -290,6 +291,7 @@ def write_suite_report(
                 "ci_low": low,
                 "ci_high": high,
                 **cost_per_question(ok),
+                "questions_per_hour": questions_per_hour(ws.load_invocations(label)),
                 "unparseable": unparseable_share(rates),
                 "parse_errors": rates,
                 "pool_items": metrics.mean(pools) if pools else None,
@@ -453,15 +455,16 @@ def render_suite(report: dict[str, Any]) -> str:
     lines += [
         "## Runs",
         "",
-        "| run | n | failed | accuracy % | 95 % CI | tokens/q | s/q | calls/q | unparseable % "
+        "| run | n | failed | accuracy % | 95 % CI | tokens/q | s/q | q/h | calls/q | unparseable % "
         "| pool items | setting |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         lines.append(
             f"| {r['label']} | {r['n']} | {r['failed']} | {_pct(r['accuracy'])} "
             f"| [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] "
-            f"| {_num(r['tokens_per_q'], 0)} | {_num(r['seconds_per_q'], 1)} | {_num(r['calls_per_q'], 1)} "
+            f"| {_num(r['tokens_per_q'], 0)} | {_num(r['seconds_per_q'], 1)} "
+            f"| {_num(r.get('questions_per_hour'), 0)} | {_num(r['calls_per_q'], 1)} "
             f"| {_pct(r['unparseable'])} | {_num(r['pool_items'], 1)} "
             f"| {r['setting']} |"
         )

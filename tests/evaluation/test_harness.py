@@ -81,6 +81,17 @@ async def test_three_protocols_end_to_end(scripted: ScriptedLLM, nq_dataset: Pat
     )
     assert len(scripted.requests) == before
     assert len(pools.calls) == len(QUESTIONS)
+    # Each run logged its one invocation (wall time and what it finished); the rerun that finished
+    # nothing logged none, and the report turns them into questions per hour.
+    logged = lines(out / "invocations.jsonl")
+    assert [(i["run"], i["ok"], i["failed"], i["concurrency"]) for i in logged] == [
+        ("madke", 4, 0, 1), ("single", 4, 0, 1), ("rag", 4, 0, 1)
+    ]  # fmt: skip
+    assert all(i["wall_s"] > 0 for i in logged)
+    qph = {
+        r["label"]: r["questions_per_hour"] for r in json.loads((out / "metrics.json").read_text())["runs"]
+    }
+    assert qph["madke"] == pytest.approx(3600 * 4 / logged[0]["wall_s"])
 
 
 async def test_prompt_styles_and_compare_pairs(

@@ -3,10 +3,13 @@ selection step let one through."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engine.result import DebateResult, TranscriptRecord
-from evaluation.report import answer_passages, selection_hits
+from evaluation.report import answer_passages, questions_per_hour, selection_hits
+from evaluation.store import Invocation, Workspace
 from services.knowledge import KnowledgeItem, KnowledgePool
 from tests.support.results import debate_result
 
@@ -40,3 +43,28 @@ def test_selection_hits_count_steps_whose_pool_holds_the_answer() -> None:
     gold = {"q1": ["Paris"], "q2": ["Paris"]}
     assert selection_hits(transcripts, gold) == {"steps": 3, "share": pytest.approx(1 / 3)}
     assert selection_hits({"q2": transcripts["q2"]}, gold) == {"steps": 0, "share": None}
+
+
+def test_questions_per_hour_is_answered_questions_over_wall_time_across_invocations() -> None:
+    """Two invocations (one interrupted): 30 answered in 1,800 s of wall time is 60 an hour, whatever
+    the per-question latencies were; failures are not answers."""
+    runs = [
+        Invocation(run="madke", started_at="t", wall_s=600, ok=10, failed=2, concurrency=2),
+        Invocation(run="madke", started_at="t", wall_s=1200, ok=20, failed=0, concurrency=2),
+    ]
+    assert questions_per_hour(runs) == pytest.approx(60.0)
+    assert questions_per_hour([]) is None
+    assert (
+        questions_per_hour([Invocation(run="x", started_at="t", wall_s=5, ok=0, failed=3, concurrency=1)])
+        is None
+    )
+
+
+def test_invocations_are_read_per_run_past_a_torn_line(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    ws.log_invocation(Invocation(run="rag", started_at="t", wall_s=10, ok=5, failed=0, concurrency=1))
+    ws.log_invocation(Invocation(run="madke", started_at="t", wall_s=90, ok=3, failed=0, concurrency=2))
+    with ws.invocations_path.open("a") as f:
+        f.write('{"run": "rag", "wall_s": -1}\n{"run": "rag", "started')
+    assert [i.ok for i in ws.load_invocations("rag")] == [5]
+    assert [i.wall_s for i in ws.load_invocations("madke")] == [90]
