@@ -202,6 +202,9 @@ def test_sigterm_stops_cleanly_and_the_run_resumes(nq_dataset: Path, tmp_path: P
     done = [json.loads(x) for x in results.read_text().splitlines() if x.strip()]
     assert 1 <= len(done) < len(QUESTIONS)
     assert all(r["status"] == "ok" for r in done)  # nothing half-written
+    # the stopped invocation still logged its time and what it finished (questions per hour)
+    (logged,) = [json.loads(x) for x in (out / "invocations.jsonl").read_text().splitlines()]
+    assert logged["run"] == "single" and logged["ok"] == len(done) and logged["wall_s"] > 0
 
 
 def test_cli_refuses_a_bad_setting_without_a_traceback(nq_dataset: Path, tmp_path: Path) -> None:
