@@ -412,6 +412,11 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.1f}"
 
 
+def _ci(row: dict[str, Any]) -> str:
+    """``[16.0, 27.0]``, or a dash where nothing finished (no accuracy, so no interval)."""
+    return "–" if row["accuracy"] is None else f"[{_pct(row['ci_low'])}, {_pct(row['ci_high'])}]"
+
+
 def render_pool_answer(split: dict[str, Any] | None) -> list[str]:
     if not split or not split["questions"]:
         return []
@@ -431,7 +436,7 @@ def render_pool_answer(split: dict[str, Any] | None) -> list[str]:
     ]
 
     def cells(g: dict[str, Any]) -> str:
-        return f"{g['n']} | {_pct(g['accuracy'])} | [{_pct(g['ci_low'])}, {_pct(g['ci_high'])}]"
+        return f"{g['n']} | {_pct(g['accuracy'])} | {_ci(g)}"
 
     lines += [f"| {r['label']} | {cells(r['holds'])} | {cells(r['lacks'])} |" for r in split["runs"]]
     return lines
@@ -462,7 +467,7 @@ def render_suite(report: dict[str, Any]) -> str:
     for r in report["runs"]:
         lines.append(
             f"| {r['label']} | {r['n']} | {r['failed']} | {_pct(r['accuracy'])} "
-            f"| [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] "
+            f"| {_ci(r)} "
             f"| {_num(r['tokens_per_q'], 0)} | {_num(r['seconds_per_q'], 1)} "
             f"| {_num(r.get('questions_per_hour'), 0)} | {_num(r['calls_per_q'], 1)} "
             f"| {_pct(r['unparseable'])} | {_num(r['pool_items'], 1)} "

@@ -366,12 +366,14 @@ def test_the_report_splits_accuracy_by_whether_the_pool_holds_the_answer(tmp_pat
     word), the rest other towns. RAG right on q0–q2 and q5, single on q0 and q6."""
     rag = [1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
     single = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
-    ws = fixed_workspace(tmp_path / "split", {"rag": rag, "single": single}, gold="Paris")
+    ws = fixed_workspace(tmp_path / "split", {"rag": rag, "single": single, "cot": []}, gold="Paris")
     texts = ["Paris is the capital of France."] * 4 + ["A Parisian style."] + ["Lyon and Lille."] * 5
     for i, text in enumerate(texts):
         item = KnowledgeItem(n=1, source="wikipedia", title=f"T{i}", text=text)
         ws.save_pool(f"q{i}", KnowledgePool(pool_id=f"p{i}", question=f"question {i}", items=[item]))
-    report = write_suite_report(ws, EVIDENCE, labels=["rag", "single"], samples=500, seed=1, plots=False)
+    report = write_suite_report(
+        ws, EVIDENCE, labels=["rag", "single", "cot"], samples=500, seed=1, plots=False
+    )
     split = report["pool_answer"]
     assert (split["questions"], split["holding"]) == (10, 4)
     by_label = {r["label"]: r for r in split["runs"]}
@@ -384,6 +386,9 @@ def test_the_report_splits_accuracy_by_whether_the_pool_holds_the_answer(tmp_pat
     text = (tmp_path / "split" / "suite.md").read_text()
     assert "holds a gold answer string for 4 of its 10 questions (40.0 %)" in text
     assert "| rag | 4 | 75.0 |" in text
+    # a run with nothing finished yet has no interval, in this table and in the runs table
+    assert "| cot | 0 | – | – | 0 | – | – |" in text
+    assert "| cot | 0 | 0 | – | – |" in text
     # a folder without pools (closed-book runs only) has no such section
     bare = fixed_workspace(tmp_path / "bare", {"single": single}, gold="Paris")
     assert (
