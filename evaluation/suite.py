@@ -228,12 +228,18 @@ def cost_per_question(ok: Sequence[ResultRecord]) -> dict[str, float | None]:
 
 
 def by_pool_answer(
-    ws: Workspace, results: dict[str, dict[str, ResultRecord]], *, samples: int, seed: int
+    ws: Workspace,
+    results: dict[str, dict[str, ResultRecord]],
+    *,
+    pairs: Sequence[tuple[str, str]] = (),
+    samples: int,
+    seed: int,
 ) -> dict[str, Any] | None:
     """Each run's accuracy on the questions whose knowledge pool holds a gold answer string (the
     passages RAG and MADKE read; a normalised alias on word boundaries, as ``contains`` scores) and on
     the others. Runs that read no pool show how hard the two groups are on their own, so a knowledge
-    protocol's gain on the first group is read against theirs. None where no pools were built."""
+    protocol's gain on the first group is read against theirs; ``pairs`` are compared (paired
+    bootstrap) within each group. None where no pools were built."""
     pools = ws.load_pools()
     if not pools:
         return None
@@ -247,7 +253,19 @@ def by_pool_answer(
             acc, low, high = accuracy_ci(values, samples=samples, seed=seed)
             row[group] = {"n": len(values), "accuracy": acc, "ci_low": low, "ci_high": high}
         runs.append(row)
-    return {"questions": len(holds), "holding": sum(holds.values()), "runs": runs}
+    order = [it_id for it_id in gold if it_id in holds]
+    comparisons = [
+        {
+            **compare_runs(
+                a, b, results, [i for i in order if holds[i] is wanted], samples=samples, seed=seed
+            ),
+            "group": group,
+        }
+        for a, b in pairs
+        if a in results and b in results
+        for group, wanted in (("holds", True), ("lacks", False))
+    ]
+    return {"questions": len(holds), "holding": sum(holds.values()), "runs": runs, "comparisons": comparisons}
 
 
 def _ok(results: dict[str, ResultRecord]) -> list[ResultRecord]:
@@ -317,7 +335,14 @@ def write_suite_report(
         "bootstrap": {"samples": samples, "seed": seed, "level": 0.95},
         "runs": runs,
         "comparisons": comparisons,
-        "pool_answer": by_pool_answer(ws, results, samples=samples, seed=seed),
+        "pool_answer": by_pool_answer(
+            ws,
+            results,
+            # what reading adds (RAG over closed book) and what the debate does with it
+            pairs=[("single", suite.reference), (suite.reference, suite.debate), ("single", suite.debate)],
+            samples=samples,
+            seed=seed,
+        ),
         "literature": LITERATURE,
         "paper_nq_f1": [{"model": m, **v} for m, v in PAPER_NQ],
     }
@@ -439,7 +464,30 @@ def render_pool_answer(split: dict[str, Any] | None) -> list[str]:
         return f"{g['n']} | {_pct(g['accuracy'])} | {_ci(g)}"
 
     lines += [f"| {r['label']} | {cells(r['holds'])} | {cells(r['lacks'])} |" for r in split["runs"]]
+    compared = [c for c in split.get("comparisons", []) if c["n"]]
+    if compared:
+        lines += [
+            "",
+            "Paired differences within each group (B − A over the questions both finished; groups chosen "
+            "after the fact, so read them as a diagnosis of where the difference comes from):",
+            "",
+            "| pool | A | B | n | A % | B % | B better / A better | B − A (points) | 95 % CI | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [f"| {c['group']} {paired_row(c)}" for c in compared]
     return lines
+
+
+def paired_row(c: dict[str, Any]) -> str:
+    """``| A | B | n | A % | B % | B better / A better | B − A | 95 % CI | verdict |`` of one comparison."""
+    if not c["n"]:
+        return f"| {c['a']} | {c['b']} | 0 | – | – | – | – | – | no question finished in both |"
+    verdict_word = "real difference" if c["significant"] else "may be noise"
+    return (
+        f"| {c['a']} | {c['b']} | {c['n']} | {_pct(c['accuracy_a'])} | {_pct(c['accuracy_b'])} "
+        f"| {discordant(c)} | {100 * c['diff']:+.1f} "
+        f"| [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {verdict_word} |"
+    )
 
 
 def render_suite(report: dict[str, Any]) -> str:
@@ -484,16 +532,7 @@ def render_suite(report: dict[str, Any]) -> str:
         "| A | B | n | A % | B % | B better / A better | B − A (points) | 95 % CI | verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for c in report["comparisons"]:
-        if not c["n"]:
-            lines.append(f"| {c['a']} | {c['b']} | 0 | – | – | – | – | – | no question finished in both |")
-            continue
-        verdict_word = "real difference" if c["significant"] else "may be noise"
-        lines.append(
-            f"| {c['a']} | {c['b']} | {c['n']} | {_pct(c['accuracy_a'])} | {_pct(c['accuracy_b'])} "
-            f"| {discordant(c)} | {100 * c['diff']:+.1f} "
-            f"| [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] | {verdict_word} |"
-        )
+    lines += [paired_row(c) for c in report["comparisons"]]
     lines += render_pool_answer(report.get("pool_answer"))
     if report.get("plot"):
         lines += ["", f"![cost and accuracy]({report['plot']})"]

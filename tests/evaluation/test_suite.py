@@ -386,6 +386,19 @@ def test_the_report_splits_accuracy_by_whether_the_pool_holds_the_answer(tmp_pat
     text = (tmp_path / "split" / "suite.md").read_text()
     assert "holds a gold answer string for 4 of its 10 questions (40.0 %)" in text
     assert "| rag | 4 | 75.0 |" in text
+    # within each group, paired: single → rag on the 4 holding questions is +2 of 4 (rag right on q1,
+    # q2 where single is not; both on q0), on the 6 others 0 (rag right on q5, single on q6)
+    within = {(c["a"], c["b"], c["group"]): c for c in split["comparisons"]}
+    holds_diff, lacks_diff = within[("single", "rag", "holds")], within[("single", "rag", "lacks")]
+    assert (holds_diff["n"], holds_diff["b_better"], holds_diff["a_better"]) == (4, 2, 0)
+    assert holds_diff["diff"] == pytest.approx(0.5)
+    assert (lacks_diff["n"], lacks_diff["b_better"], lacks_diff["a_better"], lacks_diff["diff"]) == (
+        6,
+        1,
+        1,
+        0.0,
+    )
+    assert "| holds | single | rag | 4 | 25.0 | 75.0 | 2 / 0 | +50.0 |" in text
     # a run with nothing finished yet has no interval, in this table and in the runs table
     assert "| cot | 0 | – | – | 0 | – | – |" in text
     assert "| cot | 0 | 0 | – | – |" in text
