@@ -50,11 +50,11 @@ DEBATER_ROLE = "You answer factual questions accurately and briefly, using the k
 # The answer is asked for as JSON: with schema-constrained decoding (llama.cpp, vLLM) the reply cannot
 # miss the answer field, which is where free-text replies failed most (a sentence and no answer line).
 # The field descriptions stay outside the JSON template: a 1.5B model copied them into "answer".
-ANSWER_INSTRUCTION = (
-    'Reply with JSON only: {"reason": "...", "answer": "..."}\n'
+ANSWER_RULES = (
     "reason: one short sentence. answer: only the name, date, number or few words that answer the "
     "question (never a knowledge number)."
 )
+ANSWER_INSTRUCTION = 'Reply with JSON only: {"reason": "...", "answer": "..."}\n' + ANSWER_RULES
 EXAMPLE = (
     "=== FORMAT EXAMPLE (a different question from another domain; never reuse its answer) ===\n"
     "Question: Which gas do plants take from the air to make sugar?\n"
@@ -78,6 +78,15 @@ ANSWER_SCHEMA: dict[str, Any] = {
     "required": ["reason", "answer"],
     "additionalProperties": False,
 }
+
+
+def answer_schema_with(field: str, schema: dict[str, Any], *, first: bool = False) -> dict[str, Any]:
+    """``ANSWER_SCHEMA`` with one more required field, ahead of reason and answer (``first``: a
+    decision the answer follows, such as agreement) or after them (a rating of the answer)."""
+    props = ANSWER_SCHEMA["properties"]
+    properties = {field: schema, **props} if first else {**props, field: schema}
+    return {**ANSWER_SCHEMA, "properties": properties, "required": list(properties)}
+
 
 _FINAL = re.compile(r"final answer\s*[:：]\s*(.+)", re.IGNORECASE)
 _KNUM = re.compile(r"\(?\bK\s*(\d{1,3})\b\)?", re.IGNORECASE)

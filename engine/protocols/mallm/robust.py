@@ -42,17 +42,10 @@ VOTE_SCHEMAS: Mapping[str, dict[str, Any] | None] = {
 # A turn after the first of the memory and drafting paradigms also says whether it agrees with the
 # current solution: a JSON boolean the agreement parser reads, so the [AGREE] tag of the paper's
 # wording is not needed beside the JSON answer.
-AGREEMENT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"agree": {"type": "boolean"}, **ANSWER_SCHEMA["properties"]},
-    "required": ["agree", "reason", "answer"],
-    "additionalProperties": False,
-}
+AGREEMENT_SCHEMA = robust.answer_schema_with("agree", {"type": "boolean"}, first=True)
 AGREEMENT_INSTRUCTION = (
     'Reply with JSON only: {"agree": true or false, "reason": "...", "answer": "..."}\n'
-    "agree: true if the current solution is right. reason: one short sentence. answer: your own answer "
-    "either way, only the name, date, number or few words that answer the question (never a knowledge "
-    "number)."
+    "agree: true if the current solution is right. " + robust.ANSWER_RULES
 )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from engine.prompts import robust
 from engine.prompts.compose import join_blocks, system_user
@@ -13,12 +12,12 @@ from services.knowledge import KnowledgeItem
 from services.llm import ChatMessage
 
 # With confidence on, the answer's JSON carries it too, so the reply is still one schema-checked object.
-CONFIDENCE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {**ANSWER_SCHEMA["properties"], "confidence": {"type": "integer"}},
-    "required": ["reason", "answer", "confidence"],
-    "additionalProperties": False,
-}
+CONFIDENCE_SCHEMA = robust.answer_schema_with("confidence", {"type": "integer"})
+CONFIDENCE_INSTRUCTION = (
+    'Reply with JSON only: {"reason": "...", "answer": "...", "confidence": N}\n'
+    + robust.ANSWER_RULES
+    + " confidence: how sure you are of your answer, from 1 to 10."
+)
 
 
 def messages(
@@ -31,13 +30,7 @@ def messages(
     persona: str | None = None,
 ) -> list[ChatMessage]:
     system = robust.DEBATER_ROLE + (f" Your role: {persona}." if persona else "")
-    instruction = robust.ANSWER_INSTRUCTION
-    if confidence:
-        instruction = (
-            'Reply with JSON only: {"reason": "...", "answer": "...", "confidence": N}\n'
-            + robust.ANSWER_INSTRUCTION.split("\n", 1)[1]
-            + " confidence: how sure you are of your answer, from 1 to 10."
-        )
+    instruction = CONFIDENCE_INSTRUCTION if confidence else robust.ANSWER_INSTRUCTION
     if not own_history:
         return system_user(
             system,
