@@ -5,7 +5,7 @@ evaluation, or point ``PARLEY_LLM_BASE_URL``/``PARLEY_LLM_MODEL`` at a running s
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m bench.pool_size --dataset data/nq_open_vital_dev.jsonl \\
         --sizes 5,10,15 --protocols rag,madke --limit 200 --out reports/pool-size \\
-        --reuse 5=reports/evidence
+        --reuse 5=reports/evidence-pinned-slots
 
 Each pool size is an ordinary ``parley eval`` folder, ``OUT/k<size>``, run with ``--set k_wiki=<size>``
 (protocol by protocol, smallest size first, so the cheap protocol's whole curve comes before the

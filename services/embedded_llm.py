@@ -168,7 +168,8 @@ class ServedModel:
     # Requests in flight per process: llama.cpp's server decodes one per slot (more would queue at
     # the server and spend their read timeout waiting).
     max_concurrency: int | None = None
-    # The server's KV-cache slots: clients pin each prompt family to one (``cache_key``).
+    # The server's KV-cache slots (llama.cpp's): clients ask it to cache their prompts and leave the
+    # choice of slot to it (``OpenAIChatClient.complete``).
     slots: int | None = None
     # Tokens of context per request (llama-server's per-slot window): longer prompts are refused
     # before the call.

@@ -324,24 +324,6 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-class _SlotAffinity:
-    """Which server slot each cache key uses, per endpoint and process: keys take slots in the order
-    they first appear, so one debate's selection, agents and panel each keep a slot of their own
-    (with at least as many slots as keys) and their next prompt starts from their cached prefix."""
-
-    def __init__(self) -> None:
-        self._by_endpoint: dict[str, dict[str, int]] = {}
-
-    def slot(self, endpoint: str, key: str, slots: int) -> int:
-        keys = self._by_endpoint.setdefault(endpoint, {})
-        if key not in keys:
-            keys[key] = len(keys) % slots
-        return keys[key]
-
-
-SLOT_AFFINITY = _SlotAffinity()
-
-
 class OpenAIChatClient:
     """A ``ChatModel`` over HTTP. Pass ``client`` (or ``transport``) to control the network in tests."""
 
@@ -388,8 +370,8 @@ class OpenAIChatClient:
         self._max_concurrency = max_concurrency
         self._max_tokens = max_tokens
         self._structured_mode: StructuredMode = structured_mode
-        # A llama.cpp server with this many KV-cache slots: calls that share a cache_key go to one
-        # slot, so a prefix a role will send again stays cached there (see SLOT_AFFINITY).
+        # A llama.cpp server with this many KV-cache slots: calls with a cache_key ask it to keep and
+        # reuse their prompt's state (``cache_prompt``); the server picks the slot (see complete()).
         self._slots = slots
         # A llama.cpp server's context per request: prompts that cannot fit are refused before the
         # call (counted with the server's own tokenizer), not after a long prompt evaluation.
@@ -500,8 +482,7 @@ class OpenAIChatClient:
         """One chat completion with bounded retries; raises a typed ``LLMError`` when it cannot.
 
         ``cache_key`` names the prompt family a call belongs to (an agent, the selection, the panel):
-        on an endpoint with ``slots`` it picks the server slot outside a worker's job, elsewhere it is
-        not sent.
+        on an endpoint with ``slots`` the server is asked to cache the prompt; elsewhere nothing is sent.
         """
         body: dict[str, Any] = {
             "model": self._model,
@@ -513,14 +494,14 @@ class OpenAIChatClient:
         if seed is not None:
             body["seed"] = seed
         if self._slots and cache_key is not None:
+            # The server gives the request the idle slot whose cached prompt shares the longest prefix
+            # with it (llama.cpp's slot similarity) and restores evicted prompts from its host-memory
+            # cache. No slot is ever named (``id_slot``): llama.cpp, asked for a slot that is busy,
+            # loads the cached prompt nearest the new request into that slot while the request in
+            # flight there is still generating, which then goes on from another conversation's state
+            # (bench/slot_isolation.py: 17 of 192 replies named another conversation's code when each
+            # prompt family was pinned to a slot, none when the server chose).
             body["cache_prompt"] = True
-            if affinity_key() is None:
-                # One process's debate (parley ask, parley eval): each prompt family keeps a slot.
-                body["id_slot"] = SLOT_AFFINITY.slot(self._base_url, cache_key, self._slots)
-            # A worker's job: the worker's processes share the server and cannot see each other's
-            # slots, so the server picks the idle slot whose cached prompt shares the longest prefix
-            # with this one (llama.cpp's slot similarity), and restores evicted prompts from its
-            # host-memory cache.
         output_mode: Literal["schema", "text"] | None = None
         if json_schema is not None:
             if self._schema_supported is False:

@@ -23,6 +23,7 @@ import pytest
 from engine.answers import answers_agree
 from engine.config import DebateConfig
 from engine.runner import run_debate
+from parley_testing.isolation import REPLY_SCHEMA, conversations, judge
 from services.embedded_llm import (
     MODELS,
     EmbeddedLLMError,
@@ -231,6 +232,41 @@ async def test_slots_decode_side_by_side_and_each_keeps_its_prompt(server: Embed
     assert all((c.cached_tokens or 0) < 0.5 * c.prompt_tokens for c in first)
     assert all((c.cached_tokens or 0) >= c.prompt_tokens - 2 for c in again), [
         (c.cached_tokens, c.prompt_tokens) for c in again
+    ]
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+async def test_concurrent_prompt_families_never_answer_from_each_others_state(
+    server: EmbeddedLLMServer,
+) -> None:
+    """Debates at once send the same prompt families (the selections, each agent's turns) to the
+    server; each reply must come from its own prompt. Conversations that each hold one access code
+    are sent through Parley's client, every family of each twice, as many at once as the client
+    allows: a reply that names another conversation's code, or misses its own, was generated from
+    another request's cached state (what pinning families to slots did; bench/slot_isolation.py)."""
+    convs = conversations(8, seed=3, records=(3, 8))
+    models = build_role_models(LLMSettings(), served=server.served())
+    try:
+        model = models.for_role("debater")
+
+        async def ask(i: int, family: int) -> tuple[int, str]:
+            reply = await model.complete(
+                convs[i].messages(family),
+                temperature=0,
+                max_tokens=60,
+                json_schema=REPLY_SCHEMA,
+                cache_key=f"family/{family}",
+            )
+            return i, reply.text
+
+        calls = [(i, f) for _ in range(2) for i in range(len(convs)) for f in range(4)]
+        replies = await asyncio.gather(*(ask(i, f) for i, f in calls))
+    finally:
+        await models.aclose()
+    verdicts = [(convs[i].code, judge(text, convs[i], convs), text) for i, text in replies]
+    assert not [v for v in verdicts if v[1].mixed or not v[1].own], [
+        (code, text) for code, v, text in verdicts if v.mixed or not v.own
     ]
 
 

@@ -169,16 +169,19 @@ async def test_embedded_endpoint_keeps_at_most_one_request_per_slot_in_flight(tm
         assert server.max_in_flight == 2 and len(server.requests) == 6
 
 
-async def test_cache_keys_pin_prompt_families_to_slots_only_on_slotted_servers(scripted: ScriptedLLM) -> None:
+async def test_slotted_servers_are_asked_to_cache_prompts_but_never_for_a_slot(scripted: ScriptedLLM) -> None:
+    # Naming a busy slot makes llama.cpp load another prompt's state under the request generating
+    # there (bench/slot_isolation.py), so the server always chooses the slot.
     scripted.on("capital", "Paris")
     async with client_for(scripted, slots=4) as slotted, client_for(scripted) as plain:
         for key in ("select", "agent/0", "agent/1", "select", "panel", "agent/0"):
             await slotted.complete(MSG, cache_key=key)
+        await slotted.complete(MSG)
         await plain.complete(MSG, cache_key="select")
-    slots = [r.get("id_slot") for r in scripted.requests[:6]]
-    assert slots == [0, 1, 2, 0, 3, 1]  # one slot per family, the same slot every time
-    assert all(r["cache_prompt"] is True for r in scripted.requests[:6])
-    assert "id_slot" not in scripted.requests[6]  # other servers are sent no llama.cpp extension
+    asked = scripted.requests[:6]
+    assert all(r["cache_prompt"] is True and "id_slot" not in r for r in asked)
+    # A call without a prompt family, and any server that is not llama.cpp's, get no extension.
+    assert all("cache_prompt" not in r and "id_slot" not in r for r in scripted.requests[6:])
 
 
 @pytest.mark.parametrize(

@@ -302,18 +302,6 @@ def test_a_new_debate_avoids_the_replica_other_processes_load() -> None:
     assert starts(even) == set(even.urls)
 
 
-async def test_a_jobs_calls_let_the_server_choose_the_slot(scripted: ScriptedLLM) -> None:
-    # Several worker processes share one llama.cpp server: pinning families to slots per process
-    # would put two debates' agents on one slot, so a job's calls leave the choice to the server.
-    async with OpenAIChatClient(scripted.base_url, "m", slots=8) as llm:
-        await llm.complete(MSG, cache_key="agent/0")
-        with job_log_context("job-1"):
-            await llm.complete(MSG, cache_key="agent/0")
-    alone, in_job = scripted.requests
-    assert alone["id_slot"] == 0 and alone["cache_prompt"] is True
-    assert "id_slot" not in in_job and in_job["cache_prompt"] is True
-
-
 def test_a_debate_leaves_a_replica_that_replies_much_slower() -> None:
     replicas = ReplicaSet(["http://a:1", "http://b:1"])
     a, b = replicas.urls

@@ -1,0 +1,48 @@
+"""Pairing two runs of different folders: the questions both finished, the harness's bootstrap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.paired_results import main
+from evaluation.metrics import paired_bootstrap
+
+pytestmark = pytest.mark.unit
+
+
+def write_run(folder: Path, run: str, contains: dict[str, float], failed: tuple[str, ...] = ()) -> None:
+    (folder / "results").mkdir(parents=True)
+    rows = [
+        {"id": qid, "status": "ok", "scores": {"contains": c, "f1": c / 2, "em": None}}
+        for qid, c in contains.items()
+    ] + [{"id": qid, "status": "failed", "scores": {}} for qid in failed]
+    (folder / "results" / f"{run}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_two_folders_are_paired_on_the_questions_both_finished(tmp_path: Path) -> None:
+    a = {f"q{i}": float(i % 2) for i in range(10)}  # 5 of 10 right
+    b = {f"q{i}": 1.0 for i in range(1, 12)}  # q0 missing, q10 and q11 extra
+    write_run(tmp_path / "before", "madke", a)
+    write_run(tmp_path / "after", "madke", b, failed=("q0",))
+    out = tmp_path / "paired.md"
+    result = main([f"{tmp_path / 'before'}:madke", f"{tmp_path / 'after'}:madke", "--out", str(out)])
+    assert result["questions"] == 9  # q1..q9: q0 failed in B, q10 and q11 are not in A
+    c = result["metrics"]["contains"]
+    shared = [f"q{i}" for i in range(1, 10)]
+    ci = paired_bootstrap([a[i] for i in shared], [b[i] for i in shared])
+    assert (c["a"], c["b"]) == (pytest.approx(5 / 9), 1.0)
+    assert (c["diff"], c["low"], c["high"]) == (pytest.approx(ci.diff), ci.low, ci.high)
+    assert (c["b_better"], c["a_better"]) == (4, 0)
+    assert result["metrics"]["em"]["diff"] == 0.0  # a missing score counts as wrong, on both sides
+    assert "| contains | 55.6 | 100.0 | +44.4 |" in out.read_text()
+    assert json.loads(out.with_suffix(".json").read_text())["questions"] == 9
+
+
+def test_a_run_that_is_not_there_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"results/madke\.jsonl does not exist"):
+        main([f"{tmp_path}:madke", f"{tmp_path}:rag"])
+    with pytest.raises(SystemExit, match="is not FOLDER:RUN"):
+        main(["reports/evidence", f"{tmp_path}:rag"])
