@@ -189,10 +189,15 @@ async def test_real_madke_debate_end_to_end(server: EmbeddedLLMServer, style: st
         for r in result.transcript
     )
     assert result.usage.calls == len(result.transcript)
-    # The second agent's selection prompt is the first one's (same pool, same slot): it is served
-    # from the cache, and the transcript says how much.
-    selects = [r for r in result.transcript if r.role == "select" and r.round == 1]
-    assert max(r.cached_tokens or 0 for r in selects) > 0.8 * selects[0].prompt_tokens
+    # Both agents select at once, so round 1's two selections are evaluated side by side on two
+    # slots. In a later round the server finds a slot (or its RAM cache) holding the pool's prefix
+    # for at least one of them (the other may land on a slot holding another prompt), and the
+    # transcript says how much came from the cache.
+    for n in range(2, result.rounds + 1):
+        later = [r for r in result.transcript if r.role == "select" and r.round == n]
+        assert max((r.cached_tokens or 0) / r.prompt_tokens for r in later) > 0.5, [
+            (r.cached_tokens, r.prompt_tokens) for r in later
+        ]
     assert result.usage.cached_tokens > 0
     if style == "robust":
         # Schema-constrained selection on llama.cpp: every selection is valid JSON within the pool.

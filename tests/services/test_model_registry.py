@@ -94,7 +94,7 @@ def test_the_measured_figures_are_those_of_the_report_folders_they_name() -> Non
                 sum(r["scores"]["contains"] for r in done) / len(done), abs=5e-4
             ), m
             checked += 1
-    assert checked >= 7
+    assert checked >= 3
 
 
 @pytest.mark.unit
@@ -201,11 +201,12 @@ def test_parley_models_lists_and_inspects(tmp_path: Path) -> None:
     assert listing.exit_code == 0, listing.output
     for name in MODELS:
         assert name in listing.output
-    assert (
-        re.search(r"madke +5\.0 % on 100 questions", listing.output)
-        and "reports/nq100-0.5b" in listing.output
+    figure = MODELS[DEFAULT_MODEL].measured[0]
+    assert re.search(
+        rf"{figure.protocol} +{100 * figure.contains:.1f} % on {figure.questions} questions", listing.output
     )
-    assert "measured: not measured" in listing.output  # SmolLM2
+    assert f"({figure.source})" in listing.output
+    assert "measured: not measured" in listing.output  # SmolLM2, the 0.5B
     assert "qwen2.5-1.5b → qwen2.5-coder-1.5b" in listing.output
     ok = runner.invoke(models_app, ["inspect", str(header(tmp_path / "m.gguf"))])
     assert ok.exit_code == 0 and "chat template: yes" in ok.output and "servable with 4096" in ok.output
