@@ -501,7 +501,8 @@ class DebateContext:
 
 
 def cache_key(role: str, agent: int | None) -> str:
-    """The prompt family a call belongs to, for servers that keep one KV cache per family.
+    """The prompt family a call belongs to: on a server with KV-cache slots the call asks for its
+    prompt to be cached, and the server gives it the slot holding the longest shared prefix.
 
     Every agent's selection prompt starts with the same role line and the whole pool, so selections
     share one family (the second agent's is then almost entirely cached); each agent's own turns
