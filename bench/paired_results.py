@@ -17,38 +17,38 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evaluation.metrics import paired_bootstrap
+from evaluation.report import compare_runs
+from evaluation.store import ResultRecord, Workspace
 
 METRICS = ("contains", "f1", "em")
 
 
-def load_run(spec: str) -> tuple[str, dict[str, dict[str, Any]]]:
-    """``FOLDER:RUN`` → its finished results by question id."""
+def load_run(spec: str) -> dict[str, ResultRecord]:
+    """``FOLDER:RUN`` → its latest result per question id, as the harness reads them."""
     folder, sep, run = spec.rpartition(":")
     if not sep or not folder or not run:
         raise SystemExit(f"{spec!r} is not FOLDER:RUN")
-    path = Path(folder) / "results" / f"{run}.jsonl"
-    if not path.exists():
-        raise SystemExit(f"{path} does not exist")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return spec, {r["id"]: r for r in rows if r.get("status") == "ok"}
+    workspace = Workspace(Path(folder))
+    if not workspace.results_path(run).exists():
+        raise SystemExit(f"{workspace.results_path(run)} does not exist")
+    return workspace.load_results(run)
 
 
-def pair(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    ids = [i for i in a if i in b]
-    out: dict[str, Any] = {"questions": len(ids), "metrics": {}}
+def pair(a: dict[str, ResultRecord], b: dict[str, ResultRecord]) -> dict[str, Any]:
+    """The harness's paired comparison (``compare_runs``: questions both finished, bootstrap, who
+    answered better) for each metric."""
+    out: dict[str, Any] = {"questions": 0, "metrics": {}}
     for metric in METRICS:
-        xa = [float(a[i]["scores"][metric] or 0.0) for i in ids]
-        xb = [float(b[i]["scores"][metric] or 0.0) for i in ids]
-        ci = paired_bootstrap(xa, xb)
+        c = compare_runs("A", "B", {"A": a, "B": b}, list(a), samples=10_000, seed=0, metric=metric)
+        out["questions"] = c["n"]
         out["metrics"][metric] = {
-            "a": sum(xa) / len(ids) if ids else 0.0,
-            "b": sum(xb) / len(ids) if ids else 0.0,
-            "diff": ci.diff,
-            "low": ci.low,
-            "high": ci.high,
-            "b_better": sum(1 for p, q in zip(xa, xb, strict=True) if q > p),
-            "a_better": sum(1 for p, q in zip(xa, xb, strict=True) if p > q),
+            "a": c["accuracy_a"] or 0.0,
+            "b": c["accuracy_b"] or 0.0,
+            "diff": c["diff"],
+            "low": c["ci_low"],
+            "high": c["ci_high"],
+            "b_better": c["b_better"],
+            "a_better": c["a_better"],
         }
     return out
 
@@ -78,16 +78,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("b", help="FOLDER:RUN, compared with it")
     p.add_argument("--out", type=Path, help="write the table here too (.md; a .json beside it)")
     args = p.parse_args(argv)
-    name_a, a = load_run(args.a)
-    name_b, b = load_run(args.b)
-    result = pair(a, b)
-    text = markdown(name_a, name_b, result)
+    result = pair(load_run(args.a), load_run(args.b))
+    text = markdown(args.a, args.b, result)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
         args.out.with_suffix(".json").write_text(
-            json.dumps({"a": name_a, "b": name_b, **result}, indent=1) + "\n", encoding="utf-8"
+            json.dumps({"a": args.a, "b": args.b, **result}, indent=1) + "\n", encoding="utf-8"
         )
     return result
 

@@ -33,7 +33,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import httpx
 
@@ -183,11 +183,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown:
         p.error(f"unknown mode(s) {', '.join(unknown)} (one of {', '.join(MODES)})")
     convs = conversations(a.conversations, a.seed)
-    kind: ServerKind | str = a.server
+    kind = cast("ServerKind | Literal['auto']", a.server)  # argparse's choices
     report: dict[str, Any] = {"modes": {}}
     for mode in modes:
         # A fresh server per mode: neither inherits the other's prompt cache.
-        with embedded_server(a.model, a.cache_dir, kind=kind, slots=a.families) as server:  # type: ignore[arg-type]
+        with embedded_server(a.model, a.cache_dir, kind=kind, slots=a.families) as server:
             report["settings"] = {
                 "model": server.alias,
                 "server": server.kind,

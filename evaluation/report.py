@@ -298,9 +298,12 @@ def compare_runs(
     *,
     samples: int,
     seed: int,
+    metric: str = "correct",
 ) -> dict[str, Any]:
     """Paired bootstrap 95% CI of accuracy(b) − accuracy(a) over items finished in both runs, and how
-    many of those items each run answered better (the discordant pairs the difference comes from)."""
+    many of those items each run answered better (the discordant pairs the difference comes from).
+    ``metric``: the score compared (``correct``, the primary metric, by default; ``contains``, ``f1``
+    or ``em``)."""
     ra, rb = results.get(a, {}), results.get(b, {})
     va: list[float] = []
     vb: list[float] = []
@@ -308,13 +311,13 @@ def compare_runs(
         sa = ra[i].scores if i in ra and ra[i].status == "ok" else None
         sb = rb[i].scores if i in rb and rb[i].status == "ok" else None
         if sa is not None and sb is not None:
-            va.append(sa.correct)
-            vb.append(sb.correct)
+            va.append(getattr(sa, metric))
+            vb.append(getattr(sb, metric))
     ci = metrics.paired_bootstrap(va, vb, samples=samples, seed=seed)
     return {
         "a": a,
         "b": b,
-        "metric": "accuracy",
+        "metric": "accuracy" if metric == "correct" else metric,
         "n": ci.n,
         "accuracy_a": metrics.mean(va) if va else None,
         "accuracy_b": metrics.mean(vb) if vb else None,

@@ -15,10 +15,15 @@ pytestmark = pytest.mark.unit
 
 def write_run(folder: Path, run: str, contains: dict[str, float], failed: tuple[str, ...] = ()) -> None:
     (folder / "results").mkdir(parents=True)
+
+    def record(qid: str, status: str, scores: dict[str, float] | None) -> dict[str, object]:
+        return {"id": qid, "index": int(qid[1:]), "run": run, "protocol": run, "prompt_style": "robust",
+                "status": status, "question": "q?", "gold": ["x"], "scores": scores}  # fmt: skip
+
     rows = [
-        {"id": qid, "status": "ok", "scores": {"contains": c, "f1": c / 2, "em": None}}
+        record(qid, "ok", {"contains": c, "f1": c / 2, "em": 0.0, "correct": c})
         for qid, c in contains.items()
-    ] + [{"id": qid, "status": "failed", "scores": {}} for qid in failed]
+    ] + [record(qid, "failed", None) for qid in failed]
     (folder / "results" / f"{run}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -36,7 +41,7 @@ def test_two_folders_are_paired_on_the_questions_both_finished(tmp_path: Path) -
     assert (c["a"], c["b"]) == (pytest.approx(5 / 9), 1.0)
     assert (c["diff"], c["low"], c["high"]) == (pytest.approx(ci.diff), ci.low, ci.high)
     assert (c["b_better"], c["a_better"]) == (4, 0)
-    assert result["metrics"]["em"]["diff"] == 0.0  # a missing score counts as wrong, on both sides
+    assert result["metrics"]["em"]["diff"] == 0.0  # every answer scored 0 on exact match, on both sides
     assert "| contains | 55.6 | 100.0 | +44.4 |" in out.read_text()
     assert json.loads(out.with_suffix(".json").read_text())["questions"] == 9
 
