@@ -752,7 +752,8 @@ class Soak:
             account = self.job_charges.get(job.job_id, {})
             served = self.ledger.served_tag[job.tag]
             row = {
-                "tag": job.tag, "job_id": job.job_id, "status": job.status, "error": job.error,
+                "key": job.key, "tag": job.tag, "job_id": job.job_id, "status": job.status,
+                "error": job.error,
                 "attempts": account.get("attempts"), "charged": account.get("charged"), "served": served,
                 "replies_within_the_grace": self.ledger.in_grace_tag[job.tag],
                 "served_after_client_left": self.ledger.abandoned_tag[job.tag],
@@ -767,6 +768,13 @@ class Soak:
                 not_in_grace.append(row)
             else:
                 mismatched.append(row)
+        # What each key was charged over what was served, job by job, for the jobs that keep a cut
+        # call's worst case: a key's total must differ from what was served by exactly that.
+        worst_case_excess: Counter[str] = Counter()
+        for row in killed + not_in_grace:
+            worst_case_excess[row["key"]] += (row["charged"] or 0) - row["served"]
+        for key in KEYS:
+            per_key[key]["charged_worst_case_for_cut_calls"] = worst_case_excess[key]
         window_s = self.args.window_minutes * 60
         windows = []
         n_windows = max(
@@ -898,13 +906,14 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "",
         "Failed, by reason: " + ("; ".join(f"{r} ({n})" for r, n in j["failed_reasons"].items()) or "none"),
         "",
-        "| key | tokens charged | tokens served | charged − served | of which served after the "
-        "deadline, in the grace | served after the client left | reserved left |",
-        "|---|---|---|---|---|---|---|",
+        "| key | tokens charged | tokens served | charged − served | worst cases kept by cut calls "
+        "| served after the deadline, in the grace | served after the client left | reserved left |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key, t in report["tokens"].items():
         lines.append(
             f"| {key} | {t['charged']} | {t['served']} | {t['charged_minus_served']} | "
+            f"{t['charged_worst_case_for_cut_calls']} | "
             f"{t['served_after_the_deadline_within_the_grace']} | {t['served_after_client_left']} | "
             f"{t['reserved_left']} |"
         )
