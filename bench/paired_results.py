@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evaluation.report import compare_runs
+from evaluation.report import PairedMetric, compare_runs
 from evaluation.store import ResultRecord, Workspace
 
-METRICS = ("contains", "f1", "em")
+METRICS: tuple[PairedMetric, ...] = ("contains", "f1", "em")
 
 
 def load_run(spec: str) -> dict[str, ResultRecord]:

@@ -12,7 +12,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from engine.config import DebateConfig
 from engine.prompts import PromptSet, get_prompts, paper
@@ -290,6 +290,10 @@ def run_metrics(
     return out
 
 
+# The per-question scores two runs can be paired on (every result has each of them).
+PairedMetric = Literal["correct", "contains", "f1", "em"]
+
+
 def compare_runs(
     a: str,
     b: str,
@@ -298,7 +302,7 @@ def compare_runs(
     *,
     samples: int,
     seed: int,
-    metric: str = "correct",
+    metric: PairedMetric = "correct",
 ) -> dict[str, Any]:
     """Paired bootstrap 95% CI of accuracy(b) − accuracy(a) over items finished in both runs, and how
     many of those items each run answered better (the discordant pairs the difference comes from).
