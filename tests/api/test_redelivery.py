@@ -45,13 +45,23 @@ def slow_llm() -> Iterator[ScriptedLLM]:
         yield server
 
 
-def submit_and_wait_round_1(client: httpx.Client) -> str:
+def submit_and_wait_round_1(client: httpx.Client, llm: ScriptedLLM) -> str:
+    """Submit a debate; return once round 1 is checkpointed and a round-2 call is in flight.
+
+    Waiting for the round-2 request to reach the LLM (rather than only for the progress) makes the
+    kill land while a call is out: between the checkpoint and the next call nothing is charged yet,
+    and a kill there would leave nothing for the test to find.
+    """
     cfg = {"knowledge": "none", "rounds": 3}
     job_id: str = client.post("/v1/debates", json={"question": "Kill me?", "config": cfg}).json()["job_id"]
     deadline = time.monotonic() + 30
     while client.get(f"/v1/debates/{job_id}").json()["progress"]["round"] < 1:
         assert time.monotonic() < deadline, "round 1 never completed"
         time.sleep(0.05)
+    seen = len(llm.requests)
+    while len(llm.requests) == seen:  # each call takes 0.3 s: the next one is in flight once it arrives
+        assert time.monotonic() < deadline, "round 2 never started"
+        time.sleep(0.01)
     return job_id
 
 
@@ -98,7 +108,7 @@ def test_sigkill_of_pool_process_redelivers_and_resumes(
         WorkerProcess(env, tmp_path / "w.log", concurrency=1) as worker,
         httpx.Client(base_url=api_url, headers={"Authorization": f"Bearer {KEY_A}"}) as client,
     ):
-        job_id = submit_and_wait_round_1(client)
+        job_id = submit_and_wait_round_1(client, slow_llm)
         os.kill(worker_pid(redis_server, job_id), signal.SIGKILL)
         assert_completed_once(client, redis_server, job_id, slow_llm)
         assert "resumes after round" in worker.log()
@@ -119,7 +129,7 @@ def test_sigkill_of_whole_worker_redelivers_after_visibility_timeout(
     with httpx.Client(base_url=api_url, headers={"Authorization": f"Bearer {KEY_A}"}) as client:
         first = WorkerProcess(env, tmp_path / "w1.log", concurrency=1, name="first").start()
         try:
-            job_id = submit_and_wait_round_1(client)
+            job_id = submit_and_wait_round_1(client, slow_llm)
             assert first.proc is not None
             os.killpg(first.proc.pid, signal.SIGKILL)  # main process and pool child, no goodbye
             first.proc.wait(timeout=10)
