@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.answers import answer_key, answers_agree, normalize_answer
 from engine.prompts import paper
+from engine.protocols.mad import robust as mad_robust
 from evaluation.datasets import CHOICE_LETTERS
 
 # --------------------------------------------------------------------------------------------- text
@@ -59,7 +60,9 @@ def contains_match(prediction: str | None, golds: Sequence[str]) -> float:
     return float(any(g_n and f" {g_n} " in padded for g_n in (normalize_answer(g) for g in golds)))
 
 
-PLACEHOLDERS = frozenset({"", "answer", "your answer"})
+# The answer slots' wording in the formats (engine.prompts, engine.protocols.mad.robust), compared by key.
+_FORMAT_SLOTS = ("", "answer", "your answer", "short answer", "your short answer")
+PLACEHOLDERS = frozenset(answer_key(x) for x in (*_FORMAT_SLOTS, *mad_robust.ANSWER_PLACEHOLDERS))
 
 
 def is_bare_number(
@@ -81,8 +84,8 @@ def is_bare_number(
 
 
 def is_placeholder(answer: str | None) -> bool:
-    """The answer is empty, filler ("...") or the format's placeholder ("answer", "your answer") copied
-    literally; a symbol such as "@" is an answer (``engine.answers.answer_key``)."""
+    """The answer is empty, filler ("...") or the format's placeholder ("answer", "the short answer")
+    copied literally; a symbol such as "@" is an answer (``engine.answers.answer_key``)."""
     return answer_key(answer or "") in PLACEHOLDERS
 
 

@@ -154,11 +154,14 @@ _NOT_ANSWERS = frozenset(
 )
 
 
-def _valid(answer: str) -> bool:
+def is_answer(answer: str, *, placeholders: Sequence[str] = ()) -> bool:
+    """Whether a parsed span answers at all: not empty, not a knowledge number or speaker label, not
+    the format's example or placeholder (``placeholders`` adds a prompt's own)."""
     key = answer_key(answer)
     return (
         bool(key)
         and key not in _NOT_ANSWERS
+        and key not in {answer_key(x) for x in placeholders}
         and not KNOWLEDGE_LABEL.match(answer)
         and not _SPEAKER_LABEL.match(answer.strip())
     )
@@ -178,7 +181,7 @@ def parse_answer(text: str) -> ParsedAnswer:
     if data is not None:
         raw = data.get("answer")
         candidate = shorten(raw) if isinstance(raw, str) else ""
-        if _valid(candidate):
+        if is_answer(candidate):
             return ParsedAnswer(candidate)
         reason = (
             "empty"
@@ -190,10 +193,10 @@ def parse_answer(text: str) -> ParsedAnswer:
         candidate = match.strip()
         bracket = re.search(r"\[([^\[\]]+)\]", candidate)
         candidate = shorten(bracket.group(1) if bracket else candidate)
-        if _valid(candidate):
+        if is_answer(candidate):
             return ParsedAnswer(candidate)
     fallback = parse_bracket_answer(text, reject_numbers=True)
-    if fallback.answer and _valid(shorten(fallback.answer)):
+    if fallback.answer and is_answer(shorten(fallback.answer)):
         return ParsedAnswer(
             shorten(fallback.answer),
             f"no valid 'Final answer:' line; {fallback.parse_error or 'used bracketed answer'}",

@@ -29,6 +29,11 @@ FINAL_SCHEMA: dict[str, Any] = {
 }
 
 ANSWER_TAIL = "\n\n" + ANSWER_INSTRUCTION
+# What the verdict formats below put where the answer goes; a small model copies them back verbatim
+# (12 of 71 MAD answers on the 1.5B were "the short answer"), so verdicts carrying them are unreadable.
+MODERATOR_ANSWER_PLACEHOLDER = "the short answer you think is correct, or empty"
+JUDGE_ANSWER_PLACEHOLDER = "the short answer"
+ANSWER_PLACEHOLDERS = (MODERATOR_ANSWER_PLACEHOLDER, JUDGE_ANSWER_PLACEHOLDER)
 
 
 def debater_system(question: str, level: int, side: str) -> str:
@@ -72,7 +77,7 @@ def moderator(round: int, affirmative: str, negative: str) -> str:
         f"- Negative: {answer_with_reason(negative)}\n\n"
         "Is one side clearly correct? Reply with JSON only: "
         '{"preference": true or false, "supported_side": "affirmative" or "negative" or "none", '
-        '"reason": "one sentence", "debate_answer": "the short answer you think is correct, or empty"}'
+        f'"reason": "one sentence", "debate_answer": "{MODERATOR_ANSWER_PLACEHOLDER}"}}'
     )
 
 
@@ -87,5 +92,5 @@ def judge_candidates(affirmative: str, negative: str) -> str:
 def judge_final(question: str) -> str:
     return (
         f"Question: {question}\nWhich candidate is correct? Reply with JSON only: "
-        '{"reason": "one sentence", "debate_answer": "the short answer"}'
+        f'{{"reason": "one sentence", "debate_answer": "{JUDGE_ANSWER_PLACEHOLDER}"}}'
     )

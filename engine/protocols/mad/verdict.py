@@ -13,6 +13,7 @@ from typing import Any
 from engine.context import Parser
 from engine.jsontext import first_json_object
 from engine.prompts import robust
+from engine.protocols.mad import robust as mad_robust
 from services.llm import ChatCompletion
 
 
@@ -89,11 +90,13 @@ def parse_mad_verdict(text: str, *, require_preference: bool = True) -> MadVerdi
 
 
 def short(answer: str | None) -> str | None:
-    """A verdict's answer as a short span (the moderator may answer in a sentence)."""
+    """A verdict's answer as a short span (the moderator may answer in a sentence); None where it is
+    no answer: the format's placeholder or example copied back, a knowledge number, a speaker label."""
     if not answer:
         return None
     bracket = re.search(r"\[([^\[\]]+)\]", answer)
-    return robust.shorten(bracket.group(1) if bracket else answer) or None
+    span = robust.shorten(bracket.group(1) if bracket else answer)
+    return span if robust.is_answer(span, placeholders=mad_robust.ANSWER_PLACEHOLDERS) else None
 
 
 def verdict_parser(require_preference: bool) -> Parser:

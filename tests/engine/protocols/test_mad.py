@@ -99,6 +99,38 @@ async def test_swap_sides_and_robust_style_sends_schema(scripted: ScriptedLLM) -
         assert schema["required"] == ["reason", "answer"]
 
 
+async def test_robust_verdicts_that_copy_the_format_placeholder_are_no_answer(scripted: ScriptedLLM) -> None:
+    # the 1.5B returned the format's own "the short answer" as its verdict in 12 of 71 MAD debates
+    scripted.on(
+        "Is one side clearly correct?",
+        "x",
+        json_reply='{"preference": true, "supported_side": "negative", '
+        '"debate_answer": "the short answer you think is correct, or empty"}',
+    )
+    scripted.on("You are the negative side", "Final answer: [Paris]")
+    scripted.on("You are the affirmative side", "Final answer: [Lyon]")
+    result, _ = await debate(scripted, protocol="mad", prompt_style="robust")
+    assert result.answer == "Paris"  # the supported side's answer, not the placeholder
+    mod = next(r for r in result.transcript if r.role == "moderator")
+    assert mod.answer is None
+
+
+async def test_robust_judge_placeholder_is_reasked_then_a_side_answers(scripted: ScriptedLLM) -> None:
+    scripted.on(
+        "Is one side clearly correct?",
+        "x",
+        json_reply='{"preference": false, "supported_side": "none", "debate_answer": ""}',
+    )
+    scripted.on("Which candidate is correct?", "x", json_reply='{"debate_answer": "The short answer"}')
+    scripted.on("List the answer candidates", "Lyon\nParis")
+    scripted.on("You are the negative side", "Final answer: [Paris]")
+    scripted.on("You are the affirmative side", "Final answer: [Lyon]")
+    result, _ = await debate(scripted, protocol="mad", prompt_style="robust", rounds=1, reasks=1)
+    assert result.answer == "Paris" and "negative side's last answer" in result.answer_source
+    judges = [r for r in result.transcript if r.role == "judge"]
+    assert len(judges) == 1 + 2 and all(r.answer is None for r in judges)
+
+
 async def test_paper_style_debaters_answer_in_free_text(scripted: ScriptedLLM) -> None:
     script(scripted, YES_NEG)
     await debate(scripted, protocol="mad", rounds=1)
