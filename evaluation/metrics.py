@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.answers import answer_key, answers_agree, normalize_answer
-from engine.prompts import paper
-from engine.protocols.mad import robust as mad_robust
+from engine.prompts import paper, robust
 from evaluation.datasets import CHOICE_LETTERS
 
 # --------------------------------------------------------------------------------------------- text
@@ -60,9 +59,9 @@ def contains_match(prediction: str | None, golds: Sequence[str]) -> float:
     return float(any(g_n and f" {g_n} " in padded for g_n in (normalize_answer(g) for g in golds)))
 
 
-# The answer slots' wording in the formats (engine.prompts, engine.protocols.mad.robust), compared by key.
+# The answer slots' wording in the formats (engine.prompts), compared by key.
 _FORMAT_SLOTS = ("", "answer", "your answer", "short answer", "your short answer")
-PLACEHOLDERS = frozenset(answer_key(x) for x in (*_FORMAT_SLOTS, *mad_robust.ANSWER_PLACEHOLDERS))
+PLACEHOLDERS = frozenset(answer_key(x) for x in (*_FORMAT_SLOTS, *robust.VERDICT_ANSWER_PLACEHOLDERS))
 
 
 def is_bare_number(

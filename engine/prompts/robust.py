@@ -146,6 +146,12 @@ def shorten(answer: str) -> str:
     return " ".join(words[:MAX_ANSWER_WORDS])
 
 
+# What mad's verdict formats put where the answer goes; a small model copies them back verbatim (12 of
+# 71 MAD answers on the 1.5B were "the short answer"), so a verdict carrying one is unreadable.
+MODERATOR_ANSWER_PLACEHOLDER = "the short answer you think is correct, or empty"
+JUDGE_ANSWER_PLACEHOLDER = "the short answer"
+VERDICT_ANSWER_PLACEHOLDERS = (MODERATOR_ANSWER_PLACEHOLDER, JUDGE_ANSWER_PLACEHOLDER)
+
 # Answers a model copies from the format instead of answering (compared by ``answer_key``; filler
 # such as "..." has an empty key and is refused before this set is consulted).
 _NOT_ANSWERS = frozenset(

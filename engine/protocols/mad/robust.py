@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.prompts.robust import ANSWER_INSTRUCTION, answer_with_reason, render_knowledge
+from engine.prompts.robust import (
+    ANSWER_INSTRUCTION,
+    JUDGE_ANSWER_PLACEHOLDER,
+    MODERATOR_ANSWER_PLACEHOLDER,
+    answer_with_reason,
+    render_knowledge,
+)
 from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.protocols.mad.prompts import TIT_FOR_TAT, with_knowledge
 from services.knowledge import KnowledgeItem
@@ -29,11 +35,6 @@ FINAL_SCHEMA: dict[str, Any] = {
 }
 
 ANSWER_TAIL = "\n\n" + ANSWER_INSTRUCTION
-# What the verdict formats below put where the answer goes; a small model copies them back verbatim
-# (12 of 71 MAD answers on the 1.5B were "the short answer"), so verdicts carrying them are unreadable.
-MODERATOR_ANSWER_PLACEHOLDER = "the short answer you think is correct, or empty"
-JUDGE_ANSWER_PLACEHOLDER = "the short answer"
-ANSWER_PLACEHOLDERS = (MODERATOR_ANSWER_PLACEHOLDER, JUDGE_ANSWER_PLACEHOLDER)
 
 
 def debater_system(question: str, level: int, side: str) -> str:

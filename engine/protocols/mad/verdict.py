@@ -13,7 +13,6 @@ from typing import Any
 from engine.context import Parser
 from engine.jsontext import first_json_object
 from engine.prompts import robust
-from engine.protocols.mad import robust as mad_robust
 from services.llm import ChatCompletion
 
 
@@ -96,7 +95,7 @@ def short(answer: str | None) -> str | None:
         return None
     bracket = re.search(r"\[([^\[\]]+)\]", answer)
     span = robust.shorten(bracket.group(1) if bracket else answer)
-    return span if robust.is_answer(span, placeholders=mad_robust.ANSWER_PLACEHOLDERS) else None
+    return span if robust.is_answer(span, placeholders=robust.VERDICT_ANSWER_PLACEHOLDERS) else None
 
 
 def verdict_parser(require_preference: bool) -> Parser:
