@@ -59,9 +59,8 @@ def contains_match(prediction: str | None, golds: Sequence[str]) -> float:
     return float(any(g_n and f" {g_n} " in padded for g_n in (normalize_answer(g) for g in golds)))
 
 
-# The answer slots' wording in the formats (engine.prompts), compared by key.
-_FORMAT_SLOTS = ("", "answer", "your answer", "short answer", "your short answer")
-PLACEHOLDERS = frozenset(answer_key(x) for x in (*_FORMAT_SLOTS, *robust.VERDICT_ANSWER_PLACEHOLDERS))
+# Empty, and the answer slots' wording in the formats, compared by key.
+PLACEHOLDERS = frozenset(answer_key(x) for x in ("", "your answer", *robust.PLACEHOLDER_ANSWERS))
 
 
 def is_bare_number(

@@ -458,10 +458,9 @@ def _diagnostic_lines(report: dict[str, Any]) -> list[str]:
         "",
         "Final answers: bare numbers (a knowledge label taken for the answer: `3` for an item shown as "
         "`[3]` in the paper style, `K3` in the robust style, where a plain number is a real answer), "
-        "copies of the one-shot "
-        "example's answer, placeholders (empty, `answer`, `the short answer` and the like; in brackets "
-        "the part where no "
-        "answer could be parsed at all); turn columns count every agent turn. Selection: steps whose reply "
+        "copies of the one-shot example's answer, placeholders (empty, `answer`, `the short answer` "
+        "and the like; in brackets the part where no answer could be parsed at all); turn columns "
+        "count every agent turn. Selection: steps whose reply "
         "parsed (an empty selection counts as valid), `[No Found]` share, and *picks answer*: of the "
         "steps whose pool holds a gold answer string, the share that chose a passage holding it. "
         "Judge/rule: LLM judge verdicts equal to the rule check.",

@@ -150,24 +150,27 @@ def shorten(answer: str) -> str:
 # 71 MAD answers on the 1.5B were "the short answer"), so a verdict carrying one is unreadable.
 MODERATOR_ANSWER_PLACEHOLDER = "the short answer you think is correct, or empty"
 JUDGE_ANSWER_PLACEHOLDER = "the short answer"
-VERDICT_ANSWER_PLACEHOLDERS = (MODERATOR_ANSWER_PLACEHOLDER, JUDGE_ANSWER_PLACEHOLDER)
+# Every answer slot's wording in this style's formats: copied back, it is no answer.
+PLACEHOLDER_ANSWERS = (
+    "answer",
+    "short answer",
+    "your short answer",
+    MODERATOR_ANSWER_PLACEHOLDER,
+    JUDGE_ANSWER_PLACEHOLDER,
+)
 
 # Answers a model copies from the format instead of answering (compared by ``answer_key``; filler
 # such as "..." has an empty key and is refused before this set is consulted).
-_NOT_ANSWERS = frozenset(
-    answer_key(x)
-    for x in (*EXAMPLE_ANSWERS, "short answer", "your short answer", "the short answer", "answer")
-)
+_NOT_ANSWERS = frozenset(answer_key(x) for x in (*EXAMPLE_ANSWERS, *PLACEHOLDER_ANSWERS))
 
 
-def is_answer(answer: str, *, placeholders: Sequence[str] = ()) -> bool:
+def is_answer(answer: str) -> bool:
     """Whether a parsed span answers at all: not empty, not a knowledge number or speaker label, not
-    the format's example or placeholder (``placeholders`` adds a prompt's own)."""
+    the format's example or placeholder copied back."""
     key = answer_key(answer)
     return (
         bool(key)
         and key not in _NOT_ANSWERS
-        and key not in {answer_key(x) for x in placeholders}
         and not KNOWLEDGE_LABEL.match(answer)
         and not _SPEAKER_LABEL.match(answer.strip())
     )

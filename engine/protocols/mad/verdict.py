@@ -95,7 +95,7 @@ def short(answer: str | None) -> str | None:
         return None
     bracket = re.search(r"\[([^\[\]]+)\]", answer)
     span = robust.shorten(bracket.group(1) if bracket else answer)
-    return span if robust.is_answer(span, placeholders=robust.VERDICT_ANSWER_PLACEHOLDERS) else None
+    return span if robust.is_answer(span) else None
 
 
 def verdict_parser(require_preference: bool) -> Parser:
