@@ -120,15 +120,40 @@ def select(question: str, pool: Sequence[KnowledgeItem], previous_answer: str | 
     return system_user(DEBATER_ROLE, join_blocks(render_knowledge(pool), prev, instruction))
 
 
-def answer_with_reason(text: str, limit: int = 400) -> str:
-    """Another agent's reply as the others are shown it: its short answer and reason, not the raw JSON."""
-    ans = short_answer(text)
+REASON_LIMIT = 400  # characters of another agent's reason that the others are shown
+
+
+def reason_as_shown(text: str, limit: int = REASON_LIMIT) -> str:
+    """A reply's reason as the other agents are shown it: the JSON ``reason``, or the text before its
+    ``Final answer:`` line, cut at ``limit`` characters."""
+    reason = _reason(text)
+    return reason[:limit] + (" …" if len(reason) > limit else "")
+
+
+def _reason(text: str) -> str:
     data = _json_reply(text)
     if data is not None:
-        reason = str(data.get("reason") or "").strip()
-    else:
-        reason = _FINAL.split(text)[0].strip() if text else ""
-    reason = reason[:limit] + (" …" if len(reason) > limit else "")
+        return str(data.get("reason") or "").strip()
+    return _FINAL.split(text)[0].strip() if text else ""
+
+
+def copies_a_reason(answer: str | None, replies: Sequence[str]) -> bool:
+    """Whether an answer is one of the shown replies' reasons copied into the answer slot: a verdict
+    that does so argues instead of answering (a third of MAD's moderator verdicts on the 1.5B gave
+    a debater's reason, such as "The other side is correct. …", as the debate's answer)."""
+    if not answer:
+        return False
+    key = answer_key(answer)
+    # the whole reason, or the cut the verdict was shown (without its ellipsis)
+    return bool(key) and any(
+        key in (answer_key(reason), answer_key(reason[:REASON_LIMIT])) for reason in map(_reason, replies)
+    )
+
+
+def answer_with_reason(text: str, limit: int = REASON_LIMIT) -> str:
+    """Another agent's reply as the others are shown it: its short answer and reason, not the raw JSON."""
+    ans = short_answer(text)
+    reason = reason_as_shown(text, limit)
     if ans and reason:
         return f"[{ans}] because: {reason}"
     # An unusable reply is not quoted: its text can carry the format example's answer, which the 0.5B

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -71,6 +72,23 @@ def test_unusable_json_answers_say_why() -> None:
     # The reason travels with the answer when other debaters are quoted.
     quoted = robust.answer_with_reason('{"reason": "Apollo 11 landed then.", "answer": "July 20, 1969"}')
     assert quoted == "[July 20, 1969] because: Apollo 11 landed then."
+
+
+def test_a_reason_copied_into_an_answer_slot_is_recognised() -> None:
+    long_reason = "Paris has been the capital since 987. " * 20  # cut when shown to others
+    replies = [
+        '{"reason": "The other side is correct. Lyon is the capital.", "answer": "Lyon"}',
+        json.dumps({"reason": long_reason, "answer": "Paris"}),
+        "Lyon is on the Rhône.\nFinal answer: [Lyon]",
+    ]
+    assert robust.copies_a_reason("the other side is correct.  Lyon is the capital", replies)
+    assert robust.copies_a_reason(long_reason[: robust.REASON_LIMIT], replies)
+    assert robust.copies_a_reason("Lyon is on the Rhône.", replies)  # a free-text reply's argument
+    # an answer the reasons mention, an answer of its own, nothing: not copies
+    assert not robust.copies_a_reason("Lyon", replies)
+    assert not robust.copies_a_reason("Paris", replies)
+    assert not robust.copies_a_reason("Marseille", replies)
+    assert not robust.copies_a_reason(None, replies) and not robust.copies_a_reason("x", [])
 
 
 def test_an_unusable_reply_is_not_quoted_to_the_summarizer() -> None:

@@ -92,7 +92,7 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
             messages=conversation(
                 prompts.moderator_system(ctx.question), [*((u, a) for u, a in mod_turns), (user, "")]
             ),
-            parse=verdict_parser(True),
+            parse=verdict_parser(True, (aff.text, neg.text)),
             readable=lambda rec: rec.verdict is not None,
             temperature=0.0,
             json_schema=prompts.VERDICT_SCHEMA,
@@ -134,12 +134,12 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     if vs.get("preference"):
         answer = vs.get("answer")
         side = vs.get("side")
+        source = f"moderator (round {r}, supported side: {side or 'unstated'})"
         if not answer and side in ("affirmative", "negative"):
             answer = vs.get("aff_answer") if side == "affirmative" else vs.get("neg_answer")
+            source = f"{side} side's answer (moderator's preference, round {r}; its verdict gave no answer)"
         if answer:
-            return Outcome(
-                answer, f"moderator (round {r}, supported side: {side or 'unstated'})", r, True, final
-            )
+            return Outcome(answer, source, r, True, final)
     # Round limit (or a preference without an answer): the two-step extractive judge.
     aff_last = aff_turns[-1][1] if aff_turns else ""
     neg_last = neg_turns[-1][1] if neg_turns else ""
@@ -169,7 +169,7 @@ async def extractive_judge(
         role="judge",
         agent=None,
         messages=conversation(system, [(step1, cand.text), (step2, "")]),
-        parse=verdict_parser(False),
+        parse=verdict_parser(False, (aff_last, neg_last)),
         readable=lambda rec: rec.answer is not None,
         temperature=0.0,
         json_schema=prompts.FINAL_SCHEMA,

@@ -7,6 +7,7 @@ not quite JSON.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,16 +99,18 @@ def short(answer: str | None) -> str | None:
     return span if robust.is_answer(span) else None
 
 
-def verdict_parser(require_preference: bool) -> Parser:
-    """A transcript parser for the moderator's verdicts (or, without a preference, the judge's)."""
+def verdict_parser(require_preference: bool, replies: Sequence[str] = ()) -> Parser:
+    """A transcript parser for the moderator's verdicts (or, without a preference, the judge's) on the
+    debaters' ``replies``: a verdict whose answer is one of their reasons copied back has no answer."""
 
     def parse(c: ChatCompletion) -> dict[str, Any]:
         v = parse_mad_verdict(c.text, require_preference=require_preference)
+        copied = robust.copies_a_reason(v.answer, replies)
         return {
             "verdict": v.preference,
-            "answer": short(v.answer),
+            "answer": None if copied else short(v.answer),
             "parse_error": v.parse_error,
-            "extra": {"supported_side": v.side, "reason": v.reason},
+            "extra": {"supported_side": v.side, "reason": v.reason, "copied_reason": copied},
         }
 
     return parse

@@ -131,6 +131,62 @@ async def test_robust_judge_placeholder_is_reasked_then_a_side_answers(scripted:
     assert len(judges) == 1 + 2 and all(r.answer is None for r in judges)
 
 
+AFF_ARGUES = '{"reason": "The other side is correct. Lyon is the capital.", "answer": "Lyon"}'
+NEG_ARGUES = '{"reason": "Paris has been the capital since 987.", "answer": "Paris"}'
+
+
+async def test_robust_moderator_that_copies_a_reason_as_its_answer_gives_the_sides_answer(
+    scripted: ScriptedLLM,
+) -> None:
+    # a third of the 1.5B's moderator verdicts put a debater's reason in the answer slot
+    scripted.on(
+        "Is one side clearly correct?",
+        "x",
+        json_reply='{"preference": true, "supported_side": "affirmative", "reason": "r", '
+        '"debate_answer": "The other side is correct. Lyon is the capital."}',
+    )
+    scripted.on("You are the negative side", "x", json_reply=NEG_ARGUES)
+    scripted.on("You are the affirmative side", "x", json_reply=AFF_ARGUES)
+    result, _ = await debate(scripted, protocol="mad", prompt_style="robust")
+    assert result.answer == "Lyon" and result.answer_source.startswith("affirmative side's answer")
+    mod = next(r for r in result.transcript if r.role == "moderator")
+    assert mod.answer is None and mod.extra["copied_reason"] is True
+    # an answer of its own that the sides' reasons merely mention stands
+    scripted.reset()
+    scripted.on("You are the negative side", "x", json_reply=NEG_ARGUES)
+    scripted.on("You are the affirmative side", "x", json_reply=AFF_ARGUES)
+    scripted.on(
+        "Is one side clearly correct?",
+        "x",
+        json_reply='{"preference": true, "supported_side": "negative", "debate_answer": "Paris"}',
+    )
+    result, _ = await debate(scripted, protocol="mad", prompt_style="robust")
+    assert result.answer == "Paris" and result.answer_source.startswith("moderator (round 1")
+
+
+async def test_robust_judge_that_copies_a_reason_is_reasked_then_a_side_answers(
+    scripted: ScriptedLLM,
+) -> None:
+    scripted.on(
+        "Is one side clearly correct?",
+        "x",
+        json_reply='{"preference": false, "supported_side": "none", "debate_answer": ""}',
+    )
+    scripted.on(
+        "Which candidate is correct?",
+        "x",
+        json_reply='{"debate_answer": "Paris has been the capital since 987."}',
+    )
+    scripted.on("List the answer candidates", "Lyon\nParis")
+    scripted.on("You are the negative side", "x", json_reply=NEG_ARGUES)
+    scripted.on("You are the affirmative side", "x", json_reply=AFF_ARGUES)
+    result, _ = await debate(scripted, protocol="mad", prompt_style="robust", rounds=1, reasks=1)
+    assert result.answer == "Paris" and "negative side's last answer" in result.answer_source
+    judges = [r for r in result.transcript if r.role == "judge"]
+    assert len(judges) == 1 + 2 and all(r.answer is None for r in judges[1:])
+    assert all(r.extra["copied_reason"] for r in judges[1:])
+
+
 async def test_paper_style_debaters_answer_in_free_text(scripted: ScriptedLLM) -> None:
     script(scripted, YES_NEG)
     await debate(scripted, protocol="mad", rounds=1)
