@@ -59,8 +59,10 @@ def contains_match(prediction: str | None, golds: Sequence[str]) -> float:
     return float(any(g_n and f" {g_n} " in padded for g_n in (normalize_answer(g) for g in golds)))
 
 
-# Empty, and the answer slots' wording in the formats, compared by key.
-PLACEHOLDERS = frozenset(answer_key(x) for x in ("", "your answer", *robust.PLACEHOLDER_ANSWERS))
+# Empty, the answer slots' wording in the formats and agreement replies in the slot, compared by key.
+PLACEHOLDERS = frozenset(
+    answer_key(x) for x in ("", "your answer", *robust.PLACEHOLDER_ANSWERS, *robust.AGREEMENT_REPLIES)
+)
 
 
 def is_bare_number(

@@ -138,15 +138,18 @@ def _reason(text: str) -> str:
 
 
 def copies_a_reason(answer: str | None, replies: Sequence[str]) -> bool:
-    """Whether an answer is one of the shown replies' reasons copied into the answer slot: a verdict
-    that does so argues instead of answering (a third of MAD's moderator verdicts on the 1.5B gave
-    a debater's reason, such as "The other side is correct. …", as the debate's answer)."""
+    """Whether an answer is one of the shown replies' reasons copied into the answer slot, alone or
+    with the "[answer] because:" it was shown with: a verdict that does so argues instead of answering
+    (a third of MAD's moderator verdicts on the 1.5B gave a debater's reason, such as "The other side
+    is correct. …", as the debate's answer)."""
     if not answer:
         return False
     key = answer_key(answer)
-    # the whole reason, or the cut the verdict was shown (without its ellipsis)
+    # the whole reason, the cut the verdict was shown (without its ellipsis), or the quoted line
     return bool(key) and any(
-        key in (answer_key(reason), answer_key(reason[:REASON_LIMIT])) for reason in map(_reason, replies)
+        key
+        in (answer_key(_reason(r)), answer_key(_reason(r)[:REASON_LIMIT]), answer_key(answer_with_reason(r)))
+        for r in replies
     )
 
 
@@ -184,9 +187,23 @@ PLACEHOLDER_ANSWERS = (
     JUDGE_ANSWER_PLACEHOLDER,
 )
 
+# Replies to a debate turn's "Do you agree?" put in the answer slot, in the words of the prompt that
+# quotes "the other side" (9 of 410 MAD debater answers on the 1.5B were "The other side is correct").
+AGREEMENT_REPLIES = (
+    *(
+        f"{who} {verdict}"
+        for who in ("the other side is", "other side is")
+        for verdict in ("correct", "incorrect", "right", "wrong")
+    ),
+    "i agree",
+    "i disagree",
+    "agree",
+    "disagree",
+)
+
 # Answers a model copies from the format instead of answering (compared by ``answer_key``; filler
 # such as "..." has an empty key and is refused before this set is consulted).
-_NOT_ANSWERS = frozenset(answer_key(x) for x in (*EXAMPLE_ANSWERS, *PLACEHOLDER_ANSWERS))
+_NOT_ANSWERS = frozenset(answer_key(x) for x in (*EXAMPLE_ANSWERS, *PLACEHOLDER_ANSWERS, *AGREEMENT_REPLIES))
 
 
 def is_answer(answer: str) -> bool:

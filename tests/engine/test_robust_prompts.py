@@ -74,6 +74,14 @@ def test_unusable_json_answers_say_why() -> None:
     assert quoted == "[July 20, 1969] because: Apollo 11 landed then."
 
 
+def test_agreeing_in_the_answer_slot_is_no_answer() -> None:
+    # "Do you agree?" answered in the answer slot with the prompt's own words
+    for reply in ("The other side is correct.", "the other side is wrong", "I agree"):
+        parsed = robust.parse_answer(json.dumps({"reason": "It is Paris.", "answer": reply}))
+        assert parsed.answer is None and parsed.parse_error
+    assert robust.parse_answer('{"reason": "r", "answer": "the other side of the moon"}').answer
+
+
 def test_a_reason_copied_into_an_answer_slot_is_recognised() -> None:
     long_reason = "Paris has been the capital since 987. " * 20  # cut when shown to others
     replies = [
@@ -84,6 +92,8 @@ def test_a_reason_copied_into_an_answer_slot_is_recognised() -> None:
     assert robust.copies_a_reason("the other side is correct.  Lyon is the capital", replies)
     assert robust.copies_a_reason(long_reason[: robust.REASON_LIMIT], replies)
     assert robust.copies_a_reason("Lyon is on the Rhône.", replies)  # a free-text reply's argument
+    # the line as it was quoted, "[Lyon] because: …", without its brackets
+    assert robust.copies_a_reason("Lyon because: The other side is correct. Lyon is the capital.", replies)
     # an answer the reasons mention, an answer of its own, nothing: not copies
     assert not robust.copies_a_reason("Lyon", replies)
     assert not robust.copies_a_reason("Paris", replies)

@@ -66,6 +66,7 @@ def test_answer_shape_diagnostics() -> None:
     assert metrics.is_placeholder("")
     assert metrics.is_placeholder(None)
     assert not metrics.is_placeholder("Paris")
+    assert metrics.is_placeholder("The other side is correct.")  # a debater agreeing in the answer slot
     assert metrics.is_placeholder("...") and not metrics.is_placeholder("@")
     assert metrics.is_example_copy("bridget driscoll", ["Bridget Driscoll"])
     assert not metrics.is_example_copy("Driscoll", ["Bridget Driscoll"])
