@@ -174,17 +174,15 @@ def shorten(answer: str) -> str:
     return " ".join(words[:MAX_ANSWER_WORDS])
 
 
-# What mad's verdict formats put where the answer goes; a small model copies them back verbatim (12 of
-# 71 MAD answers on the 1.5B were "the short answer"), so a verdict carrying one is unreadable.
-MODERATOR_ANSWER_PLACEHOLDER = "the short answer you think is correct, or empty"
-JUDGE_ANSWER_PLACEHOLDER = "the short answer"
-# Every answer slot's wording in this style's formats: copied back, it is no answer.
+# Answer-slot wording a small model copies back verbatim instead of answering: the field names, and
+# the descriptions mad's verdict formats once put inside their JSON templates (12 of 71 MAD answers on
+# the 1.5B were "the short answer"; the templates now hold "..." and describe the fields after them).
 PLACEHOLDER_ANSWERS = (
     "answer",
     "short answer",
     "your short answer",
-    MODERATOR_ANSWER_PLACEHOLDER,
-    JUDGE_ANSWER_PLACEHOLDER,
+    "the short answer you think is correct, or empty",
+    "the short answer",
 )
 
 # Replies to a debate turn's "Do you agree?" put in the answer slot, in the words of the prompt that

@@ -7,8 +7,6 @@ from typing import Any
 
 from engine.prompts.robust import (
     ANSWER_INSTRUCTION,
-    JUDGE_ANSWER_PLACEHOLDER,
-    MODERATOR_ANSWER_PLACEHOLDER,
     answer_with_reason,
     render_knowledge,
 )
@@ -78,7 +76,9 @@ def moderator(round: int, affirmative: str, negative: str) -> str:
         f"- Negative: {answer_with_reason(negative)}\n\n"
         "Is one side clearly correct? Reply with JSON only: "
         '{"preference": true or false, "supported_side": "affirmative" or "negative" or "none", '
-        f'"reason": "one sentence", "debate_answer": "{MODERATOR_ANSWER_PLACEHOLDER}"}}'
+        '"reason": "...", "debate_answer": "..."}\n'
+        "reason: one short sentence. debate_answer: the answer you think is correct, only the name, "
+        "date, number or few words, or empty when neither side is clearly correct."
     )
 
 
@@ -93,5 +93,7 @@ def judge_candidates(affirmative: str, negative: str) -> str:
 def judge_final(question: str) -> str:
     return (
         f"Question: {question}\nWhich candidate is correct? Reply with JSON only: "
-        f'{{"reason": "one sentence", "debate_answer": "{JUDGE_ANSWER_PLACEHOLDER}"}}'
+        '{"reason": "...", "debate_answer": "..."}\n'
+        "reason: one short sentence. debate_answer: only the name, date, number or few words of the "
+        "candidate that answers the question."
     )
