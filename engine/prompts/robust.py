@@ -145,12 +145,15 @@ def copies_a_reason(answer: str | None, replies: Sequence[str]) -> bool:
     if not answer:
         return False
     key = answer_key(answer)
-    # the whole reason, the cut the verdict was shown (without its ellipsis), or the quoted line
-    return bool(key) and any(
-        key
-        in (answer_key(_reason(r)), answer_key(_reason(r)[:REASON_LIMIT]), answer_key(answer_with_reason(r)))
-        for r in replies
-    )
+    if not key:
+        return False
+    for reply in replies:
+        reason = _reason(reply)
+        # the whole reason, the cut the verdict was shown (without its ellipsis), or the quoted line
+        shown = (reason, reason[:REASON_LIMIT], answer_with_reason(reply))
+        if key in {answer_key(s) for s in shown}:
+            return True
+    return False
 
 
 def answer_with_reason(text: str, limit: int = REASON_LIMIT) -> str:
@@ -187,12 +190,9 @@ PLACEHOLDER_ANSWERS = (
 
 # Replies to a debate turn's "Do you agree?" put in the answer slot, in the words of the prompt that
 # quotes "the other side" (9 of 410 MAD debater answers on the 1.5B were "The other side is correct").
+# (Compared by ``answer_key``, which drops the articles: "other side is correct" is the same reply.)
 AGREEMENT_REPLIES = (
-    *(
-        f"{who} {verdict}"
-        for who in ("the other side is", "other side is")
-        for verdict in ("correct", "incorrect", "right", "wrong")
-    ),
+    *(f"the other side is {verdict}" for verdict in ("correct", "incorrect", "right", "wrong")),
     "i agree",
     "i disagree",
     "agree",
