@@ -400,7 +400,7 @@ def cost_accuracy_plot(report: dict[str, Any], path: Path) -> Path:
 
     plt = _pyplot()
     runs = [r for r in report["runs"] if r["accuracy"] is not None and r["tokens_per_q"]]
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(9.5, 5))
     for r in runs:
         y = 100 * r["accuracy"]
         err = [[y - 100 * r["ci_low"]], [100 * r["ci_high"] - y]]
@@ -421,7 +421,8 @@ def cost_accuracy_plot(report: dict[str, Any], path: Path) -> Path:
         fontsize=10,
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    # beside the axes: inside, with nine runs, it covered the low-cost points' error bars
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
