@@ -22,6 +22,7 @@ repeats where they found the effect (MADKE §5.3: knowledge helps from 32B param
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -394,13 +395,26 @@ def verdict(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def label_lift(placed: list[tuple[float, float]], x: float, y: float) -> int:
+    """How many lines down a point's label goes so that it clears the labels already ``placed``
+    (positions in log10 tokens and accuracy points, the label's own line included); records it."""
+    lift = 0
+    while any(abs(x - px) < 0.25 and abs((y - 1.6 * lift) - py) < 1.5 for px, py in placed):
+        lift += 1
+    placed.append((x, y - 1.6 * lift))
+    return lift
+
+
 def cost_accuracy_plot(report: dict[str, Any], path: Path) -> Path:
     """Accuracy against tokens per question, one point per protocol, 95 % CI error bars."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     from evaluation.plots import _pyplot
 
     plt = _pyplot()
     runs = [r for r in report["runs"] if r["accuracy"] is not None and r["tokens_per_q"]]
     fig, ax = plt.subplots(figsize=(9.5, 5))
+    placed: list[tuple[float, float]] = []
     for r in runs:
         y = 100 * r["accuracy"]
         err = [[y - 100 * r["ci_low"]], [100 * r["ci_high"] - y]]
@@ -408,10 +422,22 @@ def cost_accuracy_plot(report: dict[str, Any], path: Path) -> Path:
         ax.errorbar(
             [r["tokens_per_q"]], [y], yerr=err, fmt=marker, capsize=4, label=f"{r['label']} (n={r['n']})"
         )
-        ax.annotate(r["label"], (r["tokens_per_q"], y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        # runs of like cost and accuracy (society and MAD) printed their names over each other
+        lift = label_lift(placed, math.log10(r["tokens_per_q"]), y)
+        ax.annotate(
+            r["label"],
+            (r["tokens_per_q"], y),
+            textcoords="offset points",
+            xytext=(6, 4 - 10 * lift),
+            fontsize=8,
+        )
     top = max((100 * r["ci_high"] for r in runs), default=0.0)
     ax.set_ylim(0, min(100.0, top + 10))
     ax.set_xscale("log")
+    # plain numbers at 1, 2 and 5 of each decade: matplotlib's minor "3×10²" labels ran together
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("tokens per question (prompt + completion, log scale)")
     ax.set_ylabel(f"accuracy ({report['primary']}), % with 95 % CI")
     models = sorted({m for r in runs for m in r["models"]})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,15 @@ from evaluation.report import unparseable_warnings
 from evaluation.runner import budget_label
 from evaluation.scoring import Scores
 from evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
-from evaluation.suite import EVIDENCE, Suite, accuracy_ci, run_suite, suite_requests, write_suite_report
+from evaluation.suite import (
+    EVIDENCE,
+    Suite,
+    accuracy_ci,
+    label_lift,
+    run_suite,
+    suite_requests,
+    write_suite_report,
+)
 from services.knowledge import KnowledgeItem, KnowledgePool
 from tests.evaluation.conftest import QUESTIONS, FixedPools, models_for, scripted_reply, write_jsonl
 from tests.support.scripted_llm import ScriptedLLM
@@ -408,3 +417,13 @@ def test_the_report_splits_accuracy_by_whether_the_pool_holds_the_answer(tmp_pat
         write_suite_report(bare, EVIDENCE, labels=["single"], samples=100, plots=False)["pool_answer"] is None
     )
     assert "pool holds the answer" not in (tmp_path / "bare" / "suite.md").read_text()
+
+
+def test_labels_of_runs_alike_in_cost_and_accuracy_do_not_print_over_each_other() -> None:
+    placed: list[tuple[float, float]] = []
+    # society and MAD: 6,156 and 6,623 tokens, both 21 %; a run far off keeps its place
+    assert label_lift(placed, math.log10(6156), 21.0) == 0
+    assert label_lift(placed, math.log10(6623), 21.0) == 1
+    assert label_lift(placed, math.log10(6400), 21.0) == 2
+    assert label_lift(placed, math.log10(180), 21.0) == 0
+    assert label_lift(placed, math.log10(6156), 30.0) == 0
