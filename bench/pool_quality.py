@@ -20,6 +20,12 @@ For every question of ``--questions`` (JSONL with ``question`` and ``answers``) 
   answer-in-pool@5 and @10 against the first one;
 - the latency of the pool service itself (cold ``build_pool``, k_wiki 5) with the settings as configured.
 
+``--search-texts`` takes the passages a model wrote for the questions (an evaluation folder run with
+``--set search_query='"passage"'``, whose ``pools.passage-*.jsonl`` records each written passage, or
+that file itself); the ``+passage`` configurations then search for the question followed by its
+passage, as ``POST /v1/pools`` does with ``search_text``, and every configuration is measured on the
+questions that have one, so the pairs stay paired. Without it those configurations are skipped.
+
 Writes ``bench.json``, ``bench.md`` and ``answer_in_pool.png`` (answer-in-pool against k, one line per
 configuration) to ``--out``. ``--split even|odd`` keeps every other question (tune on one half, report on
 the other).
@@ -43,6 +49,7 @@ from typing import Any
 from bench.retrieval_bench import has_answer, percentile
 from evaluation.metrics import paired_bootstrap
 from retriever.pools import _Candidate, dedupe
+from retriever.query_text import clean_text, search_query
 from retriever.runtime import RetrieverRuntime
 from retriever.search import PassageHit, WikiRetriever
 from retriever.settings import RetrieverSettings, SearchMode
@@ -62,6 +69,7 @@ class Config:
     rerank: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
     second_encoder_only: bool = False  # dense search over the second stage's own collection
+    with_passage: bool = False  # search for the question followed by the passage a model wrote for it
     note: str = ""
 
 
@@ -91,6 +99,19 @@ CONFIGS: dict[str, Config] = {
             rerank=True,
             note="the second stage as configured (top 50 + 20 mpnet neighbours, RRF k 10, first stage 0.5)",
         ),
+        Config(
+            "hybrid+passage",
+            "hybrid",
+            with_passage=True,
+            note="first stage, searching for the question and the passage the model wrote",
+        ),
+        Config(
+            "hybrid+mpnet+passage",
+            "hybrid",
+            rerank=True,
+            with_passage=True,
+            note="first and second stage, searching for the question and the written passage",
+        ),
     )
 }
 
@@ -103,9 +124,14 @@ def pool_has_answer(hits: Sequence[PassageHit], k: int, aliases: list[str], dedu
     return has_answer([c.text for c in kept], aliases)
 
 
-def retriever_for(config: Config, rt: RetrieverRuntime) -> WikiRetriever | None:
-    """A WikiRetriever with the configuration's settings over the runtime's stores (None: not available)."""
+def retriever_for(
+    config: Config, rt: RetrieverRuntime, *, have_passages: bool = False
+) -> WikiRetriever | None:
+    """A WikiRetriever with the configuration's settings over the runtime's stores (None: not available:
+    no second stage configured, or no written passages for a ``+passage`` configuration)."""
     if (config.second_encoder_only or config.rerank) and rt.reranker is None:
+        return None
+    if config.with_passage and not have_passages:
         return None
     if config.second_encoder_only:
         assert rt.reranker is not None
@@ -122,13 +148,17 @@ async def run_config(
     ranked: list[list[str]] = []
     texts: dict[str, str] = {}
     stages: dict[str, list[float]] = {s: [] for s in STAGES}
+
+    def query(q: dict[str, Any]) -> str:
+        return search_query(q["question"], q.get("search_text") if config.with_passage else None)
+
     for q in questions[:5]:  # warm-up: first JVM queries, ONNX sessions' first shapes
-        await wiki.search(q["question"], DEPTH, config.mode, with_vectors=True, rerank=config.rerank)
+        await wiki.search(query(q), DEPTH, config.mode, with_vectors=True, rerank=config.rerank)
     for q in questions:
         timings: dict[str, float] = {}
         t = time.perf_counter()
         hits = await wiki.search(
-            q["question"], DEPTH, config.mode, with_vectors=True, timings=timings, rerank=config.rerank
+            query(q), DEPTH, config.mode, with_vectors=True, timings=timings, rerank=config.rerank
         )
         timings["total_ms"] = (time.perf_counter() - t) * 1000
         for s in STAGES:
@@ -204,7 +234,7 @@ async def measure(
         skipped: list[str] = []
         for name in names:
             config = CONFIGS[name]
-            wiki = retriever_for(config, rt)
+            wiki = retriever_for(config, rt, have_passages=all("search_text" in q for q in questions))
             if wiki is None:
                 skipped.append(name)
                 continue
@@ -263,6 +293,14 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
         f"Machine: {result['machine']}; {result['date']}  ",
         f"Questions: {result['questions']} ({result['questions_file']}); recall@k over the "
         f"{result['judged_questions']} with an answer-bearing passage in some configuration's top 50.",
+        *(
+            [
+                f"Written passages (the `+passage` configurations, and the questions that have one): "
+                f"`{result['search_texts']}`."
+            ]
+            if result.get("search_texts")
+            else []
+        ),
         "",
         "## answer-in-pool@k (the pool of k_wiki = k, near-duplicates removed)",
         "",
@@ -346,6 +384,40 @@ def load_questions(path: Path, split: str | None, limit: int | None) -> list[dic
     return rows[:limit] if limit else rows
 
 
+def load_search_texts(path: Path) -> dict[str, str]:
+    """Each question id's written passage, as the retriever searches it (``clean_text``, whitespace
+    collapsed), from an evaluation folder's one ``pools.passage-*.jsonl`` or from that file."""
+    if path.is_dir():
+        files = sorted(path.glob("pools.passage-*.jsonl"))
+        if len(files) != 1:
+            raise SystemExit(
+                f"{path} holds {len(files)} pools.passage-*.jsonl files; name the one to use"
+                if files
+                else f"{path} has no pools.passage-*.jsonl: run the evaluation with search_query=passage"
+            )
+        path = files[0]
+    texts: dict[str, str] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            search = obj.get("search") or {}
+            text = (search.get("extra") or {}).get("search_text") or search.get("text")
+            item_id = str(obj["id"])
+        except (json.JSONDecodeError, KeyError, AttributeError) as e:
+            raise SystemExit(f"{path}:{n}: not a pool line with its search ({e})") from e
+        cleaned = " ".join(clean_text(text).split()) if isinstance(text, str) else ""
+        if cleaned:
+            texts[item_id] = cleaned
+    return texts
+
+
+def with_search_texts(questions: list[dict[str, Any]], texts: dict[str, str]) -> list[dict[str, Any]]:
+    """The questions that have a written passage, each with it as ``search_text``."""
+    return [{**q, "search_text": texts[str(q["id"])]} for q in questions if str(q.get("id")) in texts]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=Path, required=True, help="JSONL: question, answers")
@@ -355,6 +427,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--latency-questions", type=int, default=200)
     ap.add_argument("--data-dir", type=Path, default=None, help="override PARLEY_RETRIEVER_DATA_DIR")
+    ap.add_argument(
+        "--search-texts",
+        type=Path,
+        default=None,
+        help="an evaluation folder run with search_query=passage (or its pools.passage-*.jsonl): "
+        "the written passages the +passage configurations search with",
+    )
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     unknown = [n for n in names if n not in CONFIGS]
@@ -362,11 +441,18 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
     settings = RetrieverSettings(warmup=False, **({"data_dir": args.data_dir} if args.data_dir else {}))
     questions = load_questions(args.questions, args.split, args.limit)
+    if args.search_texts is not None:
+        asked = len(questions)
+        questions = with_search_texts(questions, load_search_texts(args.search_texts))
+        if not questions:
+            raise SystemExit(f"none of the {asked} questions has a written passage in {args.search_texts}")
+        print(f"{len(questions)} of {asked} questions have a written passage", file=sys.stderr)
     result = asyncio.run(measure(settings, questions, names, args.latency_questions))
     result.update(
         {
             "command": " ".join(["HF_HUB_OFFLINE=1", "python -m bench.pool_quality", *sys.argv[1:]]),
             "questions_file": args.questions.name + (f" ({args.split} half)" if args.split else ""),
+            "search_texts": str(args.search_texts) if args.search_texts is not None else None,
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), "
             f"Python {platform.python_version()}",
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -8,7 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.pool_quality import KS, main, pool_has_answer, pooled_recall
+from bench.pool_quality import (
+    KS,
+    load_search_texts,
+    main,
+    pool_has_answer,
+    pooled_recall,
+    with_search_texts,
+)
 from retriever.search import PassageHit
 from tests.retriever.support import build_slice_index
 
@@ -48,6 +55,40 @@ def test_pooled_recall_uses_every_configurations_answer_bearing_passages() -> No
     assert recall["y"][50] == pytest.approx(2 / 3)
 
 
+def _passage_line(item_id: str, text: object) -> str:
+    search = {"role": "search", "text": text, "extra": {"search_text": text}}
+    return json.dumps({"id": item_id, "pool": {"question": "q", "items": []}, "search": search})
+
+
+@pytest.mark.unit
+def test_written_passages_are_read_from_an_evaluation_folder_as_the_retriever_searches_them(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    with pytest.raises(SystemExit, match="search_query=passage"):
+        load_search_texts(folder)
+    (folder / "pools.jsonl").write_text(_passage_line("q0", "ignored: the question's own pools"))
+    lines = [
+        _passage_line("q1", "  Paris is\n the capital.  "),
+        _passage_line("q2", "   "),  # blank: searched as the question alone, so no passage
+        json.dumps({"id": "q3", "pool": {}}),  # no search recorded
+        "",
+    ]
+    (folder / "pools.passage-abc.jsonl").write_text("\n".join(lines))
+    texts = load_search_texts(folder)
+    assert texts == {"q1": "Paris is the capital."}
+    assert load_search_texts(folder / "pools.passage-abc.jsonl") == texts
+    questions = [{"id": "q1", "question": "a", "answers": []}, {"id": "q2", "question": "b", "answers": []}]
+    assert with_search_texts(questions, texts) == [{**questions[0], "search_text": "Paris is the capital."}]
+    (folder / "pools.passage-def.jsonl").write_text(_passage_line("q1", "other"))
+    with pytest.raises(SystemExit, match="holds 2"):
+        load_search_texts(folder)
+    (folder / "pools.passage-def.jsonl").write_text("{not json")
+    with pytest.raises(SystemExit, match=r"pools\.passage-def\.jsonl:1"):
+        load_search_texts(folder / "pools.passage-def.jsonl")
+
+
 @pytest.mark.integration
 def test_the_benchmark_runs_on_a_small_index_and_writes_table_and_plot(tmp_path: Path) -> None:
     data_dir = tmp_path / "index"
@@ -78,3 +119,38 @@ def test_the_benchmark_runs_on_a_small_index_and_writes_table_and_plot(tmp_path:
     assert result["pool_latency_ms"]["questions"] == 3
     assert (out / "answer_in_pool.png").stat().st_size > 10_000
     assert "| hybrid |" in (out / "bench.md").read_text()
+
+    # With written passages: the +passage configuration searches for question + passage, on the
+    # questions that have one. A question that names nothing finds its article through the passage.
+    vague = [
+        {"id": "v1", "question": "Who made it?", "answers": ["Leonardo da Vinci"]},
+        {"id": "v2", "question": "Where is it?", "answers": ["Paris"]},
+        {"id": "v3", "question": "What is the capital of France?", "answers": ["Paris"]},  # no passage
+    ]
+    questions.write_text("\n".join(json.dumps(r) for r in vague), encoding="utf-8")
+    passages = tmp_path / "pools.passage-x.jsonl"
+    passages.write_text(
+        "\n".join(
+            [
+                _passage_line("v1", "The Mona Lisa is a portrait painted in Florence in the 16th century."),
+                _passage_line(
+                    "v2", "The Eiffel Tower and the Louvre stand on the banks of the Seine in France."
+                ),
+            ]
+        )
+    )
+    out2 = tmp_path / "out2"
+    main(
+        [
+            "--questions", str(questions), "--out", str(out2), "--data-dir", str(data_dir),
+            "--configs", "hybrid,hybrid+passage,hybrid+mpnet+passage", "--latency-questions", "2",
+            "--search-texts", str(passages),
+        ]
+    )  # fmt: skip
+    result = json.loads((out2 / "bench.json").read_text())
+    assert result["questions"] == 2  # v3 has no written passage
+    assert result["skipped"] == ["hybrid+mpnet+passage"]
+    with_passage = result["configs"]["hybrid+passage"]["answer_in_pool"]
+    assert with_passage["3"] == 1.0  # both articles in the top 3 once the passage names them
+    assert result["configs"]["hybrid"]["answer_in_pool"]["3"] < 1.0
+    assert str(passages) in (out2 / "bench.md").read_text()
