@@ -49,7 +49,7 @@ from typing import Any
 from bench.retrieval_bench import has_answer, percentile
 from evaluation.metrics import paired_bootstrap
 from retriever.pools import _Candidate, dedupe
-from retriever.query_text import clean_text, search_query
+from retriever.query_text import search_query, searched_text
 from retriever.runtime import RetrieverRuntime
 from retriever.search import PassageHit, WikiRetriever
 from retriever.settings import RetrieverSettings, SearchMode
@@ -385,8 +385,8 @@ def load_questions(path: Path, split: str | None, limit: int | None) -> list[dic
 
 
 def load_search_texts(path: Path) -> dict[str, str]:
-    """Each question id's written passage, as the retriever searches it (``clean_text``, whitespace
-    collapsed), from an evaluation folder's one ``pools.passage-*.jsonl`` or from that file."""
+    """Each question id's written passage, as the retriever searches it (``searched_text``), from an
+    evaluation folder's one ``pools.passage-*.jsonl`` or from that file."""
     if path.is_dir():
         files = sorted(path.glob("pools.passage-*.jsonl"))
         if len(files) != 1:
@@ -407,7 +407,7 @@ def load_search_texts(path: Path) -> dict[str, str]:
             item_id = str(obj["id"])
         except (json.JSONDecodeError, KeyError, AttributeError) as e:
             raise SystemExit(f"{path}:{n}: not a pool line with its search ({e})") from e
-        cleaned = " ".join(clean_text(text).split()) if isinstance(text, str) else ""
+        cleaned = searched_text(text) if isinstance(text, str) else None
         if cleaned:
             texts[item_id] = cleaned
     return texts

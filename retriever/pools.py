@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from retriever.query_text import clean_text, search_query
+from retriever.query_text import clean_text, search_query, searched_text
 from retriever.search import PassageHit, WikiRetriever, elapsed_ms
 from retriever.settings import RetrieverSettings
 from retriever.stores import PoolBackend
@@ -270,8 +270,7 @@ class PoolService:
         limit = self.settings.max_search_text_chars
         if len(search_text) > limit:
             raise InvalidRequest(f"search_text is {len(search_text)} characters; the limit is {limit}")
-        text = " ".join(clean_text(search_text).split())
-        return text or None
+        return searched_text(search_text)
 
     def cache_key(
         self,

@@ -14,6 +14,12 @@ def clean_text(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def searched_text(search_text: str) -> str | None:
+    """A search text as the searches see it: cleaned, whitespace collapsed; None when blank (a blank
+    text searches for the question alone, and shares its pools)."""
+    return " ".join(clean_text(search_text).split()) or None
+
+
 def search_query(question: str, search_text: str | None) -> str:
     """What the first and second stages search for: the question, then the search text if there is one."""
     return question if search_text is None else f"{question} {search_text}"
