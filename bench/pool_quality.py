@@ -232,9 +232,10 @@ async def measure(
         rt.warm()
         runs: dict[str, dict[str, Any]] = {}
         skipped: list[str] = []
+        have_passages = all("search_text" in q for q in questions)
         for name in names:
             config = CONFIGS[name]
-            wiki = retriever_for(config, rt, have_passages=all("search_text" in q for q in questions))
+            wiki = retriever_for(config, rt, have_passages=have_passages)
             if wiki is None:
                 skipped.append(name)
                 continue
@@ -403,7 +404,9 @@ def load_search_texts(path: Path) -> dict[str, str]:
         try:
             obj = json.loads(line)
             search = obj.get("search") or {}
-            text = (search.get("extra") or {}).get("search_text") or search.get("text")
+            # What the debate searched with (``SearchPassage.from_record``): the cleaned passage in
+            # ``extra``, never the raw reply; an empty one meant the question alone.
+            text = (search.get("extra") or {}).get("search_text")
             item_id = str(obj["id"])
         except (json.JSONDecodeError, KeyError, AttributeError) as e:
             raise SystemExit(f"{path}:{n}: not a pool line with its search ({e})") from e

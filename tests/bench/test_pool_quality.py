@@ -55,8 +55,8 @@ def test_pooled_recall_uses_every_configurations_answer_bearing_passages() -> No
     assert recall["y"][50] == pytest.approx(2 / 3)
 
 
-def _passage_line(item_id: str, text: object) -> str:
-    search = {"role": "search", "text": text, "extra": {"search_text": text}}
+def _passage_line(item_id: str, text: object, reply: object = None) -> str:
+    search = {"role": "search", "text": text if reply is None else reply, "extra": {"search_text": text}}
     return json.dumps({"id": item_id, "pool": {"question": "q", "items": []}, "search": search})
 
 
@@ -72,6 +72,7 @@ def test_written_passages_are_read_from_an_evaluation_folder_as_the_retriever_se
     lines = [
         _passage_line("q1", "  Paris is\n the capital.  "),
         _passage_line("q2", "   "),  # blank: searched as the question alone, so no passage
+        _passage_line("q4", "", reply="Passage:"),  # the reply cleaned to nothing: the question alone
         json.dumps({"id": "q3", "pool": {}}),  # no search recorded
         "",
     ]
