@@ -8,6 +8,9 @@ on how many questions either answered better.
 
     .venv/bin/python -m bench.paired_results reports/evidence-pinned-slots:madke reports/evidence:madke \\
         --out reports/evidence/paired-pinned-slots.md
+
+``--questions FROM:TO`` pairs only the dataset's questions FROM to TO−1 (0-based, either end may be left
+out): the questions a run was extended by, say, apart from those that decided to extend it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,25 @@ def load_run(spec: str) -> dict[str, ResultRecord]:
     return workspace.load_results(run)
 
 
+def parse_range(text: str) -> range:
+    """``FROM:TO`` (0-based, TO excluded, either end may be empty) → the dataset indices it names."""
+    low, sep, high = text.partition(":")
+    try:
+        start, stop = int(low or 0), int(high) if high else 1 << 62
+    except ValueError:
+        raise SystemExit(
+            f"--questions {text!r}: give FROM:TO, two whole numbers (either may be left out)"
+        ) from None
+    if not sep or start < 0 or stop <= start:
+        raise SystemExit(f"--questions {text!r}: give FROM:TO with 0 <= FROM < TO")
+    return range(start, stop)
+
+
+def within(run: dict[str, ResultRecord], indices: range) -> dict[str, ResultRecord]:
+    """The run's results on the dataset questions ``indices``."""
+    return {qid: r for qid, r in run.items() if r.index in indices}
+
+
 def pair(a: dict[str, ResultRecord], b: dict[str, ResultRecord]) -> dict[str, Any]:
     """The harness's paired comparison (``compare_runs``: questions both finished, bootstrap, who
     answered better) for each metric."""
@@ -53,12 +75,13 @@ def pair(a: dict[str, ResultRecord], b: dict[str, ResultRecord]) -> dict[str, An
     return out
 
 
-def markdown(a: str, b: str, result: dict[str, Any]) -> str:
+def markdown(a: str, b: str, result: dict[str, Any], questions: str | None = None) -> str:
+    scope = f" among the dataset's questions {questions} (0-based, end excluded)" if questions else ""
     lines = [
         f"# {b} against {a}",
         "",
-        f"{result['questions']} questions both runs finished; 95 % intervals by paired bootstrap over them "
-        "(an interval that contains 0 means the difference may be noise).",
+        f"{result['questions']} questions both runs finished{scope}; 95 % intervals by paired "
+        "bootstrap over them (an interval that contains 0 means the difference may be noise).",
         "",
         "| metric | A | B | B − A (points) | 95 % CI | B better | A better |",
         "|---|---|---|---|---|---|---|",
@@ -77,15 +100,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("a", help="FOLDER:RUN, the reference")
     p.add_argument("b", help="FOLDER:RUN, compared with it")
     p.add_argument("--out", type=Path, help="write the table here too (.md; a .json beside it)")
+    p.add_argument("--questions", metavar="FROM:TO", help="only the dataset's questions FROM..TO-1 (0-based)")
     args = p.parse_args(argv)
-    result = pair(load_run(args.a), load_run(args.b))
-    text = markdown(args.a, args.b, result)
+    a, b = load_run(args.a), load_run(args.b)
+    if args.questions:
+        indices = parse_range(args.questions)
+        a, b = within(a, indices), within(b, indices)
+    result = pair(a, b)
+    text = markdown(args.a, args.b, result, args.questions)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
         args.out.with_suffix(".json").write_text(
-            json.dumps({"a": args.a, "b": args.b, **result}, indent=1) + "\n", encoding="utf-8"
+            json.dumps({"a": args.a, "b": args.b, "questions_range": args.questions, **result}, indent=1)
+            + "\n",
+            encoding="utf-8",
         )
     return result
 

@@ -51,3 +51,22 @@ def test_a_run_that_is_not_there_is_named(tmp_path: Path) -> None:
         main([f"{tmp_path}:madke", f"{tmp_path}:rag"])
     with pytest.raises(SystemExit, match="is not FOLDER:RUN"):
         main(["reports/evidence", f"{tmp_path}:rag"])
+
+
+def test_a_range_of_questions_is_paired_alone(tmp_path: Path) -> None:
+    a = {f"q{i}": 0.0 for i in range(10)}
+    b = {f"q{i}": float(i >= 6) for i in range(10)}  # B better on q6..q9 only
+    write_run(tmp_path / "a", "madke", a)
+    write_run(tmp_path / "b", "madke", b)
+    out = tmp_path / "late.md"
+    late = main(
+        [f"{tmp_path / 'a'}:madke", f"{tmp_path / 'b'}:madke", "--questions", "6:", "--out", str(out)]
+    )
+    assert late["questions"] == 4 and late["metrics"]["contains"]["diff"] == 1.0
+    early = main([f"{tmp_path / 'a'}:madke", f"{tmp_path / 'b'}:madke", "--questions", ":6"])
+    assert early["questions"] == 6 and early["metrics"]["contains"]["diff"] == 0.0
+    assert "among the dataset's questions 6:" in out.read_text()
+    assert json.loads(out.with_suffix(".json").read_text())["questions_range"] == "6:"
+    for bad in ("6", "x:9", "5:5", "-1:3"):
+        with pytest.raises(SystemExit, match="--questions"):
+            main([f"{tmp_path / 'a'}:madke", f"{tmp_path / 'b'}:madke", f"--questions={bad}"])
