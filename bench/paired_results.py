@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def parse_range(text: str) -> range:
     """``FROM:TO`` (0-based, TO excluded, either end may be empty) → the dataset indices it names."""
     low, sep, high = text.partition(":")
     try:
-        start, stop = int(low or 0), int(high) if high else 1 << 62
+        start, stop = int(low or 0), int(high) if high else sys.maxsize
     except ValueError:
         raise SystemExit(
             f"--questions {text!r}: give FROM:TO, two whole numbers (either may be left out)"
