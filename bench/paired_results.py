@@ -103,9 +103,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--out", type=Path, help="write the table here too (.md; a .json beside it)")
     p.add_argument("--questions", metavar="FROM:TO", help="only the dataset's questions FROM..TO-1 (0-based)")
     args = p.parse_args(argv)
+    indices = parse_range(args.questions) if args.questions else None  # a typo fails before any read
     a, b = load_run(args.a), load_run(args.b)
-    if args.questions:
-        indices = parse_range(args.questions)
+    if indices is not None:
         a, b = within(a, indices), within(b, indices)
     result = pair(a, b)
     text = markdown(args.a, args.b, result, args.questions)

@@ -70,3 +70,6 @@ def test_a_range_of_questions_is_paired_alone(tmp_path: Path) -> None:
     for bad in ("6", "x:9", "5:5", "-1:3"):
         with pytest.raises(SystemExit, match="--questions"):
             main([f"{tmp_path / 'a'}:madke", f"{tmp_path / 'b'}:madke", f"--questions={bad}"])
+    # A malformed range is refused before either run is read.
+    with pytest.raises(SystemExit, match="--questions"):
+        main([f"{tmp_path}:missing", f"{tmp_path}:missing", "--questions=9:3"])
