@@ -20,7 +20,10 @@ llama-server from ``make native-llm``, when built): questions per hour, prompt /
 completion tokens per second, the CPU the server and the worker used (cores), the machine's CPU use,
 failures, and contains-accuracy with its bootstrap 95% CI (``evaluation.metrics.paired_bootstrap``),
 plus the paired CI of its difference to the first setting, so a faster setting cannot silently be a
-worse one. Writes ``throughput.json``, ``throughput.md`` and ``throughput.png`` to ``--out``.
+worse one. Writes ``throughput.json``, ``throughput.md`` and ``throughput.png`` to ``--out`` after each
+setting, so a run stopped part-way keeps the settings it finished; ``--resume`` keeps those rows (when
+the report measured the same questions, config and model) and runs only the settings it lacks, and
+the table marks the rows kept from an earlier run, which were not measured side by side.
 
 Full measurement (hours on a small CPU):
 
@@ -46,6 +49,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +293,7 @@ def run_setting(
     return {
         "server": server,
         "setting": setting.name,
+        "measured_at": utc_iso(t0),
         "worker_processes": setting.workers,
         "slots": setting.slots,
         "calls_in_flight_per_process": setting.per_process,
@@ -310,6 +315,10 @@ def run_setting(
         "accuracy_ci95": [round(ci.low, 3), round(ci.high, 3)],
         "items": per_item,
     }
+
+
+def utc_iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def compare(rows: list[dict[str, Any]]) -> None:
@@ -338,8 +347,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "| server | W x S | in flight / process | done | wall s | questions/h | × first | prompt tok/s "
         "alone | prompt tok/s (evaluated, cached %) | completion tok/s | server / worker cores | CPU use "
-        "| accuracy (95% CI) | Δ accuracy vs first (95% CI) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| accuracy (95% CI) | Δ accuracy vs first (95% CI) | measured (UTC) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
         d = r["accuracy_diff_vs_first"]
@@ -352,8 +361,21 @@ def markdown(report: dict[str, Any]) -> str:
             f"{100 * r['cached_share']:.0f} %) | {r['completion_tokens_per_s']} | "
             f"{server_cores} / {r['worker_cores']} | {100 * (r['machine_cpu_use'] or 0):.0f} % | "
             f"{r['accuracy_contains']:.3f} [{r['accuracy_ci95'][0]:.3f}, {r['accuracy_ci95'][1]:.3f}] | "
-            f"{d['diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] |"
+            f"{d['diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] | {r.get('measured_at', '-')} |"
         )
+    started = report.get("started_at")
+    resumed = [
+        f"{r['server']} {r['setting']}"
+        for r in report["rows"]
+        if started and r.get("measured_at", started) < started
+    ]
+    if resumed:
+        lines += [
+            "",
+            f"Kept from an earlier run (`--resume`): {', '.join(resumed)}. Those rows were not measured side "
+            "by side with the others, so the machine's other load may differ between them; their × first "
+            "is a comparison across runs.",
+        ]
     lines += [
         "",
         "W x S: W worker processes (debates at once) and S server slots. Prompt tok/s alone: the server's "
@@ -408,6 +430,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="an OpenAI-compatible server to use instead, or LABEL=URL,... to compare several",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "throughput")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the rows of --out's report (same questions, config and model) and run only the others",
+    )
     args = parser.parse_args(argv)
     from services.embedded_llm import find_llama_server
 
@@ -420,17 +447,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     servers = list(external) if external else [s for s in servers if s not in skipped]
     items = load_items(args.dataset, args.pools, args.questions)
     tmp = Path(tempfile.mkdtemp(prefix="parley-throughput-"))
-    stack = Stack(tmp)
-    rows = []
-    try:
-        for server in servers:
-            for setting in parse_settings(args.settings):
-                row = run_setting(stack, args, server, setting, items)
-                print(json.dumps({k: v for k, v in row.items() if k != "items"}), flush=True)
-                rows.append(row)
-    finally:
-        stack.stop()
-    compare(rows)
     report = {
         "dataset": str(args.dataset.relative_to(ROOT) if args.dataset.is_relative_to(ROOT) else args.dataset),
         "questions": len(items),
@@ -442,14 +458,54 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "skipped_servers": {s: "not built (make native-llm)" for s in skipped},
         "command": "python -m bench.throughput " + " ".join(argv if argv is not None else sys.argv[1:]),
         "logs": str(tmp),
-        "rows": rows,
+        "started_at": utc_iso(time.time()),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "throughput.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "throughput.md").write_text(markdown(report))
-    plot(report, args.out / "throughput.png")
+    try:
+        kept = resumed_rows(args.out / "throughput.json", report) if args.resume else {}
+    except ValueError as e:
+        parser.error(str(e))
+    wanted = [(server, setting) for server in servers for setting in parse_settings(args.settings)]
+    rows: list[dict[str, Any]] = []
+    stack: Stack | None = None
+    try:
+        for server, setting in wanted:
+            row = kept.get((server, setting.name))
+            if row is None:
+                stack = stack or Stack(tmp)
+                row = run_setting(stack, args, server, setting, items)
+                print(json.dumps({k: v for k, v in row.items() if k != "items"}), flush=True)
+            rows.append(row)
+            # Each setting takes up to hours on a CPU: the report so far is on disk as soon as it ends,
+            # so an interrupted run keeps what it measured and ``--resume`` goes on from there.
+            write_report(report, rows, args.out)
+    finally:
+        if stack is not None:
+            stack.stop()
     print(markdown(report))
     return report
+
+
+def resumed_rows(path: Path, report: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The rows of an earlier report at ``path`` by (server, setting), if it measured the same batch."""
+    if not path.is_file():
+        return {}
+    earlier = json.loads(path.read_text())
+    for key in ("dataset", "questions", "with_pools", "config", "model"):
+        if earlier.get(key) != report[key]:
+            raise ValueError(
+                f"--resume: {path} measured {key} {earlier.get(key)!r}, this run {report[key]!r}; "
+                "use another --out"
+            )
+    return {(r["server"], r["setting"]): r for r in earlier.get("rows", [])}
+
+
+def write_report(report: dict[str, Any], rows: list[dict[str, Any]], out: Path) -> None:
+    compare(rows)
+    report["rows"] = rows
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "throughput.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "throughput.md").write_text(markdown(report))
+    plot(report, out / "throughput.png")
 
 
 if __name__ == "__main__":

@@ -75,6 +75,40 @@ def test_labelled_servers_run_side_by_side_each_getting_its_own_calls(tmp_path: 
     assert "| compiled | 1x2 | 2 | 2/2 |" in (tmp_path / "throughput.md").read_text()
 
 
+@pytest.mark.integration
+@needs_redis
+def test_a_resumed_run_keeps_the_measured_settings_and_runs_only_the_others(tmp_path: Path) -> None:
+    common = ["--questions", "2", "--config", json.dumps({"knowledge": "none", "rounds": 2}),
+              "--structured-output", "off", "--pools", str(tmp_path / "no-pools.jsonl"),
+              "--out", str(tmp_path)]  # fmt: skip
+    with ScriptedLLM(latency_s=0.02, default_reply="The answer is [one].") as llm:
+        llm.on("[Yes]", "They agree. [Yes]")
+        first = main(["--settings", "1x2", "--llm-url", llm.base_url, *common])
+        calls_first = llm.served
+        # The report is on disk after each setting: a run stopped later keeps this row.
+        on_disk = json.loads((tmp_path / "throughput.json").read_text())
+        assert [r["setting"] for r in on_disk["rows"]] == ["1x2"]
+        resumed = main(["--settings", "1x2,2x4", "--llm-url", llm.base_url, "--resume", *common])
+        calls_resumed = llm.served - calls_first
+    kept, new = resumed["rows"]
+    assert kept["measured_at"] == first["rows"][0]["measured_at"]
+    assert kept["wall_s"] == first["rows"][0]["wall_s"]
+    assert new["setting"] == "2x4" and new["completed"] == 2
+    # Only the new setting reached the server: as many calls as the first run's one setting.
+    assert calls_resumed == calls_first
+    text = (tmp_path / "throughput.md").read_text()
+    assert "Kept from an earlier run (`--resume`): external 1x2." in text
+    # A report of another batch is not mixed in: refused before anything runs.
+    other = [*common[:2], "1", *common[2:]]
+    with pytest.raises(SystemExit) as exc:
+        main(["--settings", "1x2,4x8", "--llm-url", "http://127.0.0.1:9/v1", "--resume", *other])
+    assert exc.value.code == 2
+    assert [r["setting"] for r in json.loads((tmp_path / "throughput.json").read_text())["rows"]] == [
+        "1x2",
+        "2x4",
+    ]
+
+
 @pytest.mark.parametrize(
     "spec", ["compiled=http://a/v1,compiled=http://b/v1", "compiled=ftp://x", "=http://a/v1,b"]
 )
