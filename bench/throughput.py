@@ -44,6 +44,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -467,6 +468,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     wanted = [(server, setting) for server in servers for setting in parse_settings(args.settings)]
     rows: list[dict[str, Any]] = []
     stack: Stack | None = None
+    # A run of hours is stopped with SIGTERM as often as with Ctrl-C: both unwind through the finally
+    # blocks, so the server, worker, gateway and redis of the setting in progress are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         for server, setting in wanted:
             row = kept.get((server, setting.name))
