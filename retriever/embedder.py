@@ -19,7 +19,12 @@ if TYPE_CHECKING:
 
 
 class Embedder(Protocol):
-    """Turns texts into unit vectors of a fixed size."""
+    """Turns texts into unit vectors of a fixed size.
+
+    ``embed`` is for what is searched (passages, snippets), ``embed_queries`` for what searches: the
+    same for symmetric encoders (MiniLM, mpnet), but models trained with task prompts (EmbeddingGemma:
+    ``task: search result | query: `` against ``title: none | text: ``) need each side's own.
+    """
 
     @property
     def name(self) -> str: ...
@@ -28,6 +33,8 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 def bundled_model_path() -> str:
@@ -48,8 +55,10 @@ class SentenceTransformerEmbedder:
         device: str = "cpu",
         batch_size: int = 64,
         threads: int | None = None,
+        dtype: str = "float32",
     ) -> None:
         self._threads = threads
+        self._dtype = dtype
         self._model_path = model_path
         self._name = name
         self._device = device
@@ -75,8 +84,14 @@ class SentenceTransformerEmbedder:
                     torch.set_num_threads(self._threads)
 
                 path = self._model_path or bundled_model_path()
-                self._model = SentenceTransformer(path, device=self._device)
+                self._model = SentenceTransformer(
+                    path, device=self._device, model_kwargs={"torch_dtype": getattr(torch, self._dtype)}
+                )
             return self._model
+
+    def _prompt(self, side: str) -> str | None:
+        """The model's own prompt for queries or documents (its ``config_sentence_transformers.json``)."""
+        return (getattr(self.load(), "prompts", None) or {}).get(side) or None
 
     @property
     def dim(self) -> int:
@@ -90,14 +105,23 @@ class SentenceTransformerEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-length float32 vectors, one row per text (an empty input gives a (0, dim) array)."""
+        return self._encode(texts, self._prompt("document"))
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """As ``embed``, with the model's query prompt when it has one."""
+        return self._encode(texts, self._prompt("query"))
+
+    def _encode(self, texts: Sequence[str], prompt: str | None) -> np.ndarray:
         model = self.load()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = model.encode(
+        tensor = model.encode(
             list(texts),
+            prompt=prompt,
             batch_size=self._batch_size,
             normalize_embeddings=True,
-            convert_to_numpy=True,
+            convert_to_tensor=True,
             show_progress_bar=False,
         )
-        return np.asarray(vecs, dtype=np.float32)
+        # float() first: numpy has no bfloat16.
+        return np.asarray(tensor.float().cpu().numpy(), dtype=np.float32)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from retriever.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_path
-from retriever.weights import resolve_encoder_path
+from retriever.weights import packaged, resolve_encoder_path
 
 if TYPE_CHECKING:
     from retriever.settings import RetrieverSettings
@@ -91,6 +91,28 @@ def model_max_tokens(model_path: str) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return MAX_TOKENS
+
+
+# sentence-transformers modules the exported graph plus mean pooling reproduce; anything else (Dense
+# projections, task prompts) needs the model itself, on torch.
+_GRAPH_MODULES = {"Transformer", "Pooling", "Normalize"}
+
+
+def needs_torch(model_path: str) -> str | None:
+    """Why this model folder cannot run as the exported ONNX graph (None: it can)."""
+    folder = Path(model_path)
+    modules = folder / "modules.json"
+    if modules.exists():
+        kinds = {
+            str(m.get("type", "")).rsplit(".", 1)[-1] for m in json.loads(modules.read_text(encoding="utf-8"))
+        }
+        extra = sorted(kinds - _GRAPH_MODULES)
+        if extra:
+            return f"its modules {', '.join(extra)} are not in the exported graph"
+    config = folder / "config_sentence_transformers.json"
+    if config.exists() and json.loads(config.read_text(encoding="utf-8")).get("prompts"):
+        return "it is trained with task prompts"
+    return None
 
 
 def _export_fp32(model_path: str, target: Path) -> None:
@@ -182,6 +204,11 @@ class OnnxEmbedder:
             tokenizer_file = Path(model_path) / "tokenizer.json"
             if not tokenizer_file.exists():
                 raise EncoderError(f"{model_path} has no tokenizer.json; use PARLEY_RETRIEVER_ENCODER=torch")
+            why = needs_torch(model_path)
+            if why is not None:
+                raise EncoderError(
+                    f"{model_path} cannot run on ONNX Runtime ({why}): use PARLEY_RETRIEVER_ENCODER=torch"
+                )
             graph = export_onnx(model_path, self._cache_dir, self._precision)
             options = ort.SessionOptions()
             if self._threads:
@@ -217,6 +244,10 @@ class OnnxEmbedder:
             out[idx] = vecs
         assert out is not None
         return out
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Symmetric models only run here (``needs_torch``): queries are encoded as passages are."""
+        return self.embed(texts)
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         encoded = self._tokenizer.encode_batch(texts)
@@ -266,6 +297,17 @@ def make_embedder(
             f"device {device} runs the torch encoder, whose fp32 vectors cannot go into the int8 "
             "collection: set PARLEY_RETRIEVER_ENCODER=onnx-fp32 for this build and for serving "
             "(CPU queries, same vectors)"
+        )
+    spec = packaged(settings.embedding_model)
+    if spec is not None and spec.runtime == "torch":
+        # Its Dense layers and prompts are sentence-transformers' (``needs_torch``), on a GPU as on a CPU.
+        return SentenceTransformerEmbedder(
+            model_path,
+            name=settings.model_name,
+            device=device,
+            batch_size=settings.embed_batch_size,
+            threads=threads,
+            dtype=spec.torch_dtype,
         )
     if device != "cpu":
         from retriever.gpu_encoder import PipelinedEmbedder

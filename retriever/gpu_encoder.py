@@ -377,6 +377,10 @@ class PipelinedEmbedder:
         parts = list(self.embed_stream(texts[i : i + step] for i in range(0, len(texts), step)))
         return np.vstack(parts)
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Symmetric models only (mean pooling, no prompts): queries are encoded as passages are."""
+        return self.embed(texts)
+
     def embed_stream(self, chunks: Iterable[Sequence[str]]) -> Iterator[np.ndarray]:
         """The vectors of each chunk of texts, chunk by chunk and in order, while later chunks are read,
         tokenized and encoded: ``chunks`` is consumed on a thread of its own (it may read a file)."""

@@ -75,7 +75,7 @@ class BiEncoderRescorer:
 
     async def embed_query(self, query: str) -> np.ndarray:
         """The question in the second encoder's space; long questions are cut to its window, not refused."""
-        vecs = await asyncio.to_thread(self.embedder.embed, [query])
+        vecs = await asyncio.to_thread(self.embedder.embed_queries, [query])
         return vecs[0]
 
     async def nearest(self, qvec: np.ndarray, depth: int) -> list[str]:

@@ -110,7 +110,7 @@ class WikiRetriever:
         self._ready = True
 
     async def embed_query(self, text: str) -> np.ndarray:
-        vecs = await asyncio.to_thread(self.embedder.embed, [text])
+        vecs = await asyncio.to_thread(self.embedder.embed_queries, [text])
         return vecs[0]
 
     async def search(

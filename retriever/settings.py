@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
+from retriever.weights import packaged
 from services.settings import ParleySettings, default_data_dir
 
 WebProviderName = Literal["none", "serper", "searxng", "brave"]
@@ -124,7 +125,8 @@ class RetrieverSettings(ParleySettings):
     rerank_model: str | None = Field(
         default=None,
         description="second ranking stage: the first stage's candidates rescored with this encoder's stored "
-        "vectors (a packaged name: all-mpnet-base-v2, or a folder); built by `parley index build --rerank`; "
+        "vectors (a packaged name: all-mpnet-base-v2 or embeddinggemma-300m, or a folder); built by "
+        "`parley index build --rerank`; "
         "unset = no second stage",
     )
     rerank_depth: int = Field(
@@ -197,11 +199,13 @@ class RetrieverSettings(ParleySettings):
         if self.rerank_model is None:
             raise ValueError("no rerank_model is configured")
         slug = re.sub(r"[^a-z0-9]+", "_", Path(self.rerank_model.rstrip("/")).name.lower()).strip("_")
+        spec = packaged(self.rerank_model)
         return self.model_copy(
             update={
                 "embedding_model": self.rerank_model,
-                # Dynamic int8 costs all-mpnet-base-v2 too much (cosine 0.90 to fp32, against MiniLM's 0.995).
-                "encoder": "onnx-fp32",
+                # Dynamic int8 costs all-mpnet-base-v2 too much (cosine 0.90 to fp32, against MiniLM's 0.995);
+                # a model with Dense layers or prompts (EmbeddingGemma) runs on torch.
+                "encoder": "torch" if spec is not None and spec.runtime == "torch" else "onnx-fp32",
                 "data_dir": self.data_dir / "rerank" / slug,
                 "passages_collection": None,
                 "bm25_enabled": False,

@@ -105,11 +105,11 @@ def test_the_benchmark_runs_on_a_small_index_and_writes_table_and_plot(tmp_path:
     main(
         [
             "--questions", str(questions), "--out", str(out), "--data-dir", str(data_dir),
-            "--configs", "hybrid,dense,bm25,hybrid+mpnet", "--latency-questions", "3",
+            "--configs", "hybrid,dense,bm25,hybrid+second", "--latency-questions", "3",
         ]
     )  # fmt: skip
     result = json.loads((out / "bench.json").read_text())
-    assert result["skipped"] == ["hybrid+mpnet"]  # no second stage configured: said, not faked
+    assert result["skipped"] == ["hybrid+second"]  # no second stage configured: said, not faked
     assert set(result["configs"]) == {"hybrid", "dense", "bm25"}
     for cfg in result["configs"].values():
         in_pool = [cfg["answer_in_pool"][str(k)] for k in KS]
@@ -144,13 +144,13 @@ def test_the_benchmark_runs_on_a_small_index_and_writes_table_and_plot(tmp_path:
     main(
         [
             "--questions", str(questions), "--out", str(out2), "--data-dir", str(data_dir),
-            "--configs", "hybrid,hybrid+passage,hybrid+mpnet+passage", "--latency-questions", "2",
+            "--configs", "hybrid,hybrid+passage,hybrid+second+passage", "--latency-questions", "2",
             "--search-texts", str(passages),
         ]
     )  # fmt: skip
     result = json.loads((out2 / "bench.json").read_text())
     assert result["questions"] == 2  # v3 has no written passage
-    assert result["skipped"] == ["hybrid+mpnet+passage"]
+    assert result["skipped"] == ["hybrid+second+passage"]
     with_passage = result["configs"]["hybrid+passage"]["answer_in_pool"]
     assert with_passage["3"] == 1.0  # both articles in the top 3 once the passage names them
     assert result["configs"]["hybrid"]["answer_in_pool"]["3"] < 1.0
