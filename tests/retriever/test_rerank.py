@@ -10,9 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retriever.corpus import read_vital
 from retriever.embedder import Embedder
-from retriever.indexer import build_index
 from retriever.rerank import RerankUnavailable
 from retriever.runtime import RetrieverRuntime
 from retriever.search import rrf_fuse
@@ -24,7 +22,7 @@ from retriever.weights import (
     assemble,
     resolve_encoder_path,
 )
-from tests.retriever.support import SLICE_TITLES, AppServer, copy_index
+from tests.retriever.support import AppServer, add_second_stage, copy_index
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,11 +38,7 @@ QUESTIONS = [
 def reranked_index(built_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The slice index plus the second stage's collection, encoded by the real mpnet weights."""
     data_dir = copy_index(built_index, tmp_path_factory.mktemp("reranked") / "index")
-    stage = RetrieverSettings(
-        data_dir=data_dir, warmup=False, rerank_model=MPNET, ingest_workers=1
-    ).rerank_settings()
-    passages = list(read_vital(100, titles=SLICE_TITLES))
-    build_index(stage, passages, corpus="vital", progress=False, bm25=False)
+    add_second_stage(data_dir, MPNET)
     return data_dir
 
 

@@ -9,15 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retriever.corpus import read_vital
 from retriever.embedder import Embedder, SentenceTransformerEmbedder
 from retriever.encoders import EncoderError, OnnxEmbedder, make_embedder, needs_torch
-from retriever.indexer import build_index
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
 from retriever.vector_store import point_id
 from retriever.weights import resolve_encoder_path
-from tests.retriever.support import KNOWN_QUESTIONS, SLICE_TITLES, copy_index
+from tests.retriever.support import KNOWN_QUESTIONS, add_second_stage, copy_index
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -28,11 +26,8 @@ GEMMA = "embeddinggemma-300m"
 def gemma_index(built_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The slice index plus EmbeddingGemma's collection, encoded by the real weights."""
     data_dir = copy_index(built_index, tmp_path_factory.mktemp("gemma") / "index")
-    stage = RetrieverSettings(
-        data_dir=data_dir, warmup=False, rerank_model=GEMMA, ingest_workers=1
-    ).rerank_settings()
+    stage = add_second_stage(data_dir, GEMMA)
     assert stage.encoder == "torch", "its Dense layers and prompts are not in an exported graph"
-    build_index(stage, list(read_vital(100, titles=SLICE_TITLES)), corpus="vital", progress=False, bm25=False)
     return data_dir
 
 
@@ -113,3 +108,9 @@ async def test_a_question_past_the_models_window_is_cut_not_refused(rt: Retrieve
     pool = await rt.pools.build_pool(question, k_wiki=5, k_web=0)
     assert any("Mona Lisa" in it.title for it in pool.items)
     assert "rerank_ms" in pool.timings_ms
+
+
+def test_as_a_first_stage_encoder_on_onnx_it_is_refused_before_anything_loads() -> None:
+    settings = RetrieverSettings(warmup=False, embedding_model=GEMMA, encoder="onnx-int8")
+    with pytest.raises(EncoderError, match=r"embeddinggemma-300m cannot run on ONNX Runtime.*ENCODER=torch"):
+        make_embedder(settings)
