@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from retriever.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_path
-from retriever.weights import packaged, resolve_encoder_path
+from retriever.weights import needs_torch, packaged, resolve_encoder_path
 
 if TYPE_CHECKING:
     from retriever.settings import RetrieverSettings
@@ -91,28 +91,6 @@ def model_max_tokens(model_path: str) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return MAX_TOKENS
-
-
-# sentence-transformers modules the exported graph plus mean pooling reproduce; anything else (Dense
-# projections, task prompts) needs the model itself, on torch.
-_GRAPH_MODULES = {"Transformer", "Pooling", "Normalize"}
-
-
-def needs_torch(model_path: str) -> str | None:
-    """Why this model folder cannot run as the exported ONNX graph (None: it can)."""
-    folder = Path(model_path)
-    modules = folder / "modules.json"
-    if modules.exists():
-        kinds = {
-            str(m.get("type", "")).rsplit(".", 1)[-1] for m in json.loads(modules.read_text(encoding="utf-8"))
-        }
-        extra = sorted(kinds - _GRAPH_MODULES)
-        if extra:
-            return f"its modules {', '.join(extra)} are not in the exported graph"
-    config = folder / "config_sentence_transformers.json"
-    if config.exists() and json.loads(config.read_text(encoding="utf-8")).get("prompts"):
-        return "it is trained with task prompts"
-    return None
 
 
 def _export_fp32(model_path: str, target: Path) -> None:

