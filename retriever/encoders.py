@@ -16,7 +16,6 @@ precision (``RetrieverSettings.collection``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from retriever.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_path
-from retriever.weights import needs_torch, packaged, resolve_encoder_path
+from retriever.weights import file_sha256, needs_torch, packaged, resolve_encoder_path
 
 if TYPE_CHECKING:
     from retriever.settings import RetrieverSettings
@@ -40,14 +39,6 @@ _EXPORT_LOCK = threading.Lock()
 
 class EncoderError(RuntimeError):
     """The encoder cannot be prepared or loaded; the message says why and what to do."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def export_onnx(model_path: str, cache_dir: Path, precision: Literal["int8", "fp32"]) -> Path:
@@ -79,7 +70,7 @@ def export_onnx(model_path: str, cache_dir: Path, precision: Literal["int8", "fp
 
 def _write_info(path: Path, source: str, how: str) -> None:
     tmp = path.with_suffix(".json.partial")
-    tmp.write_text(json.dumps({"sha256": _sha256(path), "source": source, "how": how}, indent=2))
+    tmp.write_text(json.dumps({"sha256": file_sha256(path), "source": source, "how": how}, indent=2))
     os.replace(tmp, path.with_suffix(".json"))
 
 

