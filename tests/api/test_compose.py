@@ -101,12 +101,18 @@ def test_profiles_add_searxng_and_flower_with_auth() -> None:
 def test_dockerfile_serves_all_three_processes() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["parley"]' in text
-    assert (
-        "torch_install.sh requirements.lock" in text
-        and "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
-    )
+    # The default image is the default path: no torch in the stage it is built from; torch (its CPU
+    # build, by the pinned sha256) only in the `torch` target's own stage.
+    default_builder = text[text.index("AS builder\n") : text.index("AS builder-torch")]
+    instructions = [line for line in default_builder.splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in instructions if "torch" in line.replace("torch_install.sh", "")]
+    torch_stage = text[text.index("AS builder-torch") : text.index("AS builder-llm")]
+    assert "torch_install.sh scripts/torch-cpu-requirements.txt" in torch_stage
+    assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in torch_stage
+    # Anserini's jar without pyserini's Python dependencies (torch among them).
+    assert "--no-deps --no-build-isolation --no-binary pyserini" in default_builder
     # Every package from the lock, hash-checked: the lock is copied and used as hashed constraints.
-    assert "COPY requirements.lock" in text and text.count("-c requirements.lock") == 2
+    assert "COPY requirements.lock" in text and text.count("-c requirements.lock") == 3
     # Multi-stage, the base a build argument, not root, a health check; CA certificates only as a secret.
     assert text.startswith("# ") and "ARG BASE_IMAGE=python:3.11-slim-bookworm" in text
     assert "USER parley" in text and "HEALTHCHECK" in text and "--mount=type=secret,id=ca" in text

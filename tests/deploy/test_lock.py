@@ -37,7 +37,7 @@ def test_the_committed_lock_is_made_from_this_pyproject() -> None:
 
 
 @pytest.mark.unit
-def test_every_requirement_is_locked_with_hashes_and_torch_is_its_cpu_build() -> None:
+def test_every_requirement_is_locked_with_hashes_from_pypi_and_torch_cpu_is_pinned_apart() -> None:
     pins = lock.pins()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = [
@@ -51,7 +51,10 @@ def test_every_requirement_is_locked_with_hashes_and_torch_is_its_cpu_build() ->
         assert lock.canonical(name.strip()) in pins, f"{name} is not in requirements.lock"
     for name, lines in lock.entries().items():
         assert any("--hash=sha256:" in line for line in lines), f"{name} has no hash"
-    assert pins["torch"] == "2.13.0+cpu"
+    # The lock is PyPI's (no local version labels there); the CPU build is pinned on its own, same version.
+    assert pins["torch"] == "2.13.0"
+    assert lock.torch_cpu_pin() == "2.13.0+cpu"
+    assert "+" not in "".join(pins.values())
     assert {"pip", "setuptools", "wheel", "uv", "pip-audit"} <= set(pins)
     # Nothing machine-specific in the lock: no local paths, no index or find-links lines.
     text = lock.LOCK.read_text()
