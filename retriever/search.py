@@ -160,8 +160,10 @@ class WikiRetriever:
         reranker = self.reranker if self.uses_rerank(rerank) else None
         if reranker is not None:
             if mode in ("bm25", "hybrid"):
-                # Opened before the second encoder's first load on another thread: a torch encoder
-                # (EmbeddingGemma) imports transformers, and so does pyserini, which races otherwise.
+                # BM25 is opened (the JVM started) before the second encoder's query starts. The order
+                # is harmless and no longer needed: opening BM25 imports no Python library beyond
+                # pyjnius (Anserini is called directly, not through pyserini's Python package, which
+                # imported transformers and raced a torch encoder's first load on another thread).
                 await self._open_bm25()
             # The second encoder's query runs on its own thread while the first stage searches.
             rerank_query = asyncio.create_task(self._rerank_query(reranker, query, timings))
@@ -181,8 +183,8 @@ class WikiRetriever:
         return [_replace_score(known[pid], score) for pid, score in ranked if pid in known], qvec
 
     async def _open_bm25(self) -> None:
-        """Open the BM25 index on its first use (starts the JVM, imports pyserini and transformers),
-        with no other first load running beside it; concurrent first queries wait, then overlap."""
+        """Open the BM25 index on its first use (starts the JVM; imports no Python library beyond
+        pyjnius), once; concurrent first queries wait, then overlap."""
         assert self.bm25 is not None
         if not self.bm25.is_open:
             async with self._bm25_opening:
@@ -233,9 +235,9 @@ class WikiRetriever:
         if mode == "bm25":
             return await self._bm25_only(query, k, with_vectors, timings), qvec
         depth = k if mode == "dense" else max(k, self.settings.fusion_depth)
-        # BM25 needs only the text: it runs on its JVM thread while the query is embedded. Not on its
-        # first use, though: opening it imports pyserini, which imports transformers, and transformers'
-        # lazy imports break when the embedder's first load triggers them from another thread.
+        # BM25 needs only the text: it runs on its JVM thread while the query is embedded. Its first use
+        # opens the index (starts the JVM) before that, which is harmless: opening it imports no Python
+        # library beyond pyjnius, so nothing can race the embedder's first load on another thread.
         sparse_task = None
         if mode == "hybrid":
             assert self.bm25 is not None

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -90,7 +91,7 @@ def test_a_requirement_the_lock_lacks_sends_to_make_lock() -> None:
 
 @pytest.mark.unit
 def test_each_not_found_cause_is_told_apart_by_asking_the_index(index: str) -> None:
-    def why(version: str, package: str = "demo-pkg") -> object:
+    def why(version: str, package: str = "demo-pkg") -> Any:
         output = f"ERROR: No matching distribution found for {package}=={version}\n"
         return pip_install.diagnose(output, ["--index-url", index], {})
 

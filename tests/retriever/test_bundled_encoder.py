@@ -27,11 +27,11 @@ def test_the_shipped_files_are_the_recorded_ones_and_a_damaged_one_is_refused(tm
     data = bytearray(graph.read_bytes())
     data[len(data) // 2] ^= 0xFF
     graph.write_bytes(bytes(data))
-    with pytest.raises(bundled_encoder.BundledEncoderError, match="model-int8.onnx has sha256 .*reinstall"):
+    with pytest.raises(bundled_encoder.BundledEncoderError, match=r"model-int8\.onnx has sha256 .*reinstall"):
         bundled_encoder.bundled_encoder_dir(copy)
     shutil.copy(bundled_encoder.BUNDLED_DIR / bundled_encoder.GRAPH, graph)
     (copy / "tokenizer.json").unlink()
-    with pytest.raises(bundled_encoder.BundledEncoderError, match="tokenizer.json is missing"):
+    with pytest.raises(bundled_encoder.BundledEncoderError, match=r"tokenizer\.json is missing"):
         bundled_encoder.bundled_encoder_dir(copy)
 
 

@@ -1,5 +1,5 @@
 """Index builds that survive: resume after SIGKILL, precomputed vectors, malformed rows, and the store's
-approximate search against exact search. Real Qdrant Edge engine, real pyserini, real encoder."""
+approximate search against exact search. Real Qdrant Edge engine, real Anserini (Lucene), real encoder."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from retriever.cli import index_app
 from retriever.encoders import make_embedder
 from retriever.indexer import index_stats
 from retriever.ingest import Checkpoint, checkpoint_path, rejects_path
-from retriever.jvm import import_pyserini_searcher
+from retriever.jvm import lucene_searcher_class
 from retriever.passage_store import EdgePassageStore, StoreLayout
 from retriever.settings import RetrieverSettings
 from retriever.vector_store import point_id
@@ -52,9 +52,9 @@ def _env(commit_every: int) -> dict[str, str]:
 
 
 def _bm25_docs(data: Path) -> int:
-    searcher = import_pyserini_searcher()(str(data / "bm25"))
+    searcher = lucene_searcher_class()(str(data / "bm25"))
     try:
-        return int(searcher.num_docs)
+        return int(searcher.get_total_num_docs())
     finally:
         searcher.close()
 

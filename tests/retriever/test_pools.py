@@ -271,7 +271,7 @@ async def test_hostile_search_text_is_searched_as_plain_text(open_rt: Opener, mo
 
 async def test_more_distinct_terms_than_lucene_takes_keep_the_first_ones(open_rt: Opener) -> None:
     """Past Lucene's clause limit the BM25 query is built from the first 1,024 distinct terms (the
-    question's first), as pyserini would build it from the whole text; below it, the text itself."""
+    question's first), as Anserini would build it from the whole text; below it, the text itself."""
     rt = open_rt(default_mode="bm25")
     bm25 = rt.wiki.bm25
     assert bm25 is not None

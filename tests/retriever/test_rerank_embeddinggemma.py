@@ -147,8 +147,9 @@ asyncio.run(main())
 def test_the_first_query_of_a_fresh_process_loads_the_stage_and_opens_bm25_without_a_race(
     gemma_index: Path, tmp_path: Path
 ) -> None:
-    """pyserini and the torch encoder both import transformers on their first use; a process whose very
-    first query needs both (``parley ask``) must not import them on two threads at once."""
+    """A process whose very first query needs both BM25 (starting the JVM) and the torch encoder's first
+    load (``parley ask``) answers it. (pyserini's Python package once imported transformers on the BM25
+    side too, racing the encoder's import; BM25 now goes through pyjnius alone.)"""
     import subprocess
     import sys
 
