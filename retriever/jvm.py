@@ -39,6 +39,7 @@ _JAR_GLOB = "anserini-*-fatjar.jar"
 _DROPPED_OPTIONS = frozenset({"--add-modules=jdk.incubator.vector"})
 _lock = threading.Lock()
 _prepared = False
+_logging_quiet = False
 
 
 class JVMUnavailable(RuntimeError):
@@ -119,10 +120,17 @@ def pyserini_available() -> bool:
 
 def java_class(name: str) -> Any:
     """``jnius.autoclass(name)`` after ``prepare_jvm`` (the first call starts the JVM, ~1-10 s)."""
+    global _logging_quiet
     prepare_jvm()
     try:
         from jnius import autoclass
 
+        if not _logging_quiet:
+            # Anserini's log4j configuration writes INFO lines to standard output, where they would mix
+            # with what the commands print (`parley ask --json`): warnings and errors only.
+            configurator = autoclass("org.apache.logging.log4j.core.config.Configurator")
+            configurator.setAllLevels("", autoclass("org.apache.logging.log4j.Level").WARN)
+            _logging_quiet = True
         return autoclass(name)
     except Exception as exc:
         raise JVMUnavailable(f"the JVM could not start or load {name}: {exc}") from exc

