@@ -8,7 +8,7 @@ QUESTION ?= On what date in 1969 did Neil Armstrong first set foot on the moon?
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-torch install-dev encoder-mpnet lock audit soak native-llm encoder-embeddinggemma system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
+.PHONY: install install-torch install-dev encoder-mpnet check-pypi-install lock audit soak native-llm encoder-embeddinggemma system-deps demo test test-unit test-fast lint docs bench-engine clean-index \
   wheelhouse base-image images test-compose
 
 # Every package comes from requirements.lock (`make lock`, scripts/lock.py), resolved from PyPI alone and
@@ -137,6 +137,13 @@ test: install-dev system-deps encoder-embeddinggemma
 # .parley/encoders/. Gemma Terms of Use; not part of `make install`. The tests use it.
 encoder-embeddinggemma: $(VENV)/.torch
 	HF_HUB_OFFLINE=1 $(PY) -m retriever.weights fetch embeddinggemma-300m
+
+# The default install as on a user's machine: a fresh clone of the committed tree, pip with no
+# configuration (PyPI alone, the pip cache kept), then `make demo` on the embedded model; fails if a
+# phase fails or torch can be imported in the new venv. CI runs it before `make test` (about 2 minutes).
+check-pypi-install:
+	python3 bench/first_answer.py --pypi-only --pip-cache warm --require-lean \
+	  --out $${TMPDIR:-/tmp}/parley-pypi-install
 
 # No process is started (tests/conftest.py fails a unit test that spawns one): about a minute.
 test-unit: $(VENV)/.dev

@@ -95,7 +95,8 @@ def clean_env(pip_cache: Path | None, *, pypi_only: bool = False) -> dict[str, s
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
     if pypi_only:
         # Only the defaults a fresh machine's pip has: no find-links, extra index, constraint or config file.
-        env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "UV_"))}
+        # (PIP_CACHE_DIR stays: where the cache is, not where packages come from.)
+        env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "UV_")) or k == "PIP_CACHE_DIR"}
         env["PIP_CONFIG_FILE"] = os.devnull
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     if pip_cache is not None:
@@ -167,6 +168,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/first-answer"))
     ap.add_argument("--pypi-only", action="store_true", help="pip with no configuration: PyPI alone")
     ap.add_argument("--ref", default=None, help="the commit to install (default: the clone's HEAD)")
+    ap.add_argument(
+        "--require-lean", action="store_true", help="fail when torch can be imported in the installed venv"
+    )
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="parley-first-answer-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -196,6 +200,8 @@ def main() -> None:
                 rows.append(row)
             if name == "install":
                 venv = venv_facts(clone / ".venv")
+                if args.require_lean and venv["torch_importable"]:
+                    raise SystemExit("the default install is not lean: `import torch` works in its venv")
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True
         ).stdout.strip()
