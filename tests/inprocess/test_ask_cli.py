@@ -30,6 +30,21 @@ def run_parley(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Co
     )
 
 
+def ask_the_moon_question(cwd: Path, env: dict[str, str], selection: str) -> subprocess.CompletedProcess[str]:
+    """``parley ask QUESTION --json`` against a scripted LLM whose agents select ``selection`` and agree
+    on July 20, 1969 in the first round."""
+    with ScriptedLLM() as llm:
+        llm.on("select knowledge", f"The most helpful knowledge is {selection}.")
+        llm.on("respond with [Yes]", "[Yes]")
+        llm.on("summarize the final answer", "The final answer is [July 20, 1969].")
+        llm.on("Question:", "Therefore, the answer is [July 20, 1969].")
+        return run_parley(
+            ["ask", QUESTION, "--json"],
+            {"PARLEY_LLM_BASE_URL": llm.base_url, "PARLEY_LLM_MODEL": "scripted", **env},
+            cwd,
+        )
+
+
 @pytest.mark.unit
 def test_auto_style_is_robust_on_the_embedded_model_only() -> None:
     assert resolve_style("auto", "auto", embedded=True) == ("robust", "both")
@@ -41,20 +56,7 @@ def test_auto_style_is_robust_on_the_embedded_model_only() -> None:
 @pytest.mark.integration
 def test_ask_json_with_in_process_retrieval(tmp_path: Path) -> None:
     settings = build_slice_index(tmp_path / "index", titles=["Apollo 11", "Neil Armstrong", "Moon", "Paris"])
-    with ScriptedLLM() as llm:
-        llm.on("select knowledge", "The most helpful knowledge is [1], [42].")
-        llm.on("respond with [Yes]", "[Yes]")
-        llm.on("summarize the final answer", "The final answer is [July 20, 1969].")
-        llm.on("Question:", "Therefore, the answer is [July 20, 1969].")
-        proc = run_parley(
-            ["ask", QUESTION, "--json"],
-            {
-                "PARLEY_LLM_BASE_URL": llm.base_url,
-                "PARLEY_LLM_MODEL": "scripted",
-                "PARLEY_RETRIEVER_DATA_DIR": str(settings.data_dir),
-            },
-            tmp_path,
-        )
+    proc = ask_the_moon_question(tmp_path, {"PARLEY_RETRIEVER_DATA_DIR": str(settings.data_dir)}, "[1], [42]")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["answer"] == "July 20, 1969" and result["rounds"] == 1 and result["consensus"] is True
@@ -116,21 +118,8 @@ def test_the_first_ask_on_a_fresh_checkout_needs_nothing_outside_the_default_ins
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(BLOCKER.format(names=NOT_IN_THE_DEFAULT_INSTALL))
-    with ScriptedLLM() as llm:
-        llm.on("select knowledge", "The most helpful knowledge is [1].")
-        llm.on("respond with [Yes]", "[Yes]")
-        llm.on("summarize the final answer", "The final answer is [July 20, 1969].")
-        llm.on("Question:", "Therefore, the answer is [July 20, 1969].")
-        proc = run_parley(
-            ["ask", QUESTION, "--json"],
-            {
-                "PARLEY_LLM_BASE_URL": llm.base_url,
-                "PARLEY_LLM_MODEL": "scripted",
-                "PARLEY_RETRIEVER_DATA_DIR": str(tmp_path / "fresh"),
-                "PYTHONPATH": str(site),
-            },
-            tmp_path,
-        )
+    env = {"PARLEY_RETRIEVER_DATA_DIR": str(tmp_path / "fresh"), "PYTHONPATH": str(site)}
+    proc = ask_the_moon_question(tmp_path, env, "[1]")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "importing the shipped" in proc.stderr or "index vital" in proc.stderr
     result = json.loads(proc.stdout)
