@@ -10,9 +10,12 @@ Runs, in this order (so the earlier commit's warm cache is the one this machine 
 - ``after, PyPI only, cold``: this commit, pip's configuration cleared, an empty pip cache;
 - ``after, PyPI only, warm``: the same, with the pip cache the cold run filled.
 
-Writes ``install_comparison.json``, ``.md`` and ``.png`` (the phases as stacked bars) to ``--out``:
+Writes ``install_comparison.json``, ``.md`` and ``.png`` (the phases as stacked bars) to ``--out``; run
+it with the virtualenv's Python (the plot needs matplotlib; the runs themselves need only the standard
+library). ``--replot`` writes the table and the plot again from the JSON of an earlier run:
 
-    python3 bench/install_comparison.py --before 8ba5878 --out reports/first-answer/install-comparison
+    .venv/bin/python bench/install_comparison.py --before 8ba5878 \
+        --out reports/first-answer/install-comparison
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def run(label: str, args: list[str], out: Path, env_cache: Path | None) -> dict[
     print(f"== {label}: {' '.join(cmd[1:])}", flush=True)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        tail = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()][-12:]
+        tail = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()][-20:]
         print(f"   failed ({done.returncode})", flush=True)
         return {"label": label, "ok": False, "error": tail}
     data = json.loads((folder / "first_answer.json").read_text())
@@ -59,12 +62,14 @@ def phase(result: dict[str, Any], name: str) -> float | None:
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| install | " + " | ".join(SHOWN) + " | clone to first answer | venv | packages | `import torch` |",
+        "| run | " + " | ".join(SHOWN) + " | clone to first answer | venv | packages | `import torch` |",
         "|---|" + "---|" * (len(SHOWN) + 4),
     ]
     for r in results:
         if not r["ok"]:
-            lines.append(f"| {r['label']} | failed: `{r['error'][-1][:150]}` |" + " |" * (len(SHOWN) + 3))
+            errors = [line.strip() for line in r["error"] if line.lstrip().startswith("ERROR:")]
+            why = (errors or r["error"])[0][:150]
+            lines.append(f"| {r['label']} | failed: `{why}` |" + " |" * (len(SHOWN) + 3))
             continue
         cells = [f"{phase(r, p):.0f} s" for p in SHOWN]
         total = sum(phase(r, p) or 0.0 for p in ("clone", *SHOWN))
@@ -93,6 +98,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     for y, total in enumerate(bottom):
         left.text(total + 0.05, y, f"{total:.1f} min", va="center")
+    left.set_xlim(0, max(bottom) * 1.18)
     left.set_xlabel("minutes from git clone to the first answer")
     left.legend(loc="lower right", fontsize=8)
     left.invert_yaxis()
@@ -108,8 +114,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, help="the earlier commit to compare with")
     ap.add_argument("--out", type=Path, default=Path("reports/first-answer/install-comparison"))
+    ap.add_argument("--replot", action="store_true", help="table and plot from --out's JSON, no run")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        write_report(json.loads((args.out / "install_comparison.json").read_text())["results"], args.out)
+        return
     cache = Path(tempfile.mkdtemp(prefix="pip-cache-after-"))
     try:
         results = [
@@ -129,9 +139,13 @@ def main() -> None:
     (args.out / "install_comparison.json").write_text(
         json.dumps({"results": results, "commits": commits}, indent=1)
     )
+    write_report(results, args.out)
+
+
+def write_report(results: list[dict[str, Any]], out: Path) -> None:
     md = table(results)
-    (args.out / "install_comparison.md").write_text(md)
-    plot(results, args.out / "install_comparison.png")
+    (out / "install_comparison.md").write_text(md)
+    plot(results, out / "install_comparison.png")
     print(md)
 
 
