@@ -124,8 +124,8 @@ def build(
             f"continuing the unfinished build of {label!r} after {pending['passages']} passages "
             f"(line {pending['line']}); --restart starts over"
         )
-    if rerank and vectors is None and label == "vital" and not limit:
-        vectors = _shipped(s, label)
+    if vectors is None and label == "vital" and not limit:
+        vectors = _shipped(s, label)  # the bundled corpus's vectors ship for its default encoders
     try:
         report = build_index(
             s, source, corpus=label, progress=True, bm25=want_bm25, vectors=vectors,

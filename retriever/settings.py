@@ -78,7 +78,9 @@ class RetrieverSettings(ParleySettings):
     # Ingestion
     passage_words: int = Field(default=100, ge=20, le=1000)
     embed_batch_size: int = Field(default=64, ge=1)
-    bm25_enabled: bool = Field(default=True, description="build/use the pyserini BM25 index if importable")
+    bm25_enabled: bool = Field(
+        default=True, description="build/use the Lucene BM25 index (Anserini's jar) when it is installed"
+    )
     ingest_workers: int = Field(
         default=2, ge=1, le=64, description="encoder processes in `parley index build` (CPU encoders)"
     )

@@ -4,7 +4,7 @@ Each process owns one frozen settings class (``PARLEY_API_``, ``PARLEY_WORKER_``
 that is read once at start-up and injected. The classes here are the pieces several processes share:
 how to reach the LLM servers (``PARLEY_LLM_``) and the retrieval service (``PARLEY_RETRIEVER_URL``).
 Besides these classes only plumbing touches ``os.environ``: the Prometheus multiprocess directory
-(``services.metrics``), the JVM set-up for pyserini (``retriever.jvm``) and the environments handed
+(``services.metrics``), the JVM set-up for Anserini (``retriever.jvm``) and the environments handed
 to child processes (``parley up``, the test helpers).
 """
 

@@ -4,7 +4,11 @@ graph in retriever/data (no torch, no weights package) and builds the bundled in
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -112,3 +116,18 @@ def test_the_shipped_graph_is_what_the_export_makes_from_the_weights() -> None:
     if importlib.util.find_spec("torch") is None:
         pytest.fail("torch is not installed: `make test` installs the torch extra (make install-dev)")
     assert bundled_encoder.export_and_compare()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_parley_index_build_imports_the_shipped_vectors_of_the_bundled_corpus(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    env.update(HF_HUB_OFFLINE="1", PARLEY_RETRIEVER_DATA_DIR=str(tmp_path / "index"))
+    done = subprocess.run(
+        [sys.executable, "-m", "parley_cli", "index", "build"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "importing the shipped all-MiniLM-L6-v2 vectors of the bundled corpus" in done.stdout
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    assert manifest["passages"] == 12373 and manifest["bm25"]["docs"] == 12373
