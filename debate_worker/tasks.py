@@ -41,7 +41,7 @@ from engine.config import DebateConfig
 from engine.context import RoleModels, Spend
 from engine.result import Checkpoint, TranscriptRecord
 from engine.runner import run_debate
-from engine.search_passage import SearchPassage, write_search_passage
+from engine.search_passage import SearchPassage, prepare_knowledge, write_search_passage
 from services import telemetry
 from services.embedded_llm import ServedModel
 from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
@@ -432,14 +432,16 @@ class JobRunner:
                 spent=Spend(spent_tokens, 0, spent_calls),
             )
             if passage.record is not None:
+                # Checkpointed before the pool is built: a redelivered job uses it again.
                 record = passage.record.model_dump(mode="json")
                 await self.store.save_checkpoint(
                     job.job_id, {"checkpoint": None, "pool": None, "search": record}
                 )
-        pool = await self._build_pool(job, config, search_text=passage.text)
-        if passage.warning is not None:
-            pool.warnings.append(passage.warning)
-        return pool, passage.record
+
+        async def build_pool(search_text: str | None) -> KnowledgePool:
+            return await self._build_pool(job, config, search_text=search_text)
+
+        return await prepare_knowledge(job.question, config, models, build_pool, written=passage)
 
     async def _build_pool(
         self, job: JobRecord, config: DebateConfig, *, search_text: str | None = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from engine.prompts import get_prompts
 from engine.registry import SEARCH_ROLE
 from engine.result import TranscriptRecord
 from engine.runner import LATE_SETTLEMENT_S
-from services.knowledge import empty_pool
+from services.knowledge import KnowledgePool, empty_pool
 from services.llm import ChatCompletion, LLMError
 
 # The passage's reply limit (what was measured); the config's max_tokens is for the debate's turns.
@@ -46,6 +47,7 @@ __all__ = [
     "SEARCH_TEXT_MAX_CHARS",
     "SearchPassage",
     "clean_passage",
+    "prepare_knowledge",
     "search_key",
     "write_search_passage",
 ]
@@ -147,3 +149,35 @@ async def write_search_passage(
     finally:
         await ctx.settle_late_calls(LATE_SETTLEMENT_S)
     return SearchPassage.from_record(record)
+
+
+async def prepare_knowledge(
+    question: str,
+    config: DebateConfig | None,
+    llm: RoleModels | None,
+    build_pool: Callable[[str | None], Awaitable[KnowledgePool]],
+    *,
+    written: SearchPassage | None = None,
+    on_event: EventSink | None = None,
+    on_usage: UsageSink | None = None,
+    spent: Spend | None = None,
+) -> tuple[KnowledgePool, TranscriptRecord | None]:
+    """The step every runner takes before a debate (the worker, ``parley ask``, ``parley eval``): the
+    search passage, the pool built with it, and the passage's warning on the pool.
+
+    ``build_pool(search_text)`` is the runner's own way to the retriever (its timeout, cache or
+    status line); ``config`` None searches for the question alone; ``written`` is a passage an earlier
+    attempt already wrote (a resumed job), used again instead of a new call. Returns the pool and the
+    call that wrote the passage (None when none did)."""
+    if written is not None:
+        passage = written
+    elif config is not None and config.writes_search_passage:
+        if llm is None:
+            raise ValueError("search_query=passage needs the models that write the passage")
+        passage = await write_search_passage(question, config, llm, on_event, on_usage=on_usage, spent=spent)
+    else:
+        passage = SearchPassage()
+    pool = await build_pool(passage.text)
+    if passage.warning is not None:
+        pool.warnings.append(passage.warning)
+    return pool, passage.record

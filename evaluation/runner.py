@@ -29,7 +29,7 @@ from engine.config import DebateConfig
 from engine.context import RoleModels
 from engine.result import DebateResult, TranscriptRecord, Usage
 from engine.runner import run_debate
-from engine.search_passage import search_key, write_search_passage
+from engine.search_passage import prepare_knowledge, search_key
 from evaluation.datasets import Item
 from evaluation.judge import AnswerJudge, JudgeVerdict
 from evaluation.metrics import is_consistent
@@ -217,19 +217,12 @@ async def ensure_pools(
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def build(item: Item) -> None:
+        async def build_pool(text: str | None) -> KnowledgePool:
+            return await builder.build_pool(item.question, k_wiki=k_wiki, k_web=k_web, search_text=text)
+
         async with sem:
             try:
-                search: TranscriptRecord | None = None
-                text: str | None = None
-                warning: str | None = None
-                if passage is not None:
-                    if models is None:
-                        raise ValueError("search_query=passage needs the models that write the passage")
-                    written = await write_search_passage(item.question, passage, models)
-                    search, text, warning = written.record, written.text, written.warning
-                pool = await builder.build_pool(item.question, k_wiki=k_wiki, k_web=k_web, search_text=text)
-                if warning is not None:
-                    pool.warnings.append(warning)
+                pool, search = await prepare_knowledge(item.question, passage, models, build_pool)
             except Exception as exc:  # any failure is recorded per item and retried on resume
                 errors[item.id] = describe_error(exc)
             else:

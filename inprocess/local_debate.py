@@ -12,7 +12,7 @@ from engine.config import DebateConfig
 from engine.context import RoleModels
 from engine.result import DebateResult, TranscriptRecord
 from engine.runner import EventSink
-from engine.search_passage import write_search_passage
+from engine.search_passage import prepare_knowledge
 from services.embedded_llm import ServedModel
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
 from services.settings import LLMSettings, RetrieverClientSettings
@@ -85,17 +85,17 @@ async def build_knowledge(
     passage that could not be written leaves the question alone searched, with a warning on the pool."""
     if not config.needs_pool:
         return empty_pool(question), None
-    passage = await write_search_passage(question, config, models, on_event)
-    async with pool_builder(console) as builder:
-        with contextlib.ExitStack() as shown:
-            if status:
-                shown.enter_context(console.status("Building the knowledge pool …"))
-            pool = await builder.build_pool(
-                question, k_wiki=config.k_wiki, k_web=config.k_web, search_text=passage.text
-            )
-    if passage.warning is not None:
-        pool.warnings.append(passage.warning)
-    return pool, passage.record
+
+    async def build(search_text: str | None) -> KnowledgePool:
+        async with pool_builder(console) as builder:
+            with contextlib.ExitStack() as shown:
+                if status:
+                    shown.enter_context(console.status("Building the knowledge pool …"))
+                return await builder.build_pool(
+                    question, k_wiki=config.k_wiki, k_web=config.k_web, search_text=search_text
+                )
+
+    return await prepare_knowledge(question, config, models, build, on_event=on_event)
 
 
 class LocalDebater:

@@ -18,6 +18,7 @@ from engine.search_passage import (
     SEARCH_TEXT_MAX_CHARS,
     SearchPassage,
     clean_passage,
+    prepare_knowledge,
     search_key,
     write_search_passage,
 )
@@ -174,6 +175,47 @@ async def test_no_passage_is_written_for_the_question_mode(scripted: ScriptedLLM
     script(scripted)
     passage = await write(scripted, DebateConfig())
     assert passage == SearchPassage() and scripted.requests == []
+
+
+class PoolRecorder:
+    """A pool builder for ``prepare_knowledge``: records what it was asked to search with."""
+
+    def __init__(self) -> None:
+        self.searched: list[str | None] = []
+
+    async def __call__(self, search_text: str | None) -> KnowledgePool:
+        self.searched.append(search_text)
+        return POOL.model_copy(deep=True)
+
+
+async def test_the_knowledge_step_searches_with_the_written_passage(scripted: ScriptedLLM) -> None:
+    """The one step the worker, `parley ask` and `parley eval` share: passage, pool, warning."""
+    script(scripted)
+    build = PoolRecorder()
+    client = OpenAIChatClient(scripted.base_url, "scripted", structured_mode="off")
+    try:
+        pool, record = await prepare_knowledge(QUESTION, config(), SingleModel(client), build)
+    finally:
+        await client.aclose()
+    assert build.searched == [PASSAGE] and record is not None and record.role == "search"
+    assert pool.warnings == [] and len(scripted.requests) == 1
+
+
+async def test_the_knowledge_step_reuses_a_written_passage_and_keeps_its_warning(
+    scripted: ScriptedLLM,
+) -> None:
+    build = PoolRecorder()
+    failed = SearchPassage(warning="the search passage failed (LLMUnavailable): the question alone")
+    pool, record = await prepare_knowledge(QUESTION, config(), None, build, written=failed)
+    assert build.searched == [None] and record is None and pool.warnings == [failed.warning]
+    assert scripted.requests == []  # a passage an earlier attempt wrote is never written again
+    # No config, or one that searches for the question: the question alone, no call, no models needed.
+    for cfg in (None, DebateConfig()):
+        pool, record = await prepare_knowledge(QUESTION, cfg, None, build)
+        assert record is None and pool.warnings == []
+    assert build.searched == [None, None, None]
+    with pytest.raises(ValueError, match="needs the models"):
+        await prepare_knowledge(QUESTION, config(), None, build)
 
 
 def test_the_reply_is_searched_as_one_bounded_line() -> None:
