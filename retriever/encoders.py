@@ -7,9 +7,9 @@ sentence-transformers on torch with int8 weights (~1.8x in fp32), and its vector
 No ONNX file is downloaded. The default (the bundled model, int8) is the graph that ships inside Parley
 (``retriever.bundled_encoder``, sha256-checked), so the default install has no torch. Any other model or
 precision is exported once from its weights (``torch.onnx.export``, then ``onnxruntime``'s dynamic int8
-quantization, per channel) into a cache folder, which needs the torch extra; both steps are
-deterministic, and the sha256 is recorded next to the file. Pooling and normalisation are
-sentence-transformers' own for this model: mean over the tokens, then L2.
+quantization, per channel; ``retriever.onnx_export``) into a cache folder, which needs the torch
+extra; both steps are deterministic, and the sha256 is recorded next to the file. Pooling and
+normalisation are sentence-transformers' own for this model: mean over the tokens, then L2.
 
 Vectors of different encoders never share a collection: the collection name carries the encoder's
 precision (``RetrieverSettings.collection``).
@@ -18,8 +18,6 @@ precision (``RetrieverSettings.collection``).
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,107 +27,18 @@ import numpy as np
 
 from retriever.bundled_encoder import GRAPH, BundledEncoderError, bundled_encoder_dir
 from retriever.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_path
-from retriever.weights import file_sha256, needs_torch, packaged, resolve_encoder_path
+from retriever.encoder_base import MAX_TOKENS as MAX_TOKENS
+from retriever.encoder_base import EncoderError as EncoderError
+from retriever.encoder_base import mean_pool_normalize as mean_pool_normalize
+from retriever.encoder_base import model_max_tokens as model_max_tokens
+from retriever.onnx_export import export_onnx
+from retriever.weights import needs_torch, packaged, resolve_encoder_path
 
 if TYPE_CHECKING:
     from retriever.settings import RetrieverSettings
 
-# Max tokens per text when the model folder does not say (sentence-transformers' max_seq_length for
-# all-MiniLM-L6-v2); a folder's sentence_bert_config.json overrides it (all-mpnet-base-v2: 384).
-MAX_TOKENS = 256
-_EXPORT_LOCK = threading.Lock()
 # What runs without the torch extra, for the messages of the features that need it.
 TORCH_FREE = "the default encoder (PARLEY_RETRIEVER_ENCODER=onnx-int8, no embedding model set) needs no torch"
-
-
-class EncoderError(RuntimeError):
-    """The encoder cannot be prepared or loaded; the message says why and what to do."""
-
-
-def export_onnx(model_path: str, cache_dir: Path, precision: Literal["int8", "fp32"]) -> Path:
-    """The ONNX graph of the sentence-transformers model at ``model_path``, exported once into ``cache_dir``.
-
-    A ``.json`` file beside the graph records its sha256 and source, so a later call only checks it
-    exists; a half-written export (killed mid-way) is never picked up because files are renamed into place.
-    """
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    target = cache_dir / f"model-{precision}.onnx"
-    info = target.with_suffix(".json")
-    if target.exists() and info.exists():
-        return target
-    with _EXPORT_LOCK:
-        if target.exists() and info.exists():
-            return target
-        fp32 = cache_dir / "model-fp32.onnx"
-        if not (fp32.exists() and fp32.with_suffix(".json").exists()):
-            _export_fp32(model_path, fp32)
-        if precision == "int8":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            tmp = cache_dir / "model-int8.partial.onnx"
-            quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
-            os.replace(tmp, target)
-            _write_info(target, model_path, "dynamic int8, per channel, from model-fp32.onnx")
-    return target
-
-
-def _write_info(path: Path, source: str, how: str) -> None:
-    tmp = path.with_suffix(".json.partial")
-    tmp.write_text(json.dumps({"sha256": file_sha256(path), "source": source, "how": how}, indent=2))
-    os.replace(tmp, path.with_suffix(".json"))
-
-
-def model_max_tokens(model_path: str) -> int:
-    """The model's own text length limit (``max_seq_length`` in its sentence-transformers config)."""
-    config = Path(model_path) / "sentence_bert_config.json"
-    if config.exists():
-        value = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
-        if isinstance(value, int) and value > 0:
-            return value
-    return MAX_TOKENS
-
-
-def _export_fp32(model_path: str, target: Path) -> None:
-    import inspect
-    import warnings
-
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    bert = AutoModel.from_pretrained(model_path).eval()
-    tok = AutoTokenizer.from_pretrained(model_path)
-    # BERT-like models take token_type_ids, MPNet does not: the graph's inputs follow the model.
-    names = ["input_ids", "attention_mask"]
-    if "token_type_ids" in inspect.signature(bert.forward).parameters:
-        names.append("token_type_ids")
-
-    class _LastHiddenState(torch.nn.Module):
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *inputs: Any) -> Any:
-            return self.inner(**dict(zip(names, inputs, strict=True))).last_hidden_state
-
-    sample = tok(
-        ["an example passage", "a second, longer example passage"], padding=True, return_tensors="pt"
-    )
-    axes = {0: "batch", 1: "tokens"}
-    tmp = target.with_name(target.stem + ".partial.onnx")
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _LastHiddenState(bert),
-            tuple(sample[n] for n in names),
-            str(tmp),
-            input_names=names,
-            output_names=["last_hidden_state"],
-            dynamic_axes={**{n: axes for n in names}, "last_hidden_state": axes},
-            opset_version=17,
-            dynamo=False,
-        )
-    os.replace(tmp, target)
-    _write_info(target, model_path, f"torch.onnx.export (torch {torch.__version__}, opset 17)")
 
 
 class OnnxEmbedder:
@@ -252,20 +161,6 @@ class OnnxEmbedder:
             feed["token_type_ids"] = np.zeros_like(ids)
         hidden = self._session.run(None, feed)[0]
         return np.asarray(mean_pool_normalize(hidden, mask.astype(np.float32)), dtype=np.float32)
-
-
-def mean_pool_normalize(hidden: Any, mask: Any) -> Any:
-    """Sentence-transformers' pooling for these models: the mean over real tokens, then L2 to unit length.
-
-    One definition for every encoder: ``hidden`` (batch, tokens, dim) and the float ``mask`` (batch,
-    tokens) may be numpy arrays (ONNX Runtime) or torch tensors on a GPU (the pipelined encoder pools
-    there, so only the pooled vectors cross back to the host); only operations both libraries spell
-    the same way are used. A text whose vector is all zeros stays zeros instead of dividing by zero.
-    """
-    weights = mask[..., None]
-    pooled = (hidden * weights).sum(1) / weights.sum(1).clip(1e-9)
-    norms = ((pooled * pooled).sum(1) ** 0.5)[:, None]
-    return pooled / (norms + (norms == 0))
 
 
 def make_embedder(

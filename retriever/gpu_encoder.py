@@ -44,7 +44,7 @@ from typing import Any, Literal
 import numpy as np
 
 from retriever.embedder import bundled_model_path
-from retriever.encoders import EncoderError, mean_pool_normalize, model_max_tokens
+from retriever.encoder_base import EncoderError, mean_pool_normalize, model_max_tokens
 
 log = logging.getLogger(__name__)
 

