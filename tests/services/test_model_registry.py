@@ -5,6 +5,7 @@ routes (the registry name and the path of a local file)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import re
@@ -34,7 +35,15 @@ from services.gguf import (
 )
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm_factory import build_role_models
-from services.model_registry import ALIASES, DEFAULT_MODEL, TEST_MODEL, UnknownModelError, is_installed
+from services.model_registry import (
+    ALIASES,
+    DEFAULT_MODEL,
+    REGISTRY_FILE,
+    TEST_MODEL,
+    UnknownModelError,
+    is_installed,
+    load_registry,
+)
 from services.models_cli import models_app
 from services.settings import LLMSettings
 
@@ -77,24 +86,48 @@ def test_models_are_named_for_what_they_are_with_their_provenance() -> None:
 
 @pytest.mark.unit
 def test_the_measured_figures_are_those_of_the_report_folders_they_name() -> None:
-    """`parley models` shows each model's dev-set accuracy: the figures must be what the named run's
-    results hold (questions finished, mean contains), so a rerun that changes them changes both."""
+    """`parley models` shows each model's dev-set figures: they must be what the named run's results
+    hold (questions finished, mean contains and its bootstrap CI, seconds per debate), as
+    scripts/model_figures.py computes them, so a rerun that changes the results changes the registry."""
     root = Path(__file__).parents[2]
     checked = 0
     for model in MODELS.values():
         for m in model.measured:
-            folder, run = m.source.split(" (")
-            rows = [
-                json.loads(line) for line in (root / folder / "results" / f"{run.rstrip(')')}.jsonl").open()
-            ]
+            rows = [json.loads(line) for line in (root / m.report / "results" / f"{m.run}.jsonl").open()]
             done = [r for r in rows if r["status"] == "ok"]
-            assert m.protocol in (done[0]["protocol"], done[0]["run"]), m
+            assert m.run == done[0]["run"], m
             assert m.questions == len(done), m
             assert m.contains == pytest.approx(
                 sum(r["scores"]["contains"] for r in done) / len(done), abs=5e-4
-            ), m
+            )
+            # One debate's own time, not the batch's wall time per question (two ran at once).
+            assert m.seconds_per_debate == pytest.approx(
+                sum(r["seconds"] for r in done) / len(done), abs=0.05
+            )
+            assert m.contains_ci[0] < m.contains < m.contains_ci[1], m
             checked += 1
     assert checked >= 3
+    spec = importlib.util.spec_from_file_location("model_figures", root / "scripts" / "model_figures.py")
+    assert spec and spec.loader
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    assert figures.main(["--check"]) == 0, "run .venv/bin/python scripts/model_figures.py"
+
+
+@pytest.mark.unit
+def test_the_registry_file_is_checked_against_its_schema(tmp_path: Path) -> None:
+    raw = json.loads(REGISTRY_FILE.read_text(encoding="utf-8"))
+    assert load_registry().models.keys() == MODELS.keys()
+    broken = json.loads(json.dumps(raw))
+    del broken["models"][DEFAULT_MODEL]["sha256"]
+    (tmp_path / "missing.json").write_text(json.dumps(broken))
+    with pytest.raises(EmbeddedLLMError, match=r"(?s)missing\.json is not a valid model registry.*sha256"):
+        load_registry(tmp_path / "missing.json")
+    dangling = json.loads(json.dumps(raw))
+    dangling["aliases"]["old-name"] = "no-such-model"
+    (tmp_path / "dangling.json").write_text(json.dumps(dangling))
+    with pytest.raises(EmbeddedLLMError, match="unknown models named \\['no-such-model'\\]"):
+        load_registry(tmp_path / "dangling.json")
 
 
 @pytest.mark.unit
@@ -203,7 +236,9 @@ def test_parley_models_lists_and_inspects(tmp_path: Path) -> None:
         assert name in listing.output
     figure = MODELS[DEFAULT_MODEL].measured[0]
     assert re.search(
-        rf"{figure.protocol} +{100 * figure.contains:.1f} % on {figure.questions} questions", listing.output
+        rf"{figure.run} +{100 * figure.contains:.1f} % \[[0-9.]+, [0-9.]+\] on {figure.questions} questions, "
+        rf"+{figure.seconds_per_debate:.1f} s per debate",
+        listing.output,
     )
     assert f"({figure.source})" in listing.output
     assert "measured: not measured" in listing.output  # SmolLM2, the 0.5B
