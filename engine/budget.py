@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.llm import ChatMessage
+from services.chat_model import ChatMessage
 
 # Role markers a chat template puts around each message, and the assistant header after them.
 TEMPLATE_TOKENS_PER_MESSAGE = 8

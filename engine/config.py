@@ -15,7 +15,7 @@ from engine.protocols.mallm.settings import MallmDecision as MallmDecision
 from engine.protocols.mallm.settings import MallmSettings as MallmSettings
 from engine.registry import PROTOCOLS
 from engine.styles import PromptStyle
-from services.settings import ENDPOINT_NAME
+from services.chat_model import ENDPOINT_NAME
 
 MAX_AGENTS = 8
 MAX_ROUNDS = 10

@@ -24,8 +24,8 @@ from engine.budget import (
 from engine.config import DebateConfig
 from engine.registry import role_endpoints
 from engine.result import TranscriptRecord, Usage
+from services.chat_model import ChatCompletion, ChatMessage, ChatModel, LateReply, LLMError, LLMTimeout
 from services.knowledge import KnowledgePool
-from services.llm import ChatCompletion, ChatMessage, ChatModel, LateReply, LLMError, LLMTimeout
 from services.metrics import observe_late_settlement, observe_llm_call, observe_llm_error
 from services.telemetry import RoundSpans
 

@@ -31,8 +31,8 @@ from engine.prompts import get_prompts
 from engine.registry import SEARCH_ROLE
 from engine.result import TranscriptRecord
 from engine.runner import LATE_SETTLEMENT_S
+from services.chat_model import ChatCompletion, LLMError
 from services.knowledge import KnowledgePool, empty_pool
-from services.llm import ChatCompletion, LLMError
 
 # The passage's reply limit (what was measured); the config's max_tokens is for the debate's turns.
 SEARCH_MAX_TOKENS = 96

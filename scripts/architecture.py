@@ -10,7 +10,7 @@ too, so a circle closed by a late import shows. An arrow's number is how many (i
 imported module) pairs cross it. Packages are laid out in layers: a package sits one row below the
 lowest package that imports it, so every arrow points down. tests/docs/test_architecture.py checks that
 the committed JSON's arrows and circles are what the code gives, so the picture cannot drift from the
-code (the sizes in it may lag behind).
+code (the sizes and the counts on the arrows may lag behind).
 """
 
 from __future__ import annotations
@@ -113,11 +113,15 @@ def house() -> dict[str, Any]:
 
 
 def structure_drift(data: dict[str, Any]) -> str | None:
-    """What differs between the committed JSON's arrows and circles and ``data``'s (sizes may drift: a
-    changed line is no new room or arrow)."""
+    """What differs between the committed JSON's arrows (which packages import which) and circles and
+    ``data``'s; sizes and the number of module pairs on an arrow may lag behind the code."""
     committed = json.loads(OUT_JSON.read_text()) if OUT_JSON.exists() else {}
-    changed = [key for key in ("arrows", "circles") if committed.get(key) != data[key]]
-    return ", ".join(f"its {key}" for key in changed) or None
+    changed = []
+    if {(a, b) for a, b, _ in committed.get("arrows", [])} != {(a, b) for a, b, _ in data["arrows"]}:
+        changed.append("its arrows")
+    if committed.get("circles") != data["circles"]:
+        changed.append("its circles")
+    return ", ".join(changed) or None
 
 
 def layers(data: dict[str, Any]) -> dict[str, int]:

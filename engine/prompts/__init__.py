@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from engine.parsing import ParsedAnswer, ParsedSelection, ParsedVerdict
 from engine.prompts import paper, robust
 from engine.styles import ByStyle
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 
 class PromptSet(Protocol):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.llm import ChatMessage
+from services.chat_model import ChatMessage
 
 
 def join_blocks(*parts: str) -> str:

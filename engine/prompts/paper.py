@@ -22,8 +22,8 @@ from engine.parsing import (
 from engine.prompts.compose import join_blocks, system_user
 from engine.prompts.search import search_passage as search_passage
 from engine.prompts.untrusted import knowledge_block
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 STYLE = "paper"
 

@@ -9,7 +9,7 @@ only chooses the mode.
 
 from __future__ import annotations
 
-from services.llm import ChatMessage
+from services.chat_model import ChatMessage
 
 SEARCH_PASSAGE = (
     "Write two or three sentences from a Wikipedia article that answer this question. Write only the "

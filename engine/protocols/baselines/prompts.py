@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from engine.parsing import ParsedAnswer
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 
 class BaselinePrompts(Protocol):

@@ -15,8 +15,8 @@ from engine.prompts.robust import (
 from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.prompts.robust import parse_answer as parse_answer
 from engine.protocols.madke.robust import simultaneous
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 
 def standard(question: str) -> list[ChatMessage]:

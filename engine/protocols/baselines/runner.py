@@ -17,7 +17,7 @@ from engine.protocols.baselines import prompts_for
 from engine.protocols.baselines.prompts import BaselinePrompts
 from engine.protocols.common import answer_parser
 from engine.result import TranscriptRecord
-from services.llm import ChatMessage
+from services.chat_model import ChatMessage
 
 
 async def _answer_once(

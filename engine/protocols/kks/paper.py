@@ -13,7 +13,7 @@ from engine.protocols.kks.prompts import (
     Position,
     positions_block,
 )
-from services.llm import ChatMessage
+from services.chat_model import ChatMessage
 
 # The paper asks for its JSON in the prompt and reads free text.
 ASSIGNMENT_SCHEMA: dict[str, Any] | None = None

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from services.llm import ChatMessage
+from services.chat_model import ChatMessage
 
 RULES = (
     "Game Rules:\n- Knights always tell the truth.\n- Knaves always lie.\n- Spies can either tell the truth "

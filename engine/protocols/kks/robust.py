@@ -11,7 +11,7 @@ from engine.protocols.kks.prompts import (
     Position,
     positions_block,
 )
-from services.llm import ChatMessage
+from services.chat_model import ChatMessage
 
 ASSIGNMENT_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -35,7 +35,7 @@ from engine.protocols.kks.parsing import (
 from engine.protocols.kks.prompts import Position, agent_name
 from engine.protocols.kks.state import KksState
 from engine.result import TranscriptRecord
-from services.llm import ChatCompletion
+from services.chat_model import ChatCompletion
 
 
 def _confidence(data: dict[str, Any], text: str) -> int | None:

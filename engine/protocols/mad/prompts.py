@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 # Table 11: level 2 is the sentence of the default meta prompt.
 TIT_FOR_TAT = {

@@ -14,7 +14,7 @@ from typing import Any
 from engine.context import Parser
 from engine.jsontext import first_json_object
 from engine.prompts import robust
-from services.llm import ChatCompletion
+from services.chat_model import ChatCompletion
 
 
 @dataclass(frozen=True)

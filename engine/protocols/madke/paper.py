@@ -21,8 +21,8 @@ from engine.prompts.paper import (
 )
 from engine.prompts.paper import parse_answer as parse_answer
 from engine.prompts.paper import parse_judge as parse_judge
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 JUDGE_ROLE = (
     "As a judge agent, your primary responsibility is to impartially evaluate the responses of other "

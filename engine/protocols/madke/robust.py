@@ -23,8 +23,8 @@ from engine.prompts.robust import (
 from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.prompts.robust import parse_answer as parse_answer
 from engine.prompts.robust import parse_judge as parse_judge
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 JUDGE_ROLE = "You check whether several short answers say the same thing."
 SUMMARIZER_ROLE = "You pick the final answer that the debaters' answers and reasons best support."

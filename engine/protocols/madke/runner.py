@@ -28,7 +28,7 @@ from engine.protocols.madke import prompts_for
 from engine.protocols.madke.prompts import MadkePrompts
 from engine.protocols.madke.state import MadkeState
 from engine.result import TranscriptRecord
-from services.llm import ChatCompletion
+from services.chat_model import ChatCompletion
 
 
 async def judge_round(

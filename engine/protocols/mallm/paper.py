@@ -8,8 +8,8 @@ from typing import Any
 from engine.prompts.compose import join_blocks, system_user
 from engine.prompts.paper import render_knowledge, truncate
 from engine.protocols.mallm.prompts import TASK, persona_line, solution_list
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 # The paper's turns, extractions and ballots are free text (a ballot: a number, numbers, a ranking or
 # a JSON dictionary).

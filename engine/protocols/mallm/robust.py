@@ -9,8 +9,8 @@ from engine.prompts import paper, robust
 from engine.prompts.compose import join_blocks, system_user
 from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.protocols.mallm.prompts import persona_line, solution_list
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 VOTE_SCHEMAS: Mapping[str, dict[str, Any] | None] = {
     "simple": {

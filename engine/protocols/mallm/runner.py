@@ -39,7 +39,7 @@ from engine.protocols.mallm import decisions as dr
 from engine.protocols.mallm import prompts_for
 from engine.protocols.mallm.state import MallmState
 from engine.result import TranscriptRecord
-from services.llm import ChatCompletion
+from services.chat_model import ChatCompletion
 
 _TAGS = re.compile(r"\[\s*(dis)?agree\s*\]", re.I)
 

@@ -9,8 +9,8 @@ from engine.prompts.compose import join_blocks
 from engine.prompts.paper import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.protocols.common import CONFIDENCE_INSTRUCTION
 from engine.protocols.society.prompts import View, confidence_note
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 # The confidence is a line of the free-text reply ("Confidence: N").
 CONFIDENCE_SCHEMA = None

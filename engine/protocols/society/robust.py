@@ -8,8 +8,8 @@ from engine.prompts import robust
 from engine.prompts.compose import join_blocks, system_user
 from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
 from engine.protocols.society.prompts import View, confidence_note
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
-from services.llm import ChatMessage
 
 # With confidence on, the answer's JSON carries it too, so the reply is still one schema-checked object.
 CONFIDENCE_SCHEMA = robust.answer_schema_with("confidence", {"type": "integer"})
