@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from tests.api.conftest import KEY_A
 from tests.api.support import ROOT, ApiServer
@@ -48,16 +49,20 @@ with ParleyClient(url, api_key=key) as client:
 
 
 def _closure(names: list[str]) -> set[str]:
-    """The installed distributions ``names`` need, themselves included (extras not followed)."""
+    """The installed distributions ``names`` need on this interpreter, themselves included (extras not
+    followed; a requirement whose marker does not hold here, such as ``python_version < "3.11"``, is not
+    needed and may well not be installed)."""
     seen: set[str] = set()
     todo = list(names)
     while todo:
-        name = re.sub(r"[-_.]+", "-", re.split(r"[ ;<>=!~\[(]", todo.pop(), maxsplit=1)[0].lower())
+        requirement = Requirement(todo.pop())
+        name = re.sub(r"[-_.]+", "-", requirement.name.lower())
         if name in seen:
             continue
         seen.add(name)
         for req in md.requires(name) or []:
-            if "extra ==" not in req:
+            marker = Requirement(req).marker
+            if marker is None or marker.evaluate({"extra": ""}):
                 todo.append(req)
     return seen
 
