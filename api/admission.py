@@ -122,6 +122,7 @@ async def admit_storage(
         REFUSALS.labels("storage", owner).inc()
         raise StorageFull(
             f"this key keeps about {kept} bytes in the job store; this request adds about {adding}, "
-            f"over its storage limit of {cap}. Space frees as old jobs expire.",
+            f"over its storage limit of {cap}. Space frees as old jobs expire, or when you delete "
+            "finished ones (DELETE /v1/debates/{id}, DELETE /v1/batches/{id}).",
             retry_after_s=frees_in,
         )

@@ -1,4 +1,4 @@
-"""Reading and cancelling a batch (the service layer under ``GET /v1/batches/{id}`` and its cancel).
+"""Reading, cancelling and deleting a batch (the service layer under ``/v1/batches/{id}``).
 
 Results stream as JSONL in input order straight from the job store, a chunk of jobs at a time, so a
 10,000-item batch never sits in memory as one document. Errors are typed (``api.errors``); this
@@ -13,7 +13,7 @@ from typing import Any
 
 from api.deps import ApiState
 from api.errors import NotFound
-from api.schemas import BatchView
+from api.schemas import BatchDeleted, BatchView
 from services.jobstore import ACTIVE, TERMINAL, BatchRecord, JobStore
 
 
@@ -97,10 +97,25 @@ async def cancel_owned_batch(state: ApiState, owner: str, batch_id: str) -> Batc
     return await batch_view(state, owner, batch_id)
 
 
-async def cancel_unfinished(state: ApiState, batch_id: str) -> None:
+async def cancel_unfinished(state: ApiState, batch_id: str, reason: str = "batch cancelled") -> None:
     """Cancel every unfinished item of the batch; finished items keep their results."""
     async for job_id, found in state.store.iter_batch_jobs(batch_id):
         if found is not None and found.job.status in ACTIVE:
             await state.store.transition(
-                job_id, "cancelled", ACTIVE, event="job.cancelled", data={"reason": "batch cancelled"}
+                job_id, "cancelled", ACTIVE, event="job.cancelled", data={"reason": reason}
             )
+
+
+async def delete_owned_batch(state: ApiState, owner: str, batch_id: str) -> BatchDeleted:
+    """Delete ``owner``'s batch for good: its unfinished items cancelled (their workers stop), then the
+    batch and every item removed, so later reads of either are 404. The tokens its items used stay
+    charged to the key. ``NotFound`` for a missing batch or another key's."""
+    await owned_batch(state, owner, batch_id)
+    await cancel_unfinished(state, batch_id, "batch deleted by the client")
+    if not await state.store.remove_batch(batch_id):
+        # Deleted by a request that ran alongside this one (cancelled items never become unfinished
+        # again, so an item left unfinished is not why).
+        raise NotFound(f"no batch {batch_id!r}")
+    # A replay of the request that created it would point at nothing: it is forgotten too.
+    await state.idempotency.forget(owner, f"/v1/batches/{batch_id}")
+    return BatchDeleted(id=batch_id)

@@ -31,6 +31,10 @@ class AlreadyFinished(ServiceError):
     """The job (or batch) finished before the request could change it."""
 
 
+class PartOfBatch(ServiceError):
+    """A debate that is an item of a batch, which only the whole batch may be deleted with."""
+
+
 class Invalid(ServiceError):
     """A request that does not match its schema (``errors`` lists each mismatch)."""
 

@@ -163,7 +163,9 @@ class Idempotency:
     first request is still being handled is a 409. Failed requests are not stored, so they can be
     retried with the same key. The claim of a request in progress expires after ``pending_ttl_s``
     (the stored response only after ``ttl_s``), so a claim left behind by a crashed process blocks
-    its key for a minute, not for a day.
+    its key for a minute, not for a day. A stored response that created a resource (its
+    ``Location``) is forgotten when the resource is deleted (``forget``), so a replay never points
+    at a resource that is gone: the same request with that key then creates a new one.
     """
 
     def __init__(self, redis: aioredis.Redis, prefix: str, ttl_s: int, pending_ttl_s: int = 60) -> None:
@@ -174,6 +176,10 @@ class Idempotency:
 
     def _key(self, owner: str, key: str) -> str:
         return f"{self._prefix}:idem:{owner}:{hashlib.sha256(key.encode()).hexdigest()}"
+
+    def _created(self, owner: str, location: str) -> str:
+        """Which stored response created the resource at ``location`` (the name of its key)."""
+        return f"{self._prefix}:idem-created:{owner}:{hashlib.sha256(location.encode()).hexdigest()}"
 
     async def begin(self, owner: str, key: str, fingerprint: str) -> StoredResponse | None:
         """Claim ``key``; returns the stored response when this is a replay."""
@@ -206,12 +212,25 @@ class Idempotency:
         }
         text = json.dumps(value)
         counter = storage_key(self._prefix, owner)
+        rkey = self._key(owner, key)
+        location = response.headers.get("Location")
+        written = len(text) + RECORD_OVERHEAD
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.set(self._key(owner, key), text, ex=self._ttl)
+            pipe.set(rkey, text, ex=self._ttl)
+            if location:
+                pipe.set(self._created(owner, location), rkey, ex=self._ttl)
+                written += len(rkey) + RECORD_OVERHEAD
             # Counted in the owner's storage (see services.jobstore): it lives up to a day.
-            pipe.incrby(counter, len(text) + RECORD_OVERHEAD)
+            pipe.incrby(counter, written)
             pipe.expire(counter, self._ttl + DAY_S)
             await pipe.execute()
+
+    async def forget(self, owner: str, location: str) -> None:
+        """Forget the stored response that created the resource at ``location`` (it was deleted)."""
+        link = self._created(owner, location)
+        rkey = await self._redis.get(link)
+        if rkey:
+            await self._redis.delete(rkey, link)
 
     async def abandon(self, owner: str, key: str) -> None:
         await self._redis.delete(self._key(owner, key))

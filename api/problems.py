@@ -51,6 +51,7 @@ class Problem(Exception):
 SERVICE_PROBLEMS: dict[type[errors.ServiceError], tuple[int, str]] = {
     errors.NotFound: (404, "/problems/not-found"),
     errors.AlreadyFinished: (409, "/problems/finished"),
+    errors.PartOfBatch: (409, "/problems/batch-item"),
     errors.Invalid: (422, "/problems/validation"),
     errors.Refused: (422, "/problems/validation"),
     errors.InvalidBatch: (422, "/problems/invalid-batch"),

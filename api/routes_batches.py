@@ -1,8 +1,8 @@
 """``/v1/batches``: many questions with one config, accepted whole or not at all, results in order.
 
 Each route is HTTP in, a call into the batch service modules, HTTP out: intake (parsing, limits,
-validation, queueing) is ``api/batch_intake.py``; reading and cancelling a batch is ``api/batches.py``;
-idempotency is ``api/submission.py``.
+validation, queueing) is ``api/batch_intake.py``; reading, cancelling and deleting a batch is
+``api/batches.py``; idempotency is ``api/submission.py``.
 """
 
 from __future__ import annotations
@@ -11,19 +11,22 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 
 from api.batch_intake import accept_batch, batch_from_json, batch_from_upload, invalid, items_from_jsonl
-from api.batches import batch_view, cancel_owned_batch, owned_results
+from api.batches import batch_view, cancel_owned_batch, delete_owned_batch, owned_results
 from api.deps import ApiState, IdempotencyKey, Owner, State
 from api.openapi_doc import FRAMEWORK, problem
 from api.problems import Problem
-from api.schemas import BatchAccepted, BatchItem, BatchView
+from api.schemas import BatchAccepted, BatchDeleted, BatchItem, BatchView
 from engine.config import DebateConfig
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 NOT_FOUND = problem("unknown id, or a batch of another key", "/problems/not-found")
-FILE_PART_TYPES = "application/x-ndjson, application/jsonl, text/plain, application/octet-stream"
+# The media types of the multipart `file` part: JSON lines, as text. Its label is not checked (curl -F
+# and httpx send a .jsonl file as application/octet-stream, and that works too); what is checked is
+# that it is text of JSON lines, so bytes that are not (an image, random binary) are refused with 422.
+FILE_PART_TYPES = "application/jsonl, application/x-ndjson, text/plain"
 
 
 def _item_schema() -> dict[str, Any]:
@@ -54,20 +57,20 @@ _BODY_DOC: dict[str, Any] = {
                 "schema": {
                     "type": "object",
                     "required": ["file"],
-                    # What read_batch reads: a part of any other name is refused (400), not ignored.
+                    # What read_batch reads: a part of any other name is refused (422), not ignored.
                     "additionalProperties": False,
                     "properties": {
                         "file": {
+                            # Text, not `format: binary`: JSON lines are UTF-8 text, and bytes that
+                            # are not text are no valid file part.
                             "type": "string",
-                            "format": "binary",
-                            "description": "JSON lines, one `BatchItem` a line (blank lines skipped)",
+                            "description": "JSON lines (UTF-8 text), one `BatchItem` a line (blank lines "
+                            "skipped); sent as a file or as a plain form field",
                         },
                         "config": {"$ref": "#/components/schemas/DebateConfig"},
                     },
                 },
                 "encoding": {
-                    # The file part's label is not checked; these are the types a JSONL upload goes by
-                    # (octet-stream: what curl -F and httpx send for a .jsonl file).
                     "file": {"contentType": FILE_PART_TYPES},
                     "config": {"contentType": "application/json"},
                 },
@@ -82,17 +85,34 @@ async def read_batch(request: Request, state: ApiState) -> tuple[list[BatchItem]
     s = state.settings
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype == "multipart/form-data":
-        form = await request.form(max_files=1, max_fields=4, max_part_size=s.max_batch_bytes)
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise invalid("multipart upload needs a 'file' part with JSONL items")
-        raw_cfg = form.get("config")
-        return await batch_from_upload(await upload.read(), raw_cfg if isinstance(raw_cfg, str) else "", s)
+        form = await request.form(max_files=2, max_fields=4, max_part_size=s.max_batch_bytes)
+        data, raw_cfg = await _form_parts(form)
+        return await batch_from_upload(data, raw_cfg, s)
     if ctype in ("application/json", ""):
         return await batch_from_json(await request.body(), s)
     if ctype in ("application/x-ndjson", "application/jsonl"):
         return await items_from_jsonl(await request.body(), s), DebateConfig()
     raise Problem(415, f"unsupported content type {ctype!r}; use application/json or multipart/form-data")
+
+
+async def _form_parts(form: FormData) -> tuple[bytes, str]:
+    """The JSON lines of a multipart upload's ``file`` part and the text of its ``config`` part ("" when
+    absent). Each may come as a file (with a filename) or as a plain field; a part of any other name,
+    or a repeated one, is refused, as the document's ``additionalProperties: false`` says."""
+    names = [name for name, _ in form.multi_items()]
+    unknown = sorted(set(names) - {"file", "config"})
+    if unknown:
+        raise invalid(f"multipart upload has parts {unknown}; only 'file' (JSON lines) and 'config' are read")
+    if names.count("file") != 1 or names.count("config") > 1:
+        raise invalid("multipart upload needs one 'file' part with JSONL items and at most one 'config' part")
+
+    async def text(part: UploadFile | str) -> bytes:
+        return await part.read() if isinstance(part, UploadFile) else part.encode()
+
+    file_part = form["file"]
+    config_part = form.get("config")
+    raw_cfg = "" if config_part is None else (await text(config_part)).decode("utf-8", "replace")
+    return await text(file_part), raw_cfg
 
 
 @router.post(
@@ -165,14 +185,12 @@ async def cancel_batch(batch_id: str, state: State, owner: Owner) -> BatchView:
     return await cancel_owned_batch(state, owner, batch_id)
 
 
-@router.delete(
-    "/{batch_id}",
-    response_model=BatchView,
-    responses={404: NOT_FOUND},
-    deprecated=True,
-    summary="Cancel Batch (alias of POST /v1/batches/{batch_id}/cancel)",
-)
-async def cancel_batch_alias(batch_id: str, state: State, owner: Owner) -> BatchView:
-    """Kept for clients written before ``POST /v1/batches/{batch_id}/cancel``, which it is the same as:
-    it cancels the unfinished items, it deletes nothing. The batch stays readable."""
-    return await cancel_owned_batch(state, owner, batch_id)
+@router.delete("/{batch_id}", response_model=BatchDeleted, responses={404: NOT_FOUND})
+async def delete_batch(batch_id: str, state: State, owner: Owner) -> BatchDeleted:
+    """Delete a batch and its items for good: unfinished items are cancelled first (their workers
+    stop), then the batch, every item's record and its results are removed, so later reads are 404.
+
+    The tokens its items used stay charged to the key. To stop a batch and keep its results, use
+    ``POST /v1/batches/{batch_id}/cancel``.
+    """
+    return await delete_owned_batch(state, owner, batch_id)

@@ -1,7 +1,8 @@
-"""``/v1/debates``: submit one debate, read its status and result, stream its events, cancel it.
+"""``/v1/debates``: submit one debate, read its status and result, stream its events, cancel it,
+delete it.
 
-Each route is HTTP in, a call into ``api/submission.py`` (intake, idempotency, ownership, cancel) or
-``api/streams.py`` (events), HTTP out.
+Each route is HTTP in, a call into ``api/submission.py`` (intake, idempotency, ownership, cancel,
+delete) or ``api/streams.py`` (events), HTTP out.
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ from sse_starlette.sse import EventSourceResponse
 
 from api.deps import IdempotencyKey, Owner, State
 from api.openapi_doc import problem
-from api.schemas import Accepted, DebateRequest, JobView
+from api.schemas import Accepted, DebateDeleted, DebateRequest, JobView
 from api.streams import EVENT_ID_PATTERN, SlottedEventSource, sse_fields
-from api.submission import accept_debate, cancel_owned_debate, job_view, open_events, owned_job
+from api.submission import (
+    accept_debate,
+    cancel_owned_debate,
+    delete_owned_debate,
+    job_view,
+    open_events,
+    owned_job,
+)
 from services.jobstore import JobFull
 
 router = APIRouter(prefix="/v1/debates", tags=["debates"])
@@ -89,16 +97,23 @@ async def cancel_debate(job_id: str, state: State, owner: Owner) -> Response:
 
 @router.delete(
     "/{job_id}",
-    response_model=JobView,
-    response_class=Response,
-    responses=CANCEL_RESPONSES,
-    deprecated=True,
-    summary="Cancel Debate (alias of POST /v1/debates/{job_id}/cancel)",
+    response_model=DebateDeleted,
+    responses={
+        404: NOT_FOUND,
+        409: problem(
+            "the debate is an item of a batch: delete the batch, or cancel the item", "/problems/batch-item"
+        ),
+    },
 )
-async def cancel_debate_alias(job_id: str, state: State, owner: Owner) -> Response:
-    """Kept for clients written before ``POST /v1/debates/{job_id}/cancel``, which it is the same as:
-    it cancels, it deletes nothing. The debate stays readable with status ``cancelled``."""
-    return job_response(await cancel_owned_debate(state, owner, job_id))
+async def delete_debate(job_id: str, state: State, owner: Owner) -> DebateDeleted:
+    """Delete a debate for good: a queued or running one is cancelled first (its worker stops within a
+    second), then its record, result and events are removed, so a later ``GET`` is 404.
+
+    The tokens it used stay charged to the key. To stop a debate and keep its record, use
+    ``POST /v1/debates/{job_id}/cancel``. An item of a batch goes with its batch
+    (``DELETE /v1/batches/{batch_id}``).
+    """
+    return await delete_owned_debate(state, owner, job_id)
 
 
 @router.get(

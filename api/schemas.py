@@ -13,7 +13,9 @@ from engine.config import MAX_QUESTION_CHARS, DebateConfig, validate_question
 from parley_wire.models import (
     Accepted,
     BatchAccepted,
+    BatchDeleted,
     BatchView,
+    DebateDeleted,
     JobView,
     Limits,
     Progress,
@@ -21,13 +23,15 @@ from parley_wire.models import (
 )
 from services.knowledge import KnowledgeSource
 
-# The answers (job, batch and usage views) are the wire models the Python client reads too.
+# The answers (job, batch, deletion and usage views) are the wire models the Python client reads too.
 __all__ = [
     "Accepted",
     "BatchAccepted",
+    "BatchDeleted",
     "BatchItem",
     "BatchRequest",
     "BatchView",
+    "DebateDeleted",
     "DebateRequest",
     "JobView",
     "Limits",

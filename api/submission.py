@@ -1,4 +1,5 @@
-"""The gateway's service layer for debates: how a job enters the system, is found again and is cancelled.
+"""The gateway's service layer for debates: how a job enters the system, is found again, is cancelled
+and is deleted.
 
 The REST routes (``/v1/debates``, ``/v1/batches``) and the OpenAI-compatible route
 (``/v1/chat/completions``) all go through these functions, so every surface applies the same
@@ -17,9 +18,9 @@ from pydantic import BaseModel, ValidationError
 
 from api.admission import admit_config, admit_pool, admit_storage
 from api.deps import ApiState
-from api.errors import AlreadyFinished, Invalid, NotFound, QuotaExceeded, TooManyJobs
+from api.errors import AlreadyFinished, Invalid, NotFound, PartOfBatch, QuotaExceeded, TooManyJobs
 from api.guards import StoredResponse
-from api.schemas import Accepted, DebateRequest, JobView, Progress, as_json_types
+from api.schemas import Accepted, DebateDeleted, DebateRequest, JobView, Progress, as_json_types
 from api.streams import JobEventReader, StreamSlot
 from engine.config import DebateConfig
 from services.jobstore import ACTIVE, BatchRecord, Event, JobFull, JobRecord, new_id, usage_day
@@ -195,6 +196,26 @@ async def cancel_owned_debate(state: ApiState, owner: str, job_id: str) -> JobFu
     if not ok and found.job.status != "cancelled":
         raise AlreadyFinished(f"debate {job_id!r} already {found.job.status}; nothing to cancel")
     return found
+
+
+async def delete_owned_debate(state: ApiState, owner: str, job_id: str) -> DebateDeleted:
+    """Delete ``owner``'s debate for good: cancelled first if it is still queued or running (its
+    worker stops as it would for a cancel), then removed, so a later ``GET`` is 404, and the
+    ``Idempotency-Key`` response that created it is forgotten. The tokens it used stay charged to the
+    key. ``NotFound`` for a missing job or another key's; ``PartOfBatch`` for an
+    item of a batch (results are read by batch, so an item goes with its batch)."""
+    job = (await owned_job(state, owner, job_id)).job
+    if job.batch_id is not None:
+        raise PartOfBatch(
+            f"debate {job_id!r} is item {job.item_id!r} of batch {job.batch_id!r}: delete the batch "
+            f"(DELETE /v1/batches/{job.batch_id}) or cancel the item (POST /v1/debates/{job_id}/cancel)"
+        )
+    await cancel_job(state, job_id, "deleted by the client")
+    if not await state.store.remove_job(job_id):
+        raise NotFound(f"no debate {job_id!r}")  # deleted by a request that ran alongside this one
+    # A replay of the request that created it would point at nothing: it is forgotten too.
+    await state.idempotency.forget(owner, f"/v1/debates/{job_id}")
+    return DebateDeleted(id=job_id)
 
 
 async def open_events(

@@ -167,7 +167,7 @@ class JobRunner:
         """Run ``job_id``; returns the status it ended in (or why it was skipped)."""
         job = await self.store.get_job(job_id)
         if job is None:
-            log.warning("job %s not in the store (expired or never stored); dropping", job_id)
+            log.warning("job %s not in the store (deleted, expired or never stored); dropping", job_id)
             return "missing"
         # Every line logged while the job runs names it and its batch; the span does the same.
         with job_log_context(job.job_id, job.batch_id):
@@ -185,6 +185,8 @@ class JobRunner:
             # A redelivery of a finished job: the result exists, never produce a second one.
             return f"skipped:{job.status}"
         attempts = await self.store.incr_attempts(job_id)
+        if attempts == 0:
+            return "missing"  # deleted by its owner (or expired) since it was read
         if attempts > self.rt.settings.max_attempts:
             await self.fail(job_id, f"gave up after {attempts - 1} attempts: the worker was lost each time")
             return "failed"
@@ -240,7 +242,7 @@ class JobRunner:
             if self.draining:
                 await self._requeue_for_shutdown(job_id)
                 raise WorkerDraining(job_id) from None
-            # Cancelled by the user (DELETE) or finished elsewhere; the store already says so.
+            # Cancelled (or deleted) by the user, or finished elsewhere; the store already says so.
             current = await self.store.get_job(job_id)
             return f"skipped:{current.status if current else 'missing'}"
         except PoolUnavailable as exc:

@@ -1,6 +1,6 @@
 """The Python client of the Parley gateway, sync (``ParleyClient``) and async (``AsyncParleyClient``).
 
-Submit a debate and wait for it or stream its events, cancel it, read the key's usage, run batches
+Submit a debate and wait for it or stream its events, cancel or delete it, read the key's usage, run batches
 from a JSONL file or a list with a progress bar and read their results as an iterator. Answers are
 the gateway's own pydantic models (``parley_wire.models``); 429 and 503 answers are retried after
 their ``Retry-After``; every other error is a ``ParleyError`` carrying the RFC 9457 problem document.
@@ -18,8 +18,10 @@ from parley_client.sync import ParleyClient
 from parley_wire.models import (
     Accepted,
     BatchAccepted,
+    BatchDeleted,
     BatchResult,
     BatchView,
+    DebateDeleted,
     DebateEvent,
     JobView,
     UsageView,
@@ -30,9 +32,11 @@ __all__ = [
     "Accepted",
     "AsyncParleyClient",
     "BatchAccepted",
+    "BatchDeleted",
     "BatchResult",
     "BatchView",
     "ClientSettings",
+    "DebateDeleted",
     "DebateEvent",
     "JobView",
     "ParleyClient",

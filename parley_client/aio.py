@@ -19,8 +19,10 @@ from parley_wire.models import (
     TERMINAL_EVENTS,
     Accepted,
     BatchAccepted,
+    BatchDeleted,
     BatchResult,
     BatchView,
+    DebateDeleted,
     DebateEvent,
     JobView,
     UsageView,
@@ -214,6 +216,12 @@ class AsyncParleyClient:
         """Cancel a queued or running debate; a finished one is a ``ParleyError`` with status 409."""
         return JobView.model_validate(await self._json("POST", f"/v1/debates/{job_id}/cancel"))
 
+    async def delete(self, job_id: str) -> DebateDeleted:
+        """Delete a debate for good (cancelled first if still running; a later ``get`` is a
+        ``ParleyNotFound``); the tokens it used stay charged. An item of a batch is a ``ParleyError``
+        with status 409: delete its batch."""
+        return DebateDeleted.model_validate(await self._json("DELETE", f"/v1/debates/{job_id}"))
+
     async def events(self, job_id: str, *, last_event_id: str | None = None) -> AsyncIterator[DebateEvent]:
         """The job's Server-Sent Events until it ends; ``last_event_id`` resumes after that event."""
         headers = {"Last-Event-ID": last_event_id} if last_event_id else None
@@ -280,6 +288,10 @@ class AsyncParleyClient:
 
     async def cancel_batch(self, batch_id: str) -> BatchView:
         return BatchView.model_validate(await self._json("POST", f"/v1/batches/{batch_id}/cancel"))
+
+    async def delete_batch(self, batch_id: str) -> BatchDeleted:
+        """Delete a batch and its items for good (unfinished items cancelled first)."""
+        return BatchDeleted.model_validate(await self._json("DELETE", f"/v1/batches/{batch_id}"))
 
     async def wait_batch(
         self,

@@ -16,8 +16,10 @@ from parley_client.aio import AsyncParleyClient, Config, Items
 from parley_wire.models import (
     Accepted,
     BatchAccepted,
+    BatchDeleted,
     BatchResult,
     BatchView,
+    DebateDeleted,
     DebateEvent,
     JobView,
     UsageView,
@@ -132,6 +134,9 @@ class ParleyClient:
     def cancel(self, job_id: str) -> JobView:
         return self._call(self.aio.cancel, job_id)
 
+    def delete(self, job_id: str) -> DebateDeleted:
+        return self._call(self.aio.delete, job_id)
+
     def events(self, job_id: str, *, last_event_id: str | None = None) -> Iterator[DebateEvent]:
         return self._iterate(self.aio.events(job_id, last_event_id=last_event_id))
 
@@ -154,6 +159,9 @@ class ParleyClient:
 
     def cancel_batch(self, batch_id: str) -> BatchView:
         return self._call(self.aio.cancel_batch, batch_id)
+
+    def delete_batch(self, batch_id: str) -> BatchDeleted:
+        return self._call(self.aio.delete_batch, batch_id)
 
     def wait_batch(
         self,

@@ -75,6 +75,22 @@ class BatchView(BaseModel):
     config: dict[str, Any]
 
 
+class DebateDeleted(BaseModel):
+    """``DELETE /v1/debates/{id}``: the debate is gone (a later ``GET`` is 404)."""
+
+    id: str = Field(description="the deleted debate's job id")
+    object: Literal["debate.deleted"] = "debate.deleted"
+    deleted: Literal[True] = True
+
+
+class BatchDeleted(BaseModel):
+    """``DELETE /v1/batches/{id}``: the batch and its items are gone (a later ``GET`` is 404)."""
+
+    id: str = Field(description="the deleted batch's id")
+    object: Literal["batch.deleted"] = "batch.deleted"
+    deleted: Literal[True] = True
+
+
 class Limits(BaseModel):
     rate_limit_per_minute: int
     max_active_jobs: int

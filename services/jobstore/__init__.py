@@ -8,7 +8,8 @@ increasing SSE event ids), and every status change goes through one Lua script s
 
 The parts: ``records`` (what is stored: job and batch records, states, usage, sizes), ``protocol``
 (``JobStore``, what the gateway and the workers need), ``keys`` (the key layout), ``scripts`` (the Lua
-scripts that make each step atomic) and ``redis_store`` (``RedisJobStore``, the implementation).
+scripts that make each step atomic) and ``redis_store`` (``RedisJobStore``, the implementation, with
+``redis_quota`` for token quotas and storage and ``redis_removal`` for a client's ``DELETE``).
 """
 
 # The status names and the usage document are the API's (parley_wire.models), shared with the client.

@@ -109,6 +109,34 @@ def stored_size(jobs: Sequence[JobRecord], batch: BatchRecord | None = None) -> 
     return total
 
 
+# The fields of a job record that no write after its submission changes: what its removal can take
+# off the owner's storage counter of the day it was stored (``stored_size`` counted them there).
+_SUBMITTED_FIELDS = (
+    "job_id",
+    "owner",
+    "question",
+    "answers",
+    "config",
+    "queue",
+    "batch_id",
+    "index",
+    "item_id",
+)
+
+
+def removed_size(raw: dict[str, str]) -> tuple[int, int]:
+    """What removing a stored job frees of its owner's storage counters, as (bytes counted the day it
+    was stored, bytes of its result counted the day it finished).
+
+    Only bytes known to have been counted there: the fields set at submission and the job's share of
+    overhead, and the packed result its completion wrote. Everything else it wrote (events, progress,
+    checkpoints) stays counted until those counters expire, so the counters remain an upper bound.
+    """
+    stored = JOB_OVERHEAD_BYTES + sum(len(k) + len(raw[k].encode()) for k in _SUBMITTED_FIELDS if raw.get(k))
+    result = raw.get("result_z")
+    return stored, len("result_z") + len(result.encode()) if result else 0
+
+
 def draining_key(prefix: str, node: str) -> str:
     """Set while Celery node ``node`` shuts down: its running jobs hand themselves back to the queue."""
     return f"{prefix}:draining:{node}"

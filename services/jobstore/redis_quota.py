@@ -34,12 +34,16 @@ class RedisQuota(JobKeys):
 
     async def charge(self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1) -> bool:
         """Charge a change in what the job's LLM calls cost (``Spend``) to the job and its owner's
-        day, drawn from (or given back to) the job's reservation. False if the job record is gone.
-        Called around every call, so cancelled, failed and resumed work is charged too."""
+        day, drawn from (or given back to) the job's reservation. Called around every call, so
+        cancelled, failed and resumed work is charged too, and so is a call in flight when its job was
+        deleted (to the owner's day only, found through the job's tombstone). False when neither the
+        job nor its tombstone exists (the job expired)."""
         owner, day = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day"])
         if owner is None:
-            return False
-        keys = [self.k_job(job_id), self.k_usage(owner, day or usage_day())]
+            owner, day = await self.redis.hmget(self.k_tombstone(job_id), ["owner", "usage_day"])
+            if not owner:
+                return False
+        keys = [self.k_job(job_id), self.k_usage(owner, day or usage_day()), self.k_tombstone(job_id)]
         return bool(await self._charge(keys=keys, args=[prompt_tokens, completion_tokens, calls]))
 
     async def spent(self, job_id: str) -> tuple[int, int]:

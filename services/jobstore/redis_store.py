@@ -40,13 +40,17 @@ from services.jobstore.records import (
     usage_day,
 )
 from services.jobstore.redis_quota import RedisQuota
+from services.jobstore.redis_removal import RedisRemoval
 from services.jobstore.scripts import (
+    ATTEMPTS_LUA,
     CHARGE_LUA,
     CHECKPOINT_LUA,
     COMPACT_LUA,
     KEEP_ALIVE_LUA,
     LEASE_LUA,
     READ_EVENTS_LUA,
+    REMOVE_BATCH_LUA,
+    REMOVE_JOB_LUA,
     RESERVE_LUA,
     TRANSITION_LUA,
 )
@@ -56,7 +60,7 @@ log = logging.getLogger("parley.jobstore")
 _ACTIVE = ",".join(ACTIVE)
 
 
-class RedisJobStore(RedisQuota):
+class RedisJobStore(RedisQuota, RedisRemoval):
     """The ``JobStore`` on Redis. Pass an existing ``redis.asyncio.Redis`` (tests) or a URL.
 
     ``ttl_s`` is the retention (``RetentionSettings.job_ttl_s``): every process that writes jobs must
@@ -75,6 +79,9 @@ class RedisJobStore(RedisQuota):
         self._read_events = redis.register_script(READ_EVENTS_LUA)
         self._checkpoint = redis.register_script(CHECKPOINT_LUA)
         self._keep_alive = redis.register_script(KEEP_ALIVE_LUA)
+        self._attempts = redis.register_script(ATTEMPTS_LUA)
+        self._remove_job = redis.register_script(REMOVE_JOB_LUA)
+        self._remove_batch = redis.register_script(REMOVE_BATCH_LUA)
 
     @classmethod
     def from_url(
@@ -295,10 +302,13 @@ class RedisJobStore(RedisQuota):
         return [_event(entry_id, fields) for _stream, entries in reply or [] for entry_id, fields in entries]
 
     async def incr_attempts(self, job_id: str) -> int:
-        return int(await self.redis.hincrby(self.k_job(job_id), "attempts", 1))
+        """Count one more delivery of the job; 0 when the job is gone (deleted or expired)."""
+        return await self.add_attempts(job_id, 1)
 
     async def add_attempts(self, job_id: str, delta: int) -> int:
-        return int(await self.redis.hincrby(self.k_job(job_id), "attempts", delta))
+        """Add ``delta`` to the job's deliveries; 0, and nothing written, when the job is gone."""
+        out = await self._attempts(keys=[self.k_job(job_id)], args=[delta])
+        return int(out) if out else 0
 
     async def is_draining(self, node: str) -> bool:
         """Whether worker ``node`` is shutting down (its main process sets ``draining_key``)."""
@@ -435,7 +445,8 @@ class RedisJobStore(RedisQuota):
         return out
 
     async def delete_jobs(self, job_ids: Sequence[str], batch_id: str | None = None) -> None:
-        """Remove jobs that were stored but could not be queued (the batch is then not accepted)."""
+        """Remove jobs that were stored but could not be queued (the batch is then not accepted); a
+        client's DELETE of a job or batch is ``remove_job`` / ``remove_batch`` instead."""
         owner = None
         if job_ids:
             owner = await self.redis.hget(self.k_job(job_ids[0]), "owner")

@@ -129,21 +129,31 @@ for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, ARGV[1]) end
 return 1
 """
 
-# KEYS: job hash, the owner's usage hash of the job's day. ARGV: prompt tokens, completion tokens,
-# calls (deltas, possibly negative). Charges an LLM call to the job and its owner's day whatever the
-# job's status (a cancelled job's calls in flight are charged too): the worst case before the call is
-# sent, the difference to the real use when it ends.
+# KEYS: job hash, the owner's usage hash of the job's day, the job's tombstone. ARGV: prompt tokens,
+# completion tokens, calls (deltas, possibly negative). Charges an LLM call to the job and its owner's
+# day whatever the job's status (a cancelled job's calls in flight are charged too, and a deleted
+# job's to its owner's day alone): the worst case before the call is sent, the difference to the real
+# use when it ends.
 # A running job holds exactly its reservation of the owner's quota, never more: what a charge adds
 # is drawn from the job's reservation (``drawn_tokens`` records how much), and what a refund or a
 # settlement takes off goes back to it, once the tokens charged beyond the reservation (a job with
 # no budget reserves nothing) are paid back. A terminal status releases the reservation and clears
 # what was drawn (the transition above), so nothing goes back to it after that.
 CHARGE_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local p = tonumber(ARGV[1])
 local c = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local t = p + c
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  -- A job its owner deleted: a call that was in flight still cost what it cost, so it is charged to
+  -- the owner's day (its tombstone says whose); there is no record, and no reservation, left to touch.
+  if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+  for _, pair in ipairs({{'tokens', t}, {'prompt_tokens', p}, {'completion_tokens', c}, {'calls', n}}) do
+    redis.call('HINCRBY', KEYS[2], pair[1], pair[2])
+  end
+  redis.call('EXPIRE', KEYS[2], 8 * 86400)
+  return 1
+end
 local job = redis.call('HMGET', KEYS[1], 'used_tokens', 'drawn_tokens', 'reserved_tokens')
 local used = tonumber(job[1] or '0') or 0
 local drawn = tonumber(job[2] or '0') or 0
@@ -191,3 +201,63 @@ if (not cur) or cur == ARGV[1] then
 end
 return 0
 """
+
+# KEYS: job hash. ARGV: delta. Counts a delivery of a job (``attempts``) only while its record exists:
+# a plain HINCRBY on a deleted job would create a record of one field.
+ATTEMPTS_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+return redis.call('HINCRBY', KEYS[1], 'attempts', ARGV[1])
+"""
+
+# Takes ``amount`` bytes off a storage counter, never below zero, keeping its expiry: what a removed
+# record was counted there. (Shared by the two removal scripts below.)
+_TAKE_OFF = """
+local function take_off(key, amount)
+  local have = tonumber(redis.call('GET', key) or '0') or 0
+  local take = math.min(tonumber(amount) or 0, have)
+  if take > 0 then redis.call('DECRBY', key, take) end
+end
+"""
+
+# KEYS: job hash, events stream, checkpoint, lease, the owner's active set, the owner's listing index of
+# jobs, the job's tombstone, the owner's storage counter of the day the job was stored, and of the day
+# it finished. ARGV: job id, ttl seconds, bytes to take off each of the two counters, the terminal
+# statuses (comma list).
+# Removes a finished job for good (a client's DELETE; an unfinished one is cancelled first, so its
+# worker stops): every key of it, its place in the listing, and what it was counted in the owner's
+# storage. It leaves a tombstone naming the owner and the usage day, for ``ttl``: a worker's call that
+# was in flight is still charged to the owner (CHARGE_LUA), while every other write of a worker (a
+# transition, an event, progress, a checkpoint, an attempt) finds no record and writes nothing, so the
+# job is never re-created. Returns 1 when removed, 0 when the job is missing or not finished.
+REMOVE_JOB_LUA = (
+    _TAKE_OFF
+    + """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur then return 0 end
+if not string.find(',' .. ARGV[5] .. ',', ',' .. cur .. ',', 1, true) then return 0 end
+local who = redis.call('HMGET', KEYS[1], 'owner', 'usage_day')
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('SREM', KEYS[5], ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('HSET', KEYS[7], 'owner', who[1] or '', 'usage_day', who[2] or '')
+redis.call('EXPIRE', KEYS[7], ARGV[2])
+take_off(KEYS[8], ARGV[3])
+take_off(KEYS[9], ARGV[4])
+return 1
+"""
+)
+
+# KEYS: batch hash, the batch's job list, the owner's listing index of batches, the owner's storage
+# counter of the day the batch was stored. ARGV: batch id, bytes to take off the counter.
+# Removes a batch record whose items are gone (REMOVE_JOB_LUA, each). Returns 1 when removed, 0 when
+# the batch is missing.
+REMOVE_BATCH_LUA = (
+    _TAKE_OFF
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+take_off(KEYS[4], ARGV[2])
+return 1
+"""
+)

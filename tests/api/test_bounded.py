@@ -467,7 +467,7 @@ def test_streams_are_capped_per_key_and_per_process(redis_server: RedisServer) -
         # A stream that ends with its job (here cancelled) gives its slot back too.
         with client.stream("GET", alice_events, headers=ALICE) as ending:
             assert stream_count(redis_server, prefix, "alice") == 1
-            assert client.delete(f"/v1/debates/{alice_job}", headers=ALICE).status_code == 200
+            assert client.post(f"/v1/debates/{alice_job}/cancel", headers=ALICE).status_code == 200
             assert "event: job.cancelled" in ending.read().decode()
         wait_for(lambda: stream_count(redis_server, prefix, "alice") == 0)
 

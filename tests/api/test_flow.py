@@ -163,7 +163,7 @@ def test_cancel_running_job(worker: WorkerProcess, alice: httpx.Client, scripted
         assert time.monotonic() < deadline
         time.sleep(0.05)
         job = alice.get(f"/v1/debates/{job_id}").json()
-    resp = alice.delete(f"/v1/debates/{job_id}")
+    resp = alice.post(f"/v1/debates/{job_id}/cancel")
     assert resp.status_code == 200 and resp.json()["status"] == "cancelled"
     calls_at_cancel = len(scripted.requests)
     time.sleep(1.5)  # the worker notices within 0.5 s and stops calling the LLM
@@ -173,12 +173,12 @@ def test_cancel_running_job(worker: WorkerProcess, alice: httpx.Client, scripted
     events = read_sse(alice, f"/v1/debates/{job_id}/events")
     assert events[-1]["event"] == "job.cancelled"
     assert "job.completed" not in [e["event"] for e in events]
-    again = alice.delete(f"/v1/debates/{job_id}")
+    again = alice.post(f"/v1/debates/{job_id}/cancel")
     assert again.status_code == 200  # cancelling twice is harmless
 
     done = alice.post("/v1/debates", json={"question": "Quick?", "config": {**NO_KNOWLEDGE, "rounds": 1}})
     finished = wait_status(alice, done.json()["job_id"], {"completed"})
-    conflict = alice.delete(f"/v1/debates/{finished['job_id']}")
+    conflict = alice.post(f"/v1/debates/{finished['job_id']}/cancel")
     assert conflict.status_code == 409 and conflict.headers["content-type"].startswith(
         "application/problem+json"
     )
@@ -190,7 +190,7 @@ def test_cancel_queued_batch_item_is_never_run(
     scripted.latency_s = 0.2
     items = [{"id": str(i), "question": f"Question {i}?"} for i in range(6)]
     batch_id = alice.post("/v1/batches", json={"items": items, "config": NO_KNOWLEDGE}).json()["batch_id"]
-    cancelled = alice.delete(f"/v1/batches/{batch_id}").json()
+    cancelled = alice.post(f"/v1/batches/{batch_id}/cancel").json()
     assert cancelled["counts"]["cancelled"] >= 4  # two worker processes took at most two items
     deadline = time.monotonic() + 30
     while alice.get(f"/v1/batches/{batch_id}").json()["status"] != "completed":

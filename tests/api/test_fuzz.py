@@ -9,8 +9,9 @@ input refused, and every 4xx is RFC 9457 ``application/problem+json`` with ``typ
 
 All engine phases run, the stateful one included: it chains operations through links schemathesis
 infers from the ``Location`` of ``POST /v1/debates`` and ``POST /v1/batches``, so real jobs and
-batches are read, streamed and cancelled. A real job's event stream ends with the job: budgets are
-kept small so the worker finishes every accepted debate quickly.
+batches are read, streamed, cancelled and deleted (a deleted one must then be gone:
+``use_after_free``). A real job's event stream ends with the job: budgets are kept small so the
+worker finishes every accepted debate quickly.
 
 CI runs 20 examples per operation with a fixed seed; ``PARLEY_FUZZ_EXAMPLES``, ``PARLEY_FUZZ_STEPS``
 and ``PARLEY_FUZZ_SEED`` run it harder or elsewhere (docs/fuzzing.md). Test-only configuration, so it
@@ -126,8 +127,6 @@ def fuzz_config() -> Any:
                 # Ok-looking input refused for reasons JSON Schema cannot express (an unknown endpoint
                 # name, a budget above this deployment's limit) is correct, not a bug.
                 "positive_data_acceptance": {"enabled": False},
-                # DELETE cancels a debate or batch; the record stays readable with status cancelled.
-                "use_after_free": {"enabled": False},
             },
         }
     )
@@ -248,7 +247,7 @@ def test_limits_answer_as_documented(limited_api: ApiServer, fuzz_config: Any) -
             "request-timeout": 30,
             "generation": {"max-examples": 5, "deterministic": True, "database": "none", "mode": "all"},
             "phases": {"coverage": {"enabled": False}, "stateful": {"enabled": False}},
-            "checks": {"positive_data_acceptance": {"enabled": False}, "use_after_free": {"enabled": False}},
+            "checks": {"positive_data_acceptance": {"enabled": False}},
         }
     )
     schema = schemathesis.openapi.from_url(f"{limited_api.url}/openapi.json", config=config)

@@ -118,7 +118,7 @@ def test_a_cancelled_job_is_charged_for_what_was_served(gateway: ApiServer, scri
         while len(scripted.requests) - requests_before < 3:  # two debaters served, the judge asked
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert alice.delete(f"/v1/debates/{job_id}").status_code in (200, 202)
+        assert alice.post(f"/v1/debates/{job_id}/cancel").status_code == 200
         assert alice.get(f"/v1/debates/{job_id}").json()["status"] == "cancelled"
         # The calls in flight at the cancel are held at their worst case until the server answers,
         # then charged what it served.
@@ -131,6 +131,39 @@ def test_a_cancelled_job_is_charged_for_what_was_served(gateway: ApiServer, scri
             time.sleep(0.1)
         time.sleep(1.5)  # and nothing changes afterwards
         assert used_today(alice)["tokens"] - before == charged
+    assert served > 0 and charged == served
+
+
+def test_a_deleted_job_stays_charged_for_what_was_served(gateway: ApiServer, scripted: ScriptedLLM) -> None:
+    """Deleting a running job removes its record, not its cost: the calls in flight when it was deleted
+    settle on the key's day afterwards (through the job's tombstone), so charged = served still."""
+    scripted.latency_s = 1.0
+    with client(gateway, KEY_A) as alice:
+        before, served_before = used_today(alice), scripted.tokens_served
+        requests_before = len(scripted.requests)
+        resp = alice.post("/v1/debates", json={"question": Q, "config": {"knowledge": "none", "rounds": 3}})
+        job_id = resp.json()["job_id"]
+        deadline = time.monotonic() + 60
+        while len(scripted.requests) - requests_before < 3:  # calls in flight at the delete
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        deleted = alice.delete(f"/v1/debates/{job_id}")
+        assert deleted.status_code == 200, deleted.text
+        assert deleted.json() == {"id": job_id, "object": "debate.deleted", "deleted": True}
+        assert alice.get(f"/v1/debates/{job_id}").status_code == 404
+        deadline = time.monotonic() + 20
+        while True:
+            today = used_today(alice)
+            charged = today["tokens"] - before["tokens"]
+            served = scripted.tokens_served - served_before
+            if (charged == served and today["reserved"] == 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        time.sleep(1.5)  # and nothing changes afterwards
+        after = used_today(alice)
+        assert after["tokens"] - before["tokens"] == charged
+        assert after["jobs_cancelled"] - before["jobs_cancelled"] == 1  # it was cancelled on its way out
+        assert alice.get(f"/v1/debates/{job_id}").status_code == 404  # the settling calls re-created nothing
     assert served > 0 and charged == served
 
 

@@ -144,7 +144,7 @@ def test_daily_token_quota_reserves_refuses_with_retry_after_and_releases(
         assert_problem(refused_batch, 429)
         assert queued_messages(redis_server) == before_q and job_count(redis_server) == before_jobs
         # A cancelled job gives its reservation back; a smaller budget then fits.
-        assert bob.delete(first.headers["location"]).status_code == 200
+        assert bob.post(first.headers["location"] + "/cancel").status_code == 200
         assert bob.get("/v1/usage").json()["today"]["reserved"] == 2 * BUDGET
         small = bob.post("/v1/debates", json={**Q, "config": {"budget_tokens": BUDGET // 2}})
         assert small.status_code == 202, small.text

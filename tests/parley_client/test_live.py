@@ -1,10 +1,10 @@
 """``parley_client`` against the live gateway: real redis-server, the gateway under uvicorn, a real
 Celery worker, the scripted LLM.
 
-The async client submits, streams events, waits, cancels and reads usage; the blocking client runs a
-batch of 200 items (in chunks, from a list and from a JSONL file) through a gateway whose rate limit
-is a few requests a minute, so it meets a storm of 429s, waits out each ``Retry-After`` and still
-yields every result in input order.
+The async client submits, streams events, waits, cancels, deletes and reads usage; the blocking client
+runs a batch of 200 items (in chunks, from a list and from a JSONL file, which it then deletes)
+through a gateway whose rate limit is a few requests a minute, so it meets a storm of 429s, waits out
+each ``Retry-After`` and still yields every result in input order.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ from pathlib import Path
 import pytest
 
 from engine.config import DebateConfig
-from parley_client import AsyncParleyClient, BatchResult, JobView, ParleyClient, ParleyError
+from parley_client import (
+    AsyncParleyClient,
+    BatchResult,
+    DebateDeleted,
+    JobView,
+    ParleyClient,
+    ParleyError,
+    ParleyNotFound,
+)
 from tests.api.conftest import KEY_A, KEY_B, api_settings
 from tests.api.support import ApiServer, RedisServer, WorkerProcess, script_echo
 from tests.support.scripted_llm import ScriptedLLM
@@ -78,6 +86,13 @@ async def test_async_client_submits_streams_waits_cancels_and_reads_usage(
             assert finished.value.status == 409 and finished.value.problem["type"] == "/problems/finished"
         finally:
             llm.latency_s = 0.01
+        # Deleting removes what cancelling keeps.
+        deleted = await client.delete(slow.job_id)
+        assert deleted == DebateDeleted(id=slow.job_id)
+        with pytest.raises(ParleyNotFound):
+            await client.get(slow.job_id)
+        with pytest.raises(ParleyNotFound):
+            await client.delete(slow.job_id)
         with pytest.raises(ParleyError) as refused:
             await client.submit("q?", {"protocol": "single", "agents": 99})
         assert refused.value.status == 422 and refused.value.problem["errors"]
@@ -118,6 +133,12 @@ def test_a_jsonl_file_runs_as_a_batch(gateway: ApiServer, tmp_path: Path) -> Non
     with ParleyClient(gateway.url, api_key=KEY_A) as client:
         from_file = list(client.run_batch(path, SINGLE, poll_s=0.3, progress=False))
     assert [(r.id, r.answer) for r in from_file] == [(f"q{i}", f"word{i}") for i in range(5)]
+    with ParleyClient(gateway.url, api_key=KEY_A) as client:
+        batch_id = client.get(str(from_file[0].job_id)).batch_id
+        assert batch_id is not None
+        assert client.delete_batch(batch_id).object == "batch.deleted"
+        with pytest.raises(ParleyNotFound):
+            client.get_batch(batch_id)
 
 
 def poll_usage(client: ParleyClient, run: Future[list[BatchResult]]) -> int:
