@@ -6,7 +6,6 @@ tests fail when a field was added (or changed) without regenerating it, and name
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from services.settings import ParleySettings
+from tests.support.scripts import load_script
 
 pytestmark = pytest.mark.unit
 
@@ -26,12 +26,7 @@ SCRIPT = REPO / "scripts" / "config_reference.py"
 
 
 def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("config_reference", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("config_reference")
 
 
 gen = _load_generator()

@@ -8,32 +8,23 @@ a real HTTP server serving a PEP 503 simple page, or a closed port.
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "pip"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pip_install", ROOT / "scripts" / "pip_install.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["pip_install"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-pip_install = _load()
+pip_install = load_script("pip_install")
 WHEEL_HERE = "demo_pkg-1.2.0-py3-none-any.whl"
 WHEEL_ELSEWHERE = "demo_pkg-1.3.0-cp311-cp311-win_amd64.whl"
 SDIST = "demo_pkg-1.4.0.tar.gz"

@@ -3,27 +3,16 @@ import circle among modules, and every file the "Adding …" sections send a rea
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from types import ModuleType
 
 import pytest
 
 from tests.docs.pages import ROOT
+from tests.support.scripts import load_script
 
 pytestmark = pytest.mark.unit
 PAGE = ROOT / "docs" / "architecture.md"
 CODE_PATH = re.compile(r"`([A-Za-z0-9_<>./-]+\.(?:py|txt|json|toml|md))`|`([a-z_]+/[A-Za-z0-9_<>./-]*/?)`")
-
-
-def _architecture() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("architecture", ROOT / "scripts" / "architecture.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["architecture"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def adding_sections() -> dict[str, str]:
@@ -65,7 +54,7 @@ def test_every_file_the_adding_sections_name_exists() -> None:
 
 
 def test_the_picture_is_drawn_from_the_imports_the_code_has_and_there_is_no_circle() -> None:
-    architecture = _architecture()
+    architecture = load_script("architecture")
     data = architecture.house()
     assert architecture.structure_drift(data) is None, "run .venv/bin/python scripts/architecture.py"
     assert data["circles"] == [], f"import circles among modules: {data['circles']}"

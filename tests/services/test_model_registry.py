@@ -5,7 +5,6 @@ routes (the registry name and the path of a local file)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import logging
 import re
@@ -46,6 +45,7 @@ from services.model_registry import (
 )
 from services.models_cli import models_app
 from services.settings import LLMSettings
+from tests.support.scripts import load_script
 
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
 
@@ -107,11 +107,9 @@ def test_the_measured_figures_are_those_of_the_report_folders_they_name() -> Non
             assert m.contains_ci[0] < m.contains < m.contains_ci[1], m
             checked += 1
     assert checked >= 3
-    spec = importlib.util.spec_from_file_location("model_figures", root / "scripts" / "model_figures.py")
-    assert spec and spec.loader
-    figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figures)
-    assert figures.main(["--check"]) == 0, "run .venv/bin/python scripts/model_figures.py"
+    assert load_script("model_figures").main(["--check"]) == 0, (
+        "run .venv/bin/python scripts/model_figures.py"
+    )
 
 
 @pytest.mark.unit
