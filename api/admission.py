@@ -4,7 +4,7 @@ A config that arrives over HTTP is the client's, and client input never chooses 
 connects, which credentials it sends, or how much it spends beyond the operator's limits. The engine
 accepts URLs and model names (the operator's CLI needs them); this gate refuses them for clients
 unless the operator allows client URLs (then no operator key is ever sent to them, see
-``services.llm_factory``), checks endpoint names against the ones the operator lists, refuses a
+``services.llm.factory``), checks endpoint names against the ones the operator lists, refuses a
 ``search_query`` mode the operator did not enable (``PARLEY_API_SEARCH_QUERY_MODES``: a client picks a
 mode by name, the prompt stays the engine's), and fills in or bounds the per-job budgets. Every
 refusal is a 422 problem naming the field.
@@ -23,7 +23,7 @@ from api.settings import ApiSettings
 from engine.config import DebateConfig
 from services.egress import parse_networks, refusal_as_written
 from services.jobstore import BatchRecord, JobRecord, JobStore, stored_size
-from services.metrics import REFUSALS
+from services.observability.metrics import REFUSALS
 
 
 def refused(field: str, msg: str) -> Refused:

@@ -30,10 +30,11 @@ from api.routes_ui import router as ui_router
 from api.routes_usage import router as usage_router
 from api.settings import ApiSettings
 from api.streams import StreamSlots, request_redis, stream_redis
-from services import telemetry
 from services.jobstore import RedisJobStore
-from services.metrics import QueueDepthCollector, instrument_app, serve_operator_metrics
-from services.settings import ObservabilitySettings, RetentionSettings
+from services.jobstore.settings import RetentionSettings
+from services.observability import telemetry
+from services.observability.metrics import QueueDepthCollector, instrument_app, serve_operator_metrics
+from services.observability.settings import ObservabilitySettings
 from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE, create_publisher
 
 log = logging.getLogger("parley.api")

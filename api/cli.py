@@ -42,7 +42,7 @@ def serve_api(
     if workers > 1:
         import tempfile
 
-        from services.metrics import enable_multiprocess
+        from services.observability.metrics import enable_multiprocess
 
         # The worker processes write metric files that any of them sums up for /metrics.
         enable_multiprocess(Path(tempfile.gettempdir()) / f"parley-api-{bind_port}")
@@ -64,8 +64,8 @@ def serve_api(
 
 def _api_logging() -> dict[str, Any]:
     """JSON logs when PARLEY_LOG_FORMAT=json: ours for every logger, and uvicorn told to keep out."""
-    from services.logging_setup import configure_logging
-    from services.settings import ObservabilitySettings
+    from services.observability.logging_setup import configure_logging
+    from services.observability.settings import ObservabilitySettings
 
     if ObservabilitySettings().log_format != "json":
         return {}

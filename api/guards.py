@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import IdempotencyInProgress, IdempotencyKeyInvalid, IdempotencyKeyReused
 from api.problems import Problem, problem_response
 from services.jobstore import DAY_S, RECORD_OVERHEAD, storage_key
-from services.metrics import REFUSALS
+from services.observability.metrics import REFUSALS
 
 PUBLIC_OWNER = "public"
 

@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 from api.errors import TooManyStreams
 from api.settings import ApiSettings
 from services.jobstore import TERMINAL, TERMINAL_EVENTS, Event, JobStore
-from services.metrics import REFUSALS
+from services.observability.metrics import REFUSALS
 
 log = logging.getLogger("parley.api")
 

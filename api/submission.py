@@ -24,7 +24,7 @@ from api.schemas import Accepted, DebateDeleted, DebateRequest, JobView, Progres
 from api.streams import JobEventReader, StreamSlot
 from engine.config import DebateConfig
 from services.jobstore import ACTIVE, BatchRecord, Event, JobFull, JobRecord, new_id, usage_day
-from services.metrics import REFUSALS
+from services.observability.metrics import REFUSALS
 from services.task_queue import QUEUE_INTERACTIVE
 
 

@@ -43,11 +43,9 @@ from engine.config import DebateConfig
 from engine.result import DebateResult
 from engine.runner import run_debate
 from evaluation.metrics import contains_match, f1_score, paired_bootstrap
-from services.embedded_llm import ServerKind, embedded_from_settings, find_llama_server
+from services.chat_model import ChatCompletion, ChatModel
 from services.knowledge import KnowledgePool
-from services.llm import ChatCompletion, ChatModel
-from services.llm_factory import build_role_models
-from services.settings import LLMSettings
+from services.llm import LLMSettings, ServerKind, build_role_models, embedded_from_settings, find_llama_server
 
 PATHS: dict[str, ServerKind] = {
     "native": "llama-server",

@@ -82,9 +82,7 @@ def real_pool() -> KnowledgePool:
 
 
 def bench_embedded(model: str, styles: list[str]) -> dict[str, Any]:
-    from services.embedded_llm import embedded_server
-    from services.llm_factory import build_role_models
-    from services.settings import LLMSettings
+    from services.llm import LLMSettings, build_role_models, embedded_server
 
     settings = LLMSettings()
     pool = real_pool()

@@ -40,7 +40,7 @@ from evaluation.datasets import Item
 from evaluation.report import answer_shares, example_answers, knowledge_label
 from evaluation.scoring import Scores, score_answer
 from evaluation.store import Workspace
-from services.llm_factory import RoleModelsFromSettings
+from services.llm import RoleModelsFromSettings
 
 ONE_CALL_PROTOCOLS = ("single", "cot", "rag")
 
@@ -218,8 +218,7 @@ def role_models(needed: bool) -> Iterator[RoleModelsFromSettings | None]:
     from rich.console import Console
 
     from inprocess.local_debate import llm_endpoint
-    from services.llm_factory import build_role_models
-    from services.settings import LLMSettings
+    from services.llm import LLMSettings, build_role_models
 
     settings = LLMSettings()
     with llm_endpoint(settings, Console(stderr=True)) as served:

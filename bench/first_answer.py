@@ -42,15 +42,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSEMBLE = (
-    "from services.settings import LLMSettings\n"
-    "from services.embedded_llm import MODELS, assemble_gguf\n"
+    "from services.llm import LLMSettings\n"
+    "from services.llm import MODELS, assemble_gguf\n"
     "s = LLMSettings()\n"
     "print(assemble_gguf(MODELS[s.embedded_model], s.cache_dir))\n"
 )
 START_SERVER = (
     "import time\n"
-    "from services.settings import LLMSettings\n"
-    "from services.embedded_llm import embedded_from_settings\n"
+    "from services.llm import LLMSettings\n"
+    "from services.llm import embedded_from_settings\n"
     "t = time.perf_counter()\n"
     "with embedded_from_settings(LLMSettings()) as server:\n"
     "    print(f'{server.kind} answered after {time.perf_counter() - t:.1f} s')\n"

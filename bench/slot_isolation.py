@@ -38,7 +38,7 @@ from typing import Any, Literal, cast
 import httpx
 
 from parley_testing.isolation import REPLY_SCHEMA, Conversation, conversations, judge
-from services.embedded_llm import ServerKind, embedded_server
+from services.llm import ServerKind, embedded_server
 
 MODES = ("pinned", "server-chosen")
 

@@ -142,8 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     variants = [v for v in args.variants.split(",") if v]
     if "base" not in variants or any(v not in VARIANTS for v in variants):
         parser.error(f"--variants: a list of {', '.join(VARIANTS)} that includes base")
-    from services.embedded_llm import find_llama_server, resolve_model
-    from services.settings import LLMSettings
+    from services.llm import LLMSettings, find_llama_server, resolve_model
 
     binary = find_llama_server()
     if binary is None:

@@ -191,8 +191,7 @@ def isolated_prompt_rate(url: str, model: str) -> float:
     ``bench.embedded_speed.throughput``), so the build's speed shows apart from what the batch adds:
     decoding, cache hits, debates of other lengths."""
     from bench.embedded_speed import throughput as prompt_rate
-    from services.llm_factory import build_role_models
-    from services.settings import LLMSettings
+    from services.llm import LLMSettings, build_role_models
 
     async def measure() -> float:
         models = build_role_models(LLMSettings(), base_url=url, model=model, structured_output="off")
@@ -437,7 +436,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="keep the rows of --out's report (same questions, config and model) and run only the others",
     )
     args = parser.parse_args(argv)
-    from services.embedded_llm import find_llama_server
+    from services.llm import find_llama_server
 
     servers = [s for s in args.servers.split(",") if s]
     skipped = [s for s in servers if s == "native" and find_llama_server() is None]

@@ -27,8 +27,7 @@ from services.task_queue import COMMON_CONF, QUEUE_INTERACTIVE, TASK_RUN_DEBATE,
 
 if TYPE_CHECKING:
     from debate_worker.tasks import WorkerRuntime
-    from services.replica_load import RedisReplicaLoad
-    from services.replicas import ReplicaRegistry
+    from services.llm import RedisReplicaLoad, ReplicaRegistry
 
 
 def create_worker_app(settings: WorkerSettings, runtime: WorkerRuntime | None = None) -> Celery:
@@ -53,10 +52,9 @@ def share_replica_load(
     settings: WorkerSettings, registry: ReplicaRegistry | None = None
 ) -> RedisReplicaLoad | None:
     """Make this process's replica choices see every worker process's LLM calls in flight, shared
-    through Redis (``services.replica_load``); with ``replica_load_ttl_s`` 0 each process counts its
+    through Redis (``services.llm.replica_load``); with ``replica_load_ttl_s`` 0 each process counts its
     own calls only. Returns the sharing (``RedisReplicaLoad``), or None."""
-    from services.replica_load import RedisReplicaLoad
-    from services.replicas import REPLICA_HEALTH
+    from services.llm import REPLICA_HEALTH, RedisReplicaLoad
 
     target = registry or REPLICA_HEALTH
     if settings.replica_load_ttl_s <= 0:

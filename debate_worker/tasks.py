@@ -42,20 +42,21 @@ from engine.context import RoleModels, Spend
 from engine.result import Checkpoint, TranscriptRecord
 from engine.runner import run_debate
 from engine.search_passage import SearchPassage, prepare_knowledge, write_search_passage
-from services import telemetry
-from services.embedded_llm import ServedModel
-from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
-from services.knowledge import GivenKnowledge, KnowledgePool, PoolBuilder, empty_pool, pool_from_items
-from services.llm import (
+from services.chat_model import (
     LLMContextExceeded,
     LLMEgressRefused,
     LLMError,
     LLMProtocolError,
     LLMRateLimited,
 )
-from services.logging_setup import job_log_context
-from services.metrics import observe_debate, observe_job, observe_started
-from services.settings import LLMSettings, RetentionSettings, RetrieverClientSettings
+from services.jobstore import ACTIVE, JobRecord, JobStore, RedisJobStore
+from services.jobstore.settings import RetentionSettings
+from services.knowledge import GivenKnowledge, KnowledgePool, PoolBuilder, empty_pool, pool_from_items
+from services.llm import LLMSettings, ServedModel
+from services.observability import telemetry
+from services.observability.logging_setup import job_log_context
+from services.observability.metrics import observe_debate, observe_job, observe_started
+from services.settings import RetrieverClientSettings
 from services.task_queue import TASK_RUN_DEBATE
 
 log = logging.getLogger("parley.worker")
@@ -88,7 +89,7 @@ def _default_models(
     llm: LLMSettings, served: ServedModel | None, client_url_networks: list[str]
 ) -> ClosableRoleModels:
     from services.egress import PublicOnlyTransport
-    from services.llm_factory import build_role_models
+    from services.llm import build_role_models
 
     # A job's config comes from a client: a URL its team gives reaches public addresses only.
     guard = PublicOnlyTransport(client_url_networks)

@@ -13,7 +13,7 @@ import typer
 
 if TYPE_CHECKING:
     from debate_worker.worker_settings import WorkerSettings
-    from services.settings import ObservabilitySettings
+    from services.observability.settings import ObservabilitySettings
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
 
@@ -57,7 +57,7 @@ def run_worker(
     runtime.llm_base_url = llm_url or runtime.llm.base_url
     embedded = None
     if runtime.llm_base_url is None:
-        from services.embedded_llm import embedded_from_settings
+        from services.llm import embedded_from_settings
 
         embedded = embedded_from_settings(runtime.llm)
         server = embedded.__enter__()
@@ -66,7 +66,7 @@ def run_worker(
         typer.echo(f"embedded LLM ({server.kind}) at {runtime.llm_base_url}")
     celery = create_worker_app(settings, runtime)
     if settings.metrics_port:
-        from services.metrics import serve_metrics
+        from services.observability.metrics import serve_metrics
 
         # In the main process, before the pool forks: it stays up while children are recycled.
         try:
@@ -106,10 +106,10 @@ def run_worker(
 def observe_worker(settings: WorkerSettings) -> ObservabilitySettings:
     """Metrics in multiprocess mode (the prefork children write files the main process serves),
     traces when an OTLP endpoint is set, and JSON logs through Celery's own logging hook."""
-    from services import telemetry
-    from services.logging_setup import bind_celery_task_logs, configure_logging
-    from services.metrics import enable_multiprocess, worker_metrics_dir
-    from services.settings import ObservabilitySettings
+    from services.observability import telemetry
+    from services.observability.logging_setup import bind_celery_task_logs, configure_logging
+    from services.observability.metrics import enable_multiprocess, worker_metrics_dir
+    from services.observability.settings import ObservabilitySettings
 
     observability = ObservabilitySettings()
     bind_celery_task_logs()

@@ -26,8 +26,8 @@ from engine.registry import role_endpoints
 from engine.result import TranscriptRecord, Usage
 from services.chat_model import ChatCompletion, ChatMessage, ChatModel, LateReply, LLMError, LLMTimeout
 from services.knowledge import KnowledgePool
-from services.metrics import observe_late_settlement, observe_llm_call, observe_llm_error
-from services.telemetry import RoundSpans
+from services.observability.metrics import observe_late_settlement, observe_llm_call, observe_llm_error
+from services.observability.telemetry import RoundSpans
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
 

@@ -330,8 +330,7 @@ def default_prompt_style(setting: str, *, api: bool) -> str:
     gateway, keep the papers' wording."""
     if setting != "auto":
         return setting
-    from services.model_registry import ALIASES, MODELS
-    from services.settings import LLMSettings
+    from services.llm import ALIASES, MODELS, LLMSettings
 
     if api:
         return "paper"

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from services.llm import ChatMessage, ChatModel, LLMError
+from services.chat_model import ChatMessage, ChatModel, LLMError
 
 # The role definition printed just above Prompt C.1.
 JUDGE_ROLE = (

@@ -25,7 +25,7 @@ from engine.result import DebateResult
 from inprocess.local_debate import build_knowledge, llm_endpoint
 from services.errors import ParleyError
 from services.knowledge import KnowledgePool
-from services.settings import LLMSettings
+from services.llm import LLMSettings
 
 
 class LiveView:
@@ -128,7 +128,7 @@ async def _run(
     question: str, config: DebateConfig, console: Console, live: bool, llm_settings: LLMSettings
 ) -> DebateResult:
     from engine.runner import run_debate
-    from services.llm_factory import build_role_models
+    from services.llm import build_role_models
 
     view = LiveView(console) if live else None
     # The model starts first: with search_query=passage it writes what the pool is searched with.

@@ -20,8 +20,7 @@ async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: 
     from evaluation.harness import plan_request, resolve_pool_source
     from evaluation.runner import needs_retriever
     from inprocess.local_debate import llm_endpoint, pool_builder
-    from services.llm_factory import build_role_models
-    from services.settings import LLMSettings
+    from services.llm import LLMSettings, build_role_models
 
     specs = plan_request(request)
     dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)

@@ -13,9 +13,9 @@ from engine.context import RoleModels
 from engine.result import DebateResult, TranscriptRecord
 from engine.runner import EventSink
 from engine.search_passage import prepare_knowledge
-from services.embedded_llm import ServedModel
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
-from services.settings import LLMSettings, RetrieverClientSettings
+from services.llm import LLMSettings, ServedModel
+from services.settings import RetrieverClientSettings
 
 
 @contextlib.contextmanager
@@ -24,7 +24,7 @@ def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[ServedMode
     if settings.base_url:
         yield ServedModel(settings.base_url, settings.model)
         return
-    from services.embedded_llm import describe_model, embedded_from_settings
+    from services.llm import describe_model, embedded_from_settings
 
     with console.status(f"Preparing embedded model {describe_model(settings.embedded_model)} …") as status:
 
@@ -116,7 +116,7 @@ class LocalDebater:
         self, question: str, config: DebateConfig, on_event: EventSink | None = None
     ) -> DebateResult:
         from engine.runner import run_debate
-        from services.llm_factory import build_role_models
+        from services.llm import build_role_models
 
         if self._served is None:
             self._served = self._stack.enter_context(llm_endpoint(self.llm_settings, self.console))

@@ -26,8 +26,7 @@ def build_app() -> typer.Typer:
     from parley_cli.mcp import mcp_command
     from parley_cli.up import up
     from retriever.cli import index_app, serve
-    from services.llm_cli import llm_app
-    from services.models_cli import models_app
+    from services.llm import llm_app, models_app
 
     # What the sub-commands are handed rather than import: `parley eval` runs in this process through
     # the in-process runner, which the harness may not import (it opens the retriever's index).

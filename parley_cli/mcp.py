@@ -66,7 +66,7 @@ def _serve_in_process(transport: Literal["stdio", "http"], host: str, port: int)
     from inprocess.local_debate import LocalDebater
     from inprocess.mcp_tools import LocalTools
     from parley_client.mcp_server import build_server
-    from services.settings import LLMSettings
+    from services.llm import LLMSettings
 
     debater = LocalDebater(LLMSettings(), Console(stderr=True))
     server = build_server(LocalTools(debater))

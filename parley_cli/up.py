@@ -33,10 +33,11 @@ import typer
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.settings import ParleySettings, batch_defaults, default_data_dir
+from services.llm import batch_defaults
+from services.settings import ParleySettings, default_data_dir
 
 if TYPE_CHECKING:
-    from services.settings import LLMSettings
+    from services.llm import LLMSettings
 
 KeysMode = Literal["env", "generate"]
 
@@ -255,7 +256,7 @@ def plan(
 ) -> Plan:
     """The components and their environments, from the settings; refuses what must not run."""
     from api.settings import ApiSettings
-    from services.settings import LLMSettings
+    from services.llm import LLMSettings
 
     api = ApiSettings()
     llm = LLMSettings()
@@ -322,7 +323,7 @@ def plan(
     worker_env["PARLEY_LLM_BASE_URL"] = llm_url
     if environ.get("PARLEY_LLM_BASE_URL") is None and llm.base_url is None:
         # The embedded server takes JSON schemas. Batches: one debate per core at once, their calls
-        # filling the server's slots (services.settings.batch_defaults, measured by bench.throughput);
+        # filling the server's slots (services.llm.settings.batch_defaults, measured by bench.throughput);
         # anything set in the environment wins.
         worker_env.setdefault("PARLEY_LLM_STRUCTURED_OUTPUT", "json_schema")
         worker_env.setdefault("PARLEY_LLM_MAX_CONCURRENCY", str(batch.max_concurrency))
@@ -414,11 +415,11 @@ def check_model_file(llm: LLMSettings) -> None:
     """A local GGUF (``PARLEY_LLM_EMBEDDED_MODEL=/path/model.gguf``) is checked here, before anything
     starts: a file that is missing, not a GGUF, not a chat model or too short a context stops
     ``parley up`` with the reason instead of an llm service that never turns healthy."""
-    from services.model_registry import EmbeddedLLMError, is_model_path
+    from services.llm import EmbeddedLLMError, is_model_path
 
     if not is_model_path(llm.embedded_model):
         return
-    from services.gguf import check_servable, read_gguf
+    from services.llm import check_servable, read_gguf
 
     try:
         check_servable(read_gguf(Path(llm.embedded_model).expanduser()), n_ctx=llm.embedded_ctx)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from services.llm import ChatMessage
+from services.chat_model import ChatMessage
 
 _WORDS = [
     *("amber", "basalt", "cobalt", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "juniper"),

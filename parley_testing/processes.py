@@ -25,7 +25,7 @@ from parley_testing.scripted_llm import free_port
 
 if TYPE_CHECKING:
     from api.settings import ApiSettings
-    from services.settings import RetentionSettings
+    from services.jobstore.settings import RetentionSettings
 
 # The repository root: worker processes import the packages from here.
 ROOT = Path(__file__).resolve().parents[1]

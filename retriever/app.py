@@ -28,10 +28,11 @@ from retriever.query_text import clean_text
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings, SearchMode
 from retriever.vector_store import VectorStoreError
-from services import telemetry
 from services.knowledge import KnowledgePool
-from services.logging_setup import configure_logging
-from services.metrics import instrument_app, observe_pool
+from services.observability import telemetry
+from services.observability.logging_setup import configure_logging
+from services.observability.metrics import instrument_app, observe_pool
+from services.observability.settings import ObservabilitySettings
 from services.problem_details import (
     BM25_UNAVAILABLE,
     INDEX_MISSING,
@@ -42,7 +43,6 @@ from services.problem_details import (
     problem_response,
     validation_errors,
 )
-from services.settings import ObservabilitySettings
 
 log = logging.getLogger("parley.retriever")
 

@@ -1,13 +1,13 @@
-"""The figures `parley models` shows, computed from the report folders they cite, into services/models.json.
+"""The figures `parley models` shows, computed from the reports they cite, into services/llm/models.json.
 
-    .venv/bin/python scripts/model_figures.py            # write the figures into services/models.json
+    .venv/bin/python scripts/model_figures.py            # write the figures into services/llm/models.json
     .venv/bin/python scripts/model_figures.py --check    # exit 1 when the file differs from the reports
 
 For each measured run a model names (``{"run": "madke", "report": "reports/evidence"}``) it reads
 ``<report>/results/<run>.jsonl`` and keeps the questions that finished: their number, the mean
 contains-accuracy with the evaluation harness's percentile bootstrap 95 % CI (10,000 resamples, seed 0)
 and the mean wall seconds of one debate (each item's own ``seconds``: a debate's time, however many ran
-at once beside it). tests/services/test_model_registry.py runs the same check.
+at once beside it). tests/services/llm/test_registry.py runs the same check.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-REGISTRY = ROOT / "services" / "models.json"
+REGISTRY = ROOT / "services" / "llm" / "models.json"
 SAMPLES, SEED = 10_000, 0
 
 

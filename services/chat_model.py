@@ -1,6 +1,6 @@
 """The chat-model port: what the engine and every other caller depend on to talk to a model, and nothing
 that opens a socket. The ``ChatModel`` protocol every backend implements (the HTTP client in
-``services.llm``, the replica sets behind it, the tests' scripted models), the messages and the
+``services.llm.client``, the replica sets behind it, the tests' scripted models), the messages and the
 completion it returns, and the typed errors a call can end with. The engine imports this module, never
 the client: a backend can change without the engine knowing.
 """

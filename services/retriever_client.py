@@ -1,7 +1,7 @@
 """HTTP client of the retrieval service: how workers (and ``parley ask`` with a URL) get knowledge pools.
 
 It implements ``services.knowledge.PoolBuilder``. Retries are the shared loop of
-``services.http_client``, bounded: connection errors, timeouts and 5xx are retried with exponential
+``parley_wire.http``, bounded: connection errors, timeouts and 5xx are retried with exponential
 backoff and jitter (a ``Retry-After`` wins); 4xx fail at once. A 503 whose problem ``type`` is
 ``/problems/index-missing`` is not retried either (waiting does not build an index) and surfaces as
 ``RetrieverIndexMissing`` with the service's how-to-build message.

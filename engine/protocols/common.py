@@ -160,7 +160,7 @@ def view_seed(config: DebateConfig, round: int, agent: int) -> int:
 
 # ------------------------------------------------------------------------------------------ teams
 class AgentClientFactory(Protocol):
-    """What ``services.llm_factory.RoleModelsFromSettings`` offers for per-agent endpoints."""
+    """What ``services.llm.factory.RoleModelsFromSettings`` offers for per-agent endpoints."""
 
     def agent_client(
         self,

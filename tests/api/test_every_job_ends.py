@@ -26,7 +26,7 @@ import pytest
 from debate_worker.sweeper import JobSweeper
 from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import JobRecord, RedisJobStore
-from services.settings import DEFAULT_JOB_TTL_S
+from services.jobstore.settings import DEFAULT_JOB_TTL_S
 from tests.api.conftest import KEY_A, api_settings
 from tests.api.support import (
     JUDGE,

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from services.jobstore import BatchRecord, JobRecord, RedisJobStore, new_id
-from services.settings import DEFAULT_JOB_TTL_S
+from services.jobstore.settings import DEFAULT_JOB_TTL_S
 from tests.api.support import ApiServer, RedisServer
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from services.settings import RetentionSettings
+from services.jobstore.settings import RetentionSettings
 from tests.api.conftest import KEY_A, api_settings
 from tests.api.support import ApiServer, RedisServer, WorkerProcess, wait_status, worker_env
 from tests.api.test_flow import read_sse

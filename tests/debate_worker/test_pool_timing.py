@@ -14,8 +14,8 @@ import pytest
 from debate_worker.pool_timing import PoolTiming
 from debate_worker.tasks import JobRunner
 from services.jobstore import RedisJobStore, new_id
+from services.jobstore.settings import DEFAULT_JOB_TTL_S
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.settings import DEFAULT_JOB_TTL_S
 from tests.api.support import RedisServer
 from tests.debate_worker.test_tasks import Models, new_job, runtime
 from tests.support.scripted_llm import ScriptedLLM

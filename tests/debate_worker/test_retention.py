@@ -19,7 +19,9 @@ from debate_worker.sweeper import JobSweeper
 from debate_worker.tasks import JobRunner, WorkerRuntime
 from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import EVENTS_GRACE_S, BatchRecord, JobRecord, RedisJobStore, new_id
-from services.settings import LLMSettings, RetentionSettings, RetrieverClientSettings
+from services.jobstore.settings import RetentionSettings
+from services.llm.settings import LLMSettings
+from services.settings import RetrieverClientSettings
 from tests.api.support import RedisServer, script_agreeing
 from tests.debate_worker.test_tasks import Models
 from tests.support.scripted_llm import ScriptedLLM

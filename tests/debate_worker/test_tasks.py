@@ -18,10 +18,13 @@ import pytest
 
 from debate_worker.tasks import JobRunner, WorkerRuntime
 from debate_worker.worker_settings import WorkerSettings
+from services.chat_model import ChatCompletion, ChatMessage
 from services.jobstore import JobRecord, RedisJobStore, new_id
+from services.jobstore.settings import DEFAULT_JOB_TTL_S
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm import ChatCompletion, ChatMessage, OpenAIChatClient
-from services.settings import DEFAULT_JOB_TTL_S, LLMSettings, RetrieverClientSettings
+from services.llm.client import OpenAIChatClient
+from services.llm.settings import LLMSettings
+from services.settings import RetrieverClientSettings
 from tests.api.support import JUDGE, RedisServer, script_agreeing
 from tests.support.scripted_llm import ScriptedLLM, free_port, request_text
 

@@ -1,7 +1,7 @@
 """deploy/prometheus and deploy/grafana: validated by promtool and against the metrics the code exports.
 
 Grafana is not packaged for Debian, so its dashboard is checked by parsing: every metric a panel
-queries must be one ``services.metrics`` exports, or the panel would stay empty forever.
+queries must be one ``services.observability.metrics`` exports, or the panel would stay empty forever.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.metrics import exported_names
+from services.observability.metrics import exported_names
 
 pytestmark = pytest.mark.unit
 

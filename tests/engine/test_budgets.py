@@ -17,8 +17,9 @@ from engine.budget import BudgetExhausted, CallBudget, prompt_token_bound
 from engine.config import DebateConfig
 from engine.context import SingleModel, Spend
 from engine.runner import run_debate
+from services.chat_model import ChatMessage, LLMError
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm import ChatMessage, LLMError, OpenAIChatClient, RetryPolicy
+from services.llm.client import OpenAIChatClient, RetryPolicy
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 pytestmark = pytest.mark.unit

@@ -23,9 +23,10 @@ from engine.budget import CallBudget, prompt_token_bound
 from engine.config import DebateConfig
 from engine.context import SingleModel
 from engine.runner import run_debate
-from services.llm import LLMTimeout, OpenAIChatClient, RetryPolicy
-from services.metrics import LLM_LATE_SETTLEMENTS
-from services.replicas import REPLICA_HEALTH, affinity
+from services.chat_model import LLMTimeout
+from services.llm.client import OpenAIChatClient, RetryPolicy
+from services.llm.replicas import REPLICA_HEALTH, affinity
+from services.observability.metrics import LLM_LATE_SETTLEMENTS
 from tests.engine.test_budgets import POOL, script
 from tests.engine.usage_sink import Sink
 from tests.support.scripted_llm import ScriptedLLM

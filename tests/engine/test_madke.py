@@ -11,7 +11,7 @@ from engine.context import SingleModel
 from engine.result import Checkpoint, DebateResult
 from engine.runner import run_debate
 from services.knowledge import KnowledgePool
-from services.llm import OpenAIChatClient
+from services.llm.client import OpenAIChatClient
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 pytestmark = pytest.mark.unit

@@ -15,7 +15,7 @@ from engine.protocols.madke import robust as madke_robust
 from engine.result import DebateResult
 from engine.runner import run_debate
 from services.knowledge import KnowledgePool
-from services.llm import OpenAIChatClient
+from services.llm.client import OpenAIChatClient
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.unit

@@ -23,7 +23,7 @@ from engine.search_passage import (
     write_search_passage,
 )
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm import OpenAIChatClient
+from services.llm.client import OpenAIChatClient
 from tests.engine.usage_sink import Sink
 from tests.support.scripted_llm import ScriptedLLM, request_text
 

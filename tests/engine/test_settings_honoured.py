@@ -16,7 +16,7 @@ from engine.config import HONOURED, AgentSpec, DebateConfig, ignored_settings
 from engine.context import SingleModel
 from engine.runner import run_debate
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm import OpenAIChatClient
+from services.llm.client import OpenAIChatClient
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.unit

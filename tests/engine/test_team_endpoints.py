@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from engine.config import AgentSpec, DebateConfig
 from engine.runner import run_debate
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm_factory import RoleModelsFromSettings, UnknownEndpoint
-from services.settings import LLMSettings
+from services.llm.factory import RoleModelsFromSettings, UnknownEndpoint
+from services.llm.settings import LLMSettings
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 pytestmark = pytest.mark.unit

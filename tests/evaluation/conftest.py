@@ -12,7 +12,7 @@ import pytest
 
 from engine.context import SingleModel
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm import OpenAIChatClient, RetryPolicy
+from services.llm.client import OpenAIChatClient, RetryPolicy
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 # Question → what the scripted debaters answer. q1, q2 right; q3 wrong; q4 a bare number.

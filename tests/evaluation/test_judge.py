@@ -10,7 +10,7 @@ import pytest
 
 from evaluation.harness import EvalRequest, evaluate
 from evaluation.judge import LLMJudge, judge_messages, parse_judge_verdict
-from services.llm import OpenAIChatClient, RetryPolicy
+from services.llm.client import OpenAIChatClient, RetryPolicy
 from tests.evaluation.conftest import models_for
 from tests.support.scripted_llm import ScriptedLLM, request_text
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from parley_cli.up import UpError, UpSettings, plan
-from services.settings import batch_defaults
+from services.llm.settings import batch_defaults
 from tests.api.support import script_agreeing
 from tests.support.scripted_llm import ScriptedLLM, free_port
 

@@ -25,7 +25,7 @@ from retriever.embedder import Embedder
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
 from retriever.websearch import SearxngSearch
-from services.llm import OpenAIChatClient
+from services.llm.client import OpenAIChatClient
 from tests.retriever.support import ReplayServer, searxng_body
 from tests.support.scripted_llm import ScriptedLLM, request_text
 

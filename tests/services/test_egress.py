@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from api.settings import ApiSettings
 from debate_worker.worker_settings import WorkerSettings
+from services.chat_model import ChatMessage, LLMEgressRefused
 from services.egress import (
     EgressRefused,
     PublicOnlyTransport,
@@ -33,9 +34,9 @@ from services.egress import (
     parse_networks,
     system_resolver,
 )
-from services.llm import ChatMessage, LLMEgressRefused, OpenAIChatClient
-from services.llm_factory import RoleModelsFromSettings
-from services.settings import LLMSettings
+from services.llm.client import OpenAIChatClient
+from services.llm.factory import RoleModelsFromSettings
+from services.llm.settings import LLMSettings
 from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
 pytestmark = pytest.mark.unit

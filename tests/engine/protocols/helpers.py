@@ -9,7 +9,7 @@ from engine.context import SingleModel
 from engine.result import DebateResult
 from engine.runner import run_debate
 from services.knowledge import KnowledgePool, empty_pool
-from services.llm import OpenAIChatClient
+from services.llm.client import OpenAIChatClient
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
 QUESTION = "Which city is the capital of France?"

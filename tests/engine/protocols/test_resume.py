@@ -12,7 +12,7 @@ from engine.result import Checkpoint
 from engine.runner import run_debate
 from evaluation.kks.generator import generate_dataset
 from services.knowledge import empty_pool
-from services.llm import OpenAIChatClient
+from services.llm.client import OpenAIChatClient
 from tests.engine.protocols.helpers import QUESTION
 from tests.support.scripted_llm import ScriptedLLM
 

@@ -8,8 +8,8 @@ from engine.config import AgentSpec, DebateConfig
 from engine.protocols.common import GoldRequired, order_views, path_consistency
 from engine.runner import run_debate
 from services.knowledge import KnowledgePool, empty_pool
-from services.llm_factory import RoleModelsFromSettings
-from services.settings import LLMSettings
+from services.llm.factory import RoleModelsFromSettings
+from services.llm.settings import LLMSettings
 from tests.engine.protocols.helpers import QUESTION, debate, texts
 from tests.support.scripted_llm import ScriptedLLM, request_text
 

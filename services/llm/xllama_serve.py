@@ -1,6 +1,6 @@
 """llama.cpp's HTTP server from the prebuilt ``xllamacpp`` wheel, as a process of its own.
 
-``python -m services.xllama_serve --model F --port P …`` takes the same options as llama.cpp's
+``python -m services.llm.xllama_serve --model F --port P …`` takes the same options as llama.cpp's
 ``llama-server`` (the subset Parley uses), so the embedded-server supervisor starts either one with one
 command line and watches a child process it can kill and restart. xllamacpp (Xorbits, MIT) runs
 llama.cpp's own C++ server in-process: the same slots, per-slot prompt cache with ``cached_tokens`` in
@@ -52,7 +52,9 @@ def unsupported_cpu_message(missing: Sequence[str]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m services.xllama_serve", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m services.llm.xllama_serve", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--model", type=Path, required=True, help="the GGUF file")
     ap.add_argument("--alias", default=None, help="the model name clients send")
     ap.add_argument("--host", default="127.0.0.1")

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from services.settings import ObservabilitySettings
+    from services.observability.settings import ObservabilitySettings
 
 log = logging.getLogger("parley.telemetry")
 

@@ -18,11 +18,11 @@ from pydantic import ValidationError
 
 from engine.config import DebateConfig
 from engine.runner import run_debate
+from services.chat_model import ChatMessage, LLMUnavailable
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm import ChatMessage, LLMUnavailable, OpenAIChatClient, RetryPolicy
-from services.llm_factory import RoleModelsFromSettings
-from services.logging_setup import job_log_context
-from services.replicas import (
+from services.llm.client import OpenAIChatClient, RetryPolicy
+from services.llm.factory import RoleModelsFromSettings
+from services.llm.replicas import (
     REPLICA_HEALTH,
     ReplicaRegistry,
     ReplicaSet,
@@ -30,7 +30,8 @@ from services.replicas import (
     affinity_key,
     split_base_urls,
 )
-from services.settings import LLMSettings
+from services.llm.settings import LLMSettings
+from services.observability.logging_setup import job_log_context
 from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
 pytestmark = pytest.mark.unit

@@ -8,16 +8,8 @@ from typing import Any
 
 import pytest
 
-from services.llm import (
-    ChatMessage,
-    LLMBadRequest,
-    LLMRateLimited,
-    LLMServerError,
-    LLMUnavailable,
-    OpenAIChatClient,
-    RetryPolicy,
-    parse_retry_after,
-)
+from services.chat_model import ChatMessage, LLMBadRequest, LLMRateLimited, LLMServerError, LLMUnavailable
+from services.llm.client import OpenAIChatClient, RetryPolicy, parse_retry_after
 from tests.support.scripted_llm import ScriptedLLM, free_port
 
 pytestmark = pytest.mark.unit
@@ -151,9 +143,9 @@ def test_retry_after_parsing() -> None:
 async def test_embedded_endpoint_keeps_at_most_one_request_per_slot_in_flight(tmp_path: Path) -> None:
     """The embedded server decodes one request per slot; more would queue at the server and spend
     their read timeout waiting, so they wait in the client instead."""
-    from services.embedded_llm import EmbeddedLLMServer
-    from services.llm_factory import build_role_models
-    from services.settings import LLMSettings
+    from services.llm.embedded import EmbeddedLLMServer
+    from services.llm.factory import build_role_models
+    from services.llm.settings import LLMSettings
 
     with ScriptedLLM(latency_s=0.1) as server:
         embedded = EmbeddedLLMServer(tmp_path / "m.gguf", alias="m", slots=2)

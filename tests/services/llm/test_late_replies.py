@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from services.llm import ChatMessage, LLMTimeout, OpenAIChatClient, RetryPolicy
-from services.replicas import REPLICA_HEALTH, affinity
+from services.chat_model import ChatMessage, LLMTimeout
+from services.llm.client import OpenAIChatClient, RetryPolicy
+from services.llm.replicas import REPLICA_HEALTH, affinity
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.unit

@@ -1,12 +1,12 @@
 """Async client for OpenAI-compatible ``/v1/chat/completions`` endpoints.
 
 Every model Parley talks to (the embedded llama.cpp server, vLLM, Ollama, TGI, OpenAI, LiteLLM) is
-reached through this one client. Retries are the shared loop of ``services.http_client`` and nowhere
+reached through this one client. Retries are the shared loop of ``parley_wire.http`` and nowhere
 else: connection errors, 408, 409, 429 and 5xx are retried with exponential backoff and full jitter
 (``Retry-After`` wins when the server sends it); other 4xx fail at once. A per-server semaphore
 bounds in-flight requests so that a batch cannot flood a server that serves one request at a time.
 
-An endpoint may be several servers of one model (``services.replicas``): every attempt of the retry
+An endpoint may be several servers of one model (``services.llm.replicas``): every attempt of the retry
 loop asks the replica set where to go, so a call that fails on one replica is retried on another, and
 the usage of a call is what the replica that answered it reported, exactly as with one URL.
 
@@ -30,6 +30,10 @@ from typing import Any, Literal
 
 import httpx
 
+# RetryPolicy is the shared retry layer's; LLM callers import it from here.
+from parley_wire.http import RetryPolicy as RetryPolicy
+from parley_wire.http import Unreachable, parse_retry_after, send_with_retries
+
 # The port (messages, completions, errors, the ChatModel protocol) lives in services.chat_model; its
 # names are re-exported here for the callers that take them with the client.
 from services.chat_model import ChatCompletion as ChatCompletion
@@ -50,11 +54,7 @@ from services.chat_model import StructuredMode as StructuredMode
 from services.chat_model import context_refusal as context_refusal
 from services.chat_model import redact_url as redact_url
 from services.egress import EgressRefused
-
-# RetryPolicy is the shared retry layer's; LLM callers import it from here.
-from services.http_client import RetryPolicy as RetryPolicy
-from services.http_client import Unreachable, parse_retry_after, send_with_retries
-from services.replicas import REPLICA_HEALTH, ReplicaRegistry, ReplicaSet, affinity_key
+from services.llm.replicas import REPLICA_HEALTH, ReplicaRegistry, ReplicaSet, affinity_key
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -200,7 +200,7 @@ class OpenAIChatClient:
         replica_spill_gap: int | None = 2,
         replica_registry: ReplicaRegistry = REPLICA_HEALTH,
     ) -> None:
-        # Several URLs: replicas of one model, chosen per attempt (``services.replicas``). A string
+        # Several URLs: replicas of one model, chosen per attempt (``services.llm.replicas``). A string
         # is one URL, never split here: only the operator's settings list replicas.
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self._replicas = ReplicaSet(

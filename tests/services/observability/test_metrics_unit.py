@@ -12,15 +12,15 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from services.logging_setup import JsonFormatter, job_log_context, make_handler
-from services.metrics import (
+from services.observability.logging_setup import JsonFormatter, job_log_context, make_handler
+from services.observability.metrics import (
     QUEUE_DEPTH_NAME,
     QueueDepthCollector,
     exported_names,
     job_outcome,
     worker_metrics_dir,
 )
-from services.settings import ObservabilitySettings
+from services.observability.settings import ObservabilitySettings
 from tests.api.support import RedisServer
 
 pytestmark = pytest.mark.unit

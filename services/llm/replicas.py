@@ -30,7 +30,7 @@ a ``ReplicaSet`` before every attempt where to send it:
   has passed, the next call is sent there as a probe (half-open: one call at a time) and its success
   takes the replica back. A debate bound to an ejected replica moves to another for good.
 
-Retries are not done here: the LLM client's one retry loop (``services.http_client``) calls ``pick``
+Retries are not done here: the LLM client's one retry loop (``parley_wire.http``) calls ``pick``
 again for its next attempt, which avoids the replicas this call already tried while others are
 usable. Health is shared by all sets in a process that list the same URL; a single URL is passed
 straight through (no health state, exactly as before replicas existed).
@@ -75,7 +75,7 @@ def affinity_key() -> str | None:
     explicit = _affinity.get()
     if explicit is not None:
         return explicit
-    from services.logging_setup import current_job_id
+    from services.observability.logging_setup import current_job_id
 
     return current_job_id()
 
@@ -130,7 +130,7 @@ class ReplicaHealth:
 
 class SharedReplicaLoad(Protocol):
     """Calls in flight per replica URL, shared by the processes that call the same replicas, so each
-    sees the load the others put on a server (``services.replica_load`` keeps them in Redis).
+    sees the load the others put on a server (``services.llm.replica_load`` keeps them in Redis).
 
     Both methods return at once and never raise: a call is never held up or failed by the sharing,
     which at worst leaves a process with its own counts only."""
@@ -438,13 +438,17 @@ class ReplicaSet:
 
 
 def _observe_pick(name: str, index: int) -> None:
-    from services.metrics import LLM_REPLICA_IN_FLIGHT
+    from services.observability.metrics import LLM_REPLICA_IN_FLIGHT
 
     LLM_REPLICA_IN_FLIGHT.labels(name, str(index)).inc()
 
 
 def _observe_release(name: str, index: int, outcome: Outcome, ejected: bool) -> None:
-    from services.metrics import LLM_REPLICA_ATTEMPTS, LLM_REPLICA_EJECTIONS, LLM_REPLICA_IN_FLIGHT
+    from services.observability.metrics import (
+        LLM_REPLICA_ATTEMPTS,
+        LLM_REPLICA_EJECTIONS,
+        LLM_REPLICA_IN_FLIGHT,
+    )
 
     LLM_REPLICA_IN_FLIGHT.labels(name, str(index)).dec()
     LLM_REPLICA_ATTEMPTS.labels(name, str(index), outcome).inc()

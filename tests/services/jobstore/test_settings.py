@@ -7,7 +7,7 @@ import logging
 import pytest
 from pydantic import ValidationError
 
-from services.settings import DEFAULT_JOB_TTL_S, RetentionSettings
+from services.jobstore.settings import DEFAULT_JOB_TTL_S, RetentionSettings
 
 
 def test_default_and_the_one_name(monkeypatch: pytest.MonkeyPatch) -> None:

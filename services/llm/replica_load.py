@@ -1,7 +1,7 @@
 """Calls in flight per LLM replica, shared by the worker processes of a deployment through Redis.
 
 Each process sees its own calls in flight at once; what the *other* processes have in flight at a
-replica it can only learn from them. ``RedisReplicaLoad`` (a ``services.replicas.SharedReplicaLoad``)
+replica it can only learn from them. ``RedisReplicaLoad`` (a ``services.llm.replicas.SharedReplicaLoad``)
 keeps one Redis hash for that: each process writes its counts there (one field per URL it has calls
 at) with an expiry time of its own, and reads everyone else's in the same script call, so the
 replica set of each process chooses by the load of all of them.

@@ -5,7 +5,7 @@ records its size, quantization, licence, publisher, the PyPI packages that carry
 version) and the sha256 of the GGUF they assemble to. ``PARLEY_LLM_EMBEDDED_MODEL`` takes one of these
 names, a deprecated alias (logged), or the path of a ``.gguf`` file the user has.
 
-The models are data, ``services/models.json``, validated against ``Registry`` when this module loads.
+The models are data, ``services/llm/models.json``, validated against ``Registry`` when this module loads.
 This module is light on purpose (no HTTP client, no server code): settings validation and
 ``parley models`` read it.
 """
@@ -93,7 +93,7 @@ class GGUFModel:
 
 @dataclass(frozen=True)
 class Registry:
-    """services/models.json: the packaged models, the default, the tests' model and the old names."""
+    """services/llm/models.json: the packaged models, the default, the tests' model and the old names."""
 
     default: str
     test: str

@@ -27,8 +27,10 @@ from api.settings import ApiSettings
 from debate_worker.celery_app import create_worker_app
 from debate_worker.tasks import WorkerRuntime
 from debate_worker.worker_settings import WorkerSettings
-from services import telemetry
-from services.settings import LLMSettings, ObservabilitySettings, RetrieverClientSettings
+from services.llm.settings import LLMSettings
+from services.observability import telemetry
+from services.observability.settings import ObservabilitySettings
+from services.settings import RetrieverClientSettings
 from tests.api.support import (
     SELECT,
     ApiServer,
@@ -38,7 +40,7 @@ from tests.api.support import (
     wait_status,
     worker_env,
 )
-from tests.services.test_metrics_integration import Scrape
+from tests.services.observability.test_metrics_integration import Scrape
 from tests.support.scripted_llm import ScriptedLLM, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from services.model_registry import EmbeddedLLMError
+from services.llm.registry import EmbeddedLLMError
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

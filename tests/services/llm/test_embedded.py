@@ -24,7 +24,8 @@ from engine.answers import answers_agree
 from engine.config import DebateConfig
 from engine.runner import run_debate
 from parley_testing.isolation import REPLY_SCHEMA, conversations, judge
-from services.embedded_llm import (
+from services.knowledge import KnowledgeItem, KnowledgePool
+from services.llm.embedded import (
     MODELS,
     EmbeddedLLMError,
     EmbeddedLLMServer,
@@ -32,10 +33,9 @@ from services.embedded_llm import (
     embedded_server,
     find_llama_server,
 )
-from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm_factory import build_role_models
-from services.settings import LLMSettings
-from services.xllama_serve import REQUIRED_CPU_FLAGS, UNSUPPORTED_CPU_EXIT, missing_cpu_flags
+from services.llm.factory import build_role_models
+from services.llm.settings import LLMSettings
+from services.llm.xllama_serve import REQUIRED_CPU_FLAGS, UNSUPPORTED_CPU_EXIT, missing_cpu_flags
 
 QUESTION = "On what date in 1969 did Neil Armstrong first set foot on the moon?"
 
@@ -126,7 +126,7 @@ def test_the_prebuilt_server_refuses_an_unsupported_cpu_with_the_fix(tmp_path: P
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"never read")
     done = subprocess.run(
-        [sys.executable, "-m", "services.xllama_serve", "--model", str(gguf), "--cpuinfo", str(cpuinfo)],
+        [sys.executable, "-m", "services.llm.xllama_serve", "--model", str(gguf), "--cpuinfo", str(cpuinfo)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from services.jobstore import JobRecord, RedisJobStore, Usage, new_id, usage_day
-from services.settings import DEFAULT_JOB_TTL_S
+from services.jobstore.settings import DEFAULT_JOB_TTL_S
 from tests.api.support import RedisServer
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from parley_testing.scripted_llm import free_port
-from services.llm_cli import llm_app
+from services.llm.cli import llm_app
 
 PARLEY = Path(sys.executable).with_name("parley")
 
@@ -34,7 +34,7 @@ def test_settings_and_flags_pick_where_it_listens(monkeypatch: pytest.MonkeyPatc
     from_env = runner.invoke(llm_app, ["serve", "--dry-run"])
     assert from_env.exit_code == 0, from_env.output
     assert "with xllamacpp (4 slots of 4096 tokens) at http://0.0.0.0:9123/v1" in from_env.output
-    assert "-m services.xllama_serve --model " in from_env.output
+    assert "-m services.llm.xllama_serve --model " in from_env.output
     assert "qwen2.5-coder-0.5b.gguf --alias qwen2.5-coder-0.5b --host 0.0.0.0 --port 9123 " in from_env.output
     flags = runner.invoke(llm_app, ["serve", "--dry-run", "--host", "127.0.0.1", "--port", "9124"])
     assert flags.exit_code == 0, flags.output

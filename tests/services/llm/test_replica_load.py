@@ -27,18 +27,19 @@ import pytest
 from debate_worker.celery_app import share_replica_load
 from debate_worker.worker_settings import WorkerSettings
 from engine.config import DebateConfig
-from services.llm import ChatMessage, OpenAIChatClient, RetryPolicy
-from services.llm_factory import RoleModelsFromSettings
-from services.replica_load import RedisReplicaLoad
-from services.replicas import REPLICA_HEALTH, ReplicaRegistry, _rank, affinity
-from services.settings import LLMSettings
+from services.chat_model import ChatMessage
+from services.llm.client import OpenAIChatClient, RetryPolicy
+from services.llm.factory import RoleModelsFromSettings
+from services.llm.replica_load import RedisReplicaLoad
+from services.llm.replicas import REPLICA_HEALTH, ReplicaRegistry, _rank, affinity
+from services.llm.settings import LLMSettings
 from tests.api.support import RedisServer, running_redis
-from tests.services.test_llm_replicas import _debate, script
+from tests.services.llm.test_replicas import _debate, script
 from tests.support.scripted_llm import ClosedPort, ScriptedLLM
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def msg(text: str) -> list[ChatMessage]:
@@ -168,7 +169,7 @@ async def test_concurrent_debates_of_two_processes_spread_evenly(
 
 CHILD = """
 import sys, time
-from services.replica_load import RedisReplicaLoad
+from services.llm.replica_load import RedisReplicaLoad
 shared = RedisReplicaLoad(sys.argv[1], key=sys.argv[2], ttl_s=float(sys.argv[3]), refresh_s=0.02)
 shared.publish({"http://a:1/v1": 3, "http://b:1/v1": 1})
 print("published", flush=True)

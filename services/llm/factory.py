@@ -8,7 +8,7 @@ names an operator endpoint (``PARLEY_LLM_ENDPOINTS``) uses that endpoint's URL, 
 that gives a URL (the operator's CLI, or a client where the operator allows client URLs) is sent a key
 only if that exact URL is one the operator configured with it, and none otherwise.
 
-An operator's base URL may list several servers of one model, comma-separated (``services.replicas``):
+An operator's base URL may list several servers of one model, comma-separated (``services.llm.replicas``):
 its client spreads calls over them, and each of those URLs counts as configured with the endpoint's
 key. A URL from a client is always one URL, never split.
 
@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 import httpx
 from pydantic import SecretStr
 
-from services.embedded_llm import ServedModel
-from services.llm import ChatModel, OpenAIChatClient, RetryPolicy, StructuredMode
-from services.replicas import normal_base_url, split_base_urls
-from services.settings import ROLES, LLMSettings
+from services.chat_model import ChatModel, StructuredMode
+from services.llm.client import OpenAIChatClient, RetryPolicy
+from services.llm.embedded import ServedModel
+from services.llm.replicas import normal_base_url, split_base_urls
+from services.llm.settings import ROLES, LLMSettings
 
 
 @dataclass(frozen=True)
