@@ -46,8 +46,8 @@ RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
  && sh /opt/parley/deploy/pip_install.sh --require-hashes --no-deps --no-build-isolation --no-binary pyserini \
       -r /tmp/anserini.lock
 
-# The packages pyproject.toml names (tests/deploy/test_compose_stack.py checks the list is complete);
-# the scripted OpenAI-compatible server (parley_testing) runs as the compose test's LLM.
+# The packages pyproject.toml names (tests/api/test_compose.py checks the list is complete); the test
+# helpers stay out of the image: the compose test mounts the scripted LLM's package from the checkout.
 COPY api ./api
 COPY retriever ./retriever
 COPY engine ./engine
@@ -58,7 +58,6 @@ COPY services ./services
 COPY parley_cli ./parley_cli
 COPY parley_client ./parley_client
 COPY parley_wire ./parley_wire
-COPY parley_testing ./parley_testing
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca \
     sh /opt/parley/deploy/pip_install.sh --no-deps --no-build-isolation . \
