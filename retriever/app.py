@@ -21,13 +21,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from retriever.indexer import IndexMissing
 from retriever.jvm import JVMUnavailable
+from retriever.manifest import IndexMissing
 from retriever.pools import MAX_K, InvalidRequest
 from retriever.query_text import clean_text
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings, SearchMode
-from retriever.vector_store import VectorStoreError
+from retriever.store_port import VectorStoreError
 from services.knowledge import KnowledgePool
 from services.observability import telemetry
 from services.observability.logging_setup import configure_logging

@@ -87,7 +87,7 @@ def build(
     from retriever.jvm import pyserini_available
     from retriever.settings import RetrieverSettings
     from retriever.shipped_vectors import ShippedVectorsError
-    from retriever.vector_store import VectorStoreError
+    from retriever.store_port import VectorStoreError
     from retriever.weights import EncoderWeightsError
 
     if dpr_tsv is not None and jsonl is not None:
@@ -227,7 +227,7 @@ def stats(
     """Passages, vector size, embedding model, store location and disk use."""
     from retriever.indexer import index_stats
     from retriever.settings import RetrieverSettings
-    from retriever.vector_store import VectorStoreError
+    from retriever.store_port import VectorStoreError
 
     s = _settings(data_dir)
     assert isinstance(s, RetrieverSettings)

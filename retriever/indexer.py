@@ -36,39 +36,14 @@ from retriever.ingest import (
     rejects_path,
 )
 from retriever.jvm import pyserini_available
-from retriever.passage_store import (
-    EDGE_VERSION,
-    PassageStore,
-    storage_error,
-)
+from retriever.manifest import INDEX_FORMAT, outdated_index_hint, read_manifest, write_manifest
+from retriever.passage_store import EDGE_VERSION, storage_error
 from retriever.settings import RetrieverSettings
-from retriever.stores import open_passages, open_stores
-from retriever.vector_store import VectorStoreError, dir_size
+from retriever.store_port import PassageStore, VectorStoreError, dir_size
+from retriever.stores import open_passages
 
-__all__ = [
-    "BUILD_HINT",
-    "INDEX_FORMAT",
-    "BuildReport",
-    "IndexMissing",
-    "build_index",
-    "ensure_index",
-    "index_ready",
-    "index_stats",
-    "make_embedder",
-    "open_passages",
-    "open_stores",
-    "outdated_index_hint",
-]
-
-# Version of the on-disk index layout; an index of another version is rebuilt, never half-read.
-INDEX_FORMAT = 2
-
-
-class IndexMissing(RuntimeError):
-    """No dense index yet; the message says how to build it."""
-
-
-BUILD_HINT = "run `parley index build` (default corpus: the bundled Wikipedia Vital Articles)"
+# make_embedder is re-exported for the benchmarks, which build with the same encoder as the index.
+__all__ = ["BuildReport", "build_index", "ensure_index", "index_ready", "index_stats", "make_embedder"]
 
 
 @dataclass
@@ -84,33 +59,6 @@ class BuildReport:
     @property
     def passages_per_s(self) -> float:
         return self.passages / self.dense_s if self.dense_s > 0 else 0.0
-
-
-def read_manifest(settings: RetrieverSettings) -> dict[str, Any]:
-    try:
-        data = json.loads(settings.manifest_path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_manifest(settings: RetrieverSettings, data: dict[str, Any]) -> None:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    tmp = settings.manifest_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-    tmp.replace(settings.manifest_path)
-
-
-def outdated_index_hint(settings: RetrieverSettings) -> str | None:
-    """A rebuild message when ``data_dir`` holds an index of an older layout, else None."""
-    manifest = read_manifest(settings)
-    if manifest and manifest.get("format") != INDEX_FORMAT and manifest.get("passages"):
-        return (
-            f"the index in {settings.data_dir} was built by an older Parley (layout "
-            f"{manifest.get('format', 1)}, this version reads {INDEX_FORMAT}): rebuild it with "
-            "`parley index build` (the old passages in its qdrant/ folder can then be deleted)"
-        )
-    return None
 
 
 def _source_of(passages: ListSource | FileSource | Iterable[Passage], corpus: str) -> CorpusSource:
@@ -248,7 +196,7 @@ def _record(
     )
     if bm25_docs is not None:
         manifest["bm25"] = {"docs": bm25_docs, "built_at": time.time()}
-    _write_manifest(settings, manifest)
+    write_manifest(settings, manifest)
 
 
 def index_ready(settings: RetrieverSettings) -> bool:

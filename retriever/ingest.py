@@ -41,10 +41,9 @@ from tqdm import tqdm
 
 from retriever.corpus import Passage, passages_of, wikipedia_url
 from retriever.embedder import Embedder
-from retriever.passage_store import PassageStore
 from retriever.procs import exit_with_parent
 from retriever.settings import RetrieverSettings
-from retriever.vector_store import VectorStoreError, point_id
+from retriever.store_port import PassageStore, VectorStoreError, point_id
 
 # Batches read ahead of the one being written (encoding and Lucene work on them meanwhile).
 AHEAD = 2

@@ -1,7 +1,7 @@
 """The passage collection, laid out for scale: HNSW, int8 scalar quantization in RAM with exact
 rescoring, original vectors and payloads on disk.
 
-Two implementations behind one ``PassageStore`` protocol:
+Two implementations behind one ``PassageStore`` protocol (``retriever.store_port``):
 
 - ``EdgePassageStore`` (the embedded default): the Qdrant engine in-process through Qdrant Edge
   (``qdrant-edge-py``, pinned), one shard folder per collection in the server's storage format. Writes go
@@ -22,11 +22,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from retriever.vector_store import Hit, StoreLocked, VectorStoreError, dir_size
+from retriever.store_port import Hit, StoreLocked, VectorStoreError, dir_size
 
 # The Qdrant Edge release this code and its on-disk format are tested with (pyproject pins the same).
 EDGE_VERSION = "0.9.0"
@@ -44,27 +44,6 @@ class StoreLayout:
     oversampling: float = 2.0
     shard_number: int = 1
     replication_factor: int = 1
-
-
-class PassageStore(Protocol):
-    """What the retriever and the index builder need from the passage collection."""
-
-    location: str
-    embedded: bool
-
-    def ensure(self, dim: int) -> None: ...
-    def dim(self) -> int | None: ...
-    def count(self) -> int: ...
-    def upsert(self, ids: Sequence[str], vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None: ...
-    def delete_corpus(self, corpus: str) -> None: ...
-    def flush(self) -> None: ...
-    def finish(self) -> None: ...
-    def search(
-        self, vector: np.ndarray, limit: int, *, with_vectors: bool = False, exact: bool = False
-    ) -> list[Hit]: ...
-    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[Hit]: ...
-    def disk_bytes(self) -> int | None: ...
-    def close(self) -> None: ...
 
 
 def storage_error(exc: BaseException, where: str) -> VectorStoreError:

@@ -39,8 +39,7 @@ import numpy as np
 from retriever.query_text import clean_text, search_query, searched_text
 from retriever.search import PassageHit, WikiRetriever, elapsed_ms
 from retriever.settings import RetrieverSettings
-from retriever.stores import PoolBackend
-from retriever.vector_store import point_id
+from retriever.store_port import PoolBackend, point_id
 from retriever.websearch import WebResult, WebSearch, WebSearchError
 from services.knowledge import KnowledgeItem, KnowledgePool
 

@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from retriever.embedder import Embedder
-from retriever.passage_store import PassageStore
-from retriever.vector_store import point_id
+from retriever.store_port import PassageStore, point_id
 from services.errors import ParleyError
 
 if TYPE_CHECKING:

@@ -13,12 +13,13 @@ import httpx
 
 from retriever.bm25 import Bm25Index
 from retriever.embedder import Embedder
-from retriever.indexer import make_embedder, open_passages, open_stores
-from retriever.passage_store import PassageStore
-from retriever.pools import PoolBackend, PoolService, PoolStore
+from retriever.encoders import make_embedder
+from retriever.pools import PoolService, PoolStore
 from retriever.rerank import BiEncoderRescorer
 from retriever.search import WikiRetriever
 from retriever.settings import RetrieverSettings
+from retriever.store_port import PassageStore, PoolBackend
+from retriever.stores import open_passages, open_stores
 from retriever.websearch import BraveSearch, SearxngSearch, SerperSearch, WebSearch
 
 # all-MiniLM-L6-v2's size; used to create the pools collection without loading the model first.

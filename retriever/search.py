@@ -27,11 +27,10 @@ import numpy as np
 
 from retriever.bm25 import Bm25Index
 from retriever.embedder import Embedder
-from retriever.indexer import BUILD_HINT, IndexMissing, outdated_index_hint
-from retriever.passage_store import PassageStore
+from retriever.manifest import BUILD_HINT, IndexMissing, outdated_index_hint
 from retriever.rerank import BiEncoderRescorer
 from retriever.settings import RetrieverSettings, SearchMode
-from retriever.vector_store import Hit, point_id
+from retriever.store_port import Hit, PassageStore, point_id
 
 
 @dataclass(frozen=True)

@@ -4,25 +4,14 @@ Edge shards under ``<data_dir>/edge/``) or on a Qdrant server (one client, two c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from retriever.passage_store import EdgePassageStore, PassageStore, ServerPassageStore, StoreLayout
+from retriever.passage_store import EdgePassageStore, ServerPassageStore, StoreLayout
 from retriever.settings import RetrieverSettings
-from retriever.vector_store import Hit, VectorStore
-
-
-class PoolBackend(Protocol):
-    """Where pools are kept: an embedded Qdrant Edge shard (``EdgePassageStore``) or a collection on a
-    Qdrant server (``ServerPoolCollection``)."""
-
-    def ensure(self, dim: int) -> None: ...
-    def upsert(self, ids: Sequence[str], vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None: ...
-    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[Hit]: ...
-    def delete_where_less(self, field: str, value: float) -> int: ...
-    def compact(self) -> None: ...
-    def close(self) -> None: ...
+from retriever.store_port import Hit, PassageStore, PoolBackend
+from retriever.vector_store import VectorStore
 
 
 class ServerPoolCollection:

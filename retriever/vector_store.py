@@ -5,17 +5,15 @@ collection (``retriever.passage_store.ServerPassageStore``) and the pools collec
 Without a server the retriever keeps both in embedded Qdrant Edge shards (``EdgePassageStore``), not
 here. ``VectorStore.open(path=...)`` (qdrant-client's local mode, brute force, one process per folder,
 every call under one lock since that client is not thread-safe) serves the tests of this facade only.
-Also here: ``Hit``, what every store's search and retrieve return, and the store errors.
+``Hit``, the store errors and ``point_id`` are backend-neutral and live in ``retriever.store_port``.
 """
 
 from __future__ import annotations
 
 import threading
-import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,35 +21,7 @@ import numpy as np
 from qdrant_client import QdrantClient
 from qdrant_client.http import models as qm
 
-# Namespace for deterministic point ids: Qdrant ids must be integers or UUIDs, our ids are strings.
-_ID_NAMESPACE = uuid.UUID("5f1c8f4e-6a38-4e0c-9d53-6b8f2f6f4a10")
-
-
-def point_id(key: str) -> str:
-    """A stable UUID for a string key, so re-ingesting the same passage overwrites instead of duplicating."""
-    return str(uuid.uuid5(_ID_NAMESPACE, key))
-
-
-class VectorStoreError(Exception):
-    """The store failed or is unreachable; the message says which store."""
-
-
-class StoreLocked(VectorStoreError):
-    """Another process holds the embedded store folder (embedded mode allows one process per folder)."""
-
-
-@dataclass(frozen=True)
-class Hit:
-    id: str
-    score: float
-    payload: dict[str, Any]
-    vector: np.ndarray | None = None
-
-    @classmethod
-    def of(cls, pid: Any, score: float, payload: Any, vector: Any) -> Hit:
-        """A hit from a Qdrant point (server or Edge alike): string id, float score, float32 vector."""
-        vec = None if vector is None else np.asarray(vector, dtype=np.float32)
-        return cls(id=str(pid), score=float(score), payload=dict(payload or {}), vector=vec)
+from retriever.store_port import Hit, StoreLocked, VectorStoreError, dir_size
 
 
 class VectorStore:
@@ -213,14 +183,3 @@ class VectorStore:
         if self.embedded_path is None:
             return None
         return dir_size(self.embedded_path)
-
-
-def dir_size(path: Path) -> int:
-    """Bytes the files under ``path`` occupy on disk (0 when missing).
-
-    Allocated blocks, not apparent sizes: Qdrant preallocates sparse files (a 40-passage shard reads as
-    136 MB but holds under 1 MB).
-    """
-    if not path.exists():
-        return 0
-    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())

@@ -18,7 +18,8 @@ import pytest
 from retriever import bundled_encoder, shipped_vectors
 from retriever.corpus import read_vital
 from retriever.encoders import EncoderError, OnnxEmbedder
-from retriever.indexer import ensure_index, read_manifest, shipped_shards
+from retriever.indexer import ensure_index, shipped_shards
+from retriever.manifest import read_manifest
 from retriever.settings import RetrieverSettings
 
 

@@ -23,7 +23,7 @@ from retriever.ingest import Checkpoint, checkpoint_path, rejects_path
 from retriever.jvm import lucene_searcher_class
 from retriever.passage_store import EdgePassageStore, StoreLayout
 from retriever.settings import RetrieverSettings
-from retriever.vector_store import point_id
+from retriever.store_port import point_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ import pytest
 
 from retriever.local import LocalPoolBuilder, ensure_index
 from retriever.settings import RetrieverSettings
-from retriever.vector_store import StoreLocked
+from retriever.store_port import StoreLocked
 from services.knowledge import PoolBuilder
 
 pytestmark = [pytest.mark.integration]

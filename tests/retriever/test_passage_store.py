@@ -12,7 +12,7 @@ import pytest
 from qdrant_client import QdrantClient
 
 from retriever.passage_store import EdgePassageStore, ServerPassageStore, StoreLayout
-from retriever.vector_store import StoreLocked, VectorStoreError, point_id
+from retriever.store_port import StoreLocked, VectorStoreError, point_id
 from tests.retriever.support import ReplayServer
 
 pytestmark = pytest.mark.unit
@@ -89,8 +89,8 @@ def test_the_pools_sweep_gives_back_the_space_of_what_it_deleted(tmp_path: Path)
     """An Edge shard only marks deleted points: without a vacuum the pools shard, which deletes every
     pool it ever held, would grow on disk and in memory for as long as the retriever runs."""
     from retriever.pools import PoolStore
+    from retriever.store_port import dir_size
     from retriever.stores import POOLS_LAYOUT
-    from retriever.vector_store import dir_size
 
     store = EdgePassageStore(tmp_path / "pools", POOLS_LAYOUT)
     pools = PoolStore(store, dim=32, ttl_s=100.0)

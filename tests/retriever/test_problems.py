@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from retriever.app import install_problem_handlers
-from retriever.vector_store import VectorStoreError
+from retriever.store_port import VectorStoreError
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from retriever.embedder import Embedder, SentenceTransformerEmbedder
 from retriever.encoders import EncoderError, OnnxEmbedder, make_embedder, needs_torch
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
-from retriever.vector_store import point_id
+from retriever.store_port import point_id
 from retriever.weights import resolve_encoder_path
 from tests.retriever.support import KNOWN_QUESTIONS, add_second_stage, copy_index
 

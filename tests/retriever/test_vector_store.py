@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retriever.vector_store import StoreLocked, VectorStore, point_id
+from retriever.store_port import StoreLocked, point_id
+from retriever.vector_store import VectorStore
 
 pytestmark = pytest.mark.unit
 
