@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
 import httpx
 
@@ -385,36 +385,27 @@ class EmbeddedLLMServer:
         self.stop()
 
 
+class ServerOptions(TypedDict, total=False):
+    """How ``prepare_server`` configures a server (each key one of its keyword arguments)."""
+
+    n_ctx: int
+    n_threads: int | None
+    progress: Callable[[int, int], None] | None
+    kind: ServerKind | Literal["auto"]
+    slots: int
+    cache_ram_mib: int
+    cache_reuse: int
+    binary: Path | None
+    host: str
+
+
 @contextlib.contextmanager
 def embedded_server(
-    model_name: str,
-    cache_dir: Path,
-    *,
-    n_ctx: int = 4096,
-    n_threads: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    kind: ServerKind | Literal["auto"] = "auto",
-    slots: int = 4,
-    cache_ram_mib: int = 512,
-    cache_reuse: int = 0,
-    binary: Path | None = None,
-    host: str = "127.0.0.1",
+    model_name: str, cache_dir: Path, **options: Unpack[ServerOptions]
 ) -> Iterator[EmbeddedLLMServer]:
-    """Assemble the named model if needed and serve it for the duration of the block."""
-    server = prepare_server(
-        model_name,
-        cache_dir,
-        n_ctx=n_ctx,
-        n_threads=n_threads,
-        progress=progress,
-        kind=kind,
-        slots=slots,
-        cache_ram_mib=cache_ram_mib,
-        cache_reuse=cache_reuse,
-        binary=binary,
-        host=host,
-    )
-    with server:
+    """Assemble the named model if needed and serve it for the duration of the block (the options are
+    ``prepare_server``'s)."""
+    with prepare_server(model_name, cache_dir, **options) as server:
         yield server
 
 

@@ -50,15 +50,18 @@ class RoleModelsFromSettings:
         self,
         settings: LLMSettings,
         *,
-        base_url: str | None = None,
-        model: str | None = None,
-        structured_output: StructuredMode | None = None,
-        max_concurrency: int | None = None,
-        slots: int | None = None,
-        context_tokens: int | None = None,
+        served: ServedModel | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         client_url_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``served``: the server the debate's model runs on (the embedded one, or any URL a caller
+        starts) in place of ``PARLEY_LLM_BASE_URL``, its slots and context window applied to it."""
+        base_url = served.base_url if served else None
+        model = served.model if served else None
+        structured_output = served.structured_output if served else None
+        max_concurrency = served.max_concurrency if served else None
+        slots = served.slots if served else None
+        context_tokens = served.context_tokens if served else None
         default_url = base_url or settings.base_url
         # Slots and the context check belong to the server at the default URL (the embedded one).
         self._embedded_url = _normal_url(default_url) if default_url else None
@@ -192,33 +195,18 @@ class RoleModelsFromSettings:
 def build_role_models(
     settings: LLMSettings,
     *,
-    base_url: str | None = None,
-    model: str | None = None,
-    structured_output: StructuredMode | None = None,
-    max_concurrency: int | None = None,
-    slots: int | None = None,
     served: ServedModel | None = None,
     client_url_transport: httpx.AsyncBaseTransport | None = None,
 ) -> RoleModelsFromSettings:
-    """Role models for ``settings``; ``served`` (the embedded server) or the keyword arguments
-    replace the globals; ``client_url_transport`` guards the URLs agents' configs give."""
-    context_tokens = None
-    if served is not None:
-        base_url, model = served.base_url, served.model
-        structured_output, max_concurrency = served.structured_output, served.max_concurrency
-        slots, context_tokens = served.slots, served.context_tokens
-        if served.retry_window_s is not None and served.retry_window_s < settings.retry_window_s:
-            settings = settings.model_copy(update={"retry_window_s": served.retry_window_s})
-    return RoleModelsFromSettings(
-        settings,
-        base_url=base_url,
-        model=model,
-        structured_output=structured_output,
-        max_concurrency=max_concurrency,
-        slots=slots,
-        context_tokens=context_tokens,
-        client_url_transport=client_url_transport,
-    )
+    """Role models for ``settings``; ``served`` (the embedded server, or any server a caller started)
+    replaces the global endpoint; ``client_url_transport`` guards the URLs agents' configs give."""
+    if (
+        served is not None
+        and served.retry_window_s is not None
+        and served.retry_window_s < settings.retry_window_s
+    ):
+        settings = settings.model_copy(update={"retry_window_s": served.retry_window_s})
+    return RoleModelsFromSettings(settings, served=served, client_url_transport=client_url_transport)
 
 
 def _pool(settings: LLMSettings, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:

@@ -143,7 +143,7 @@ def test_retry_after_parsing() -> None:
 async def test_embedded_endpoint_keeps_at_most_one_request_per_slot_in_flight(tmp_path: Path) -> None:
     """The embedded server decodes one request per slot; more would queue at the server and spend
     their read timeout waiting, so they wait in the client instead."""
-    from services.llm.embedded import EmbeddedLLMServer
+    from services.llm.embedded import EmbeddedLLMServer, ServedModel
     from services.llm.factory import build_role_models
     from services.llm.settings import LLMSettings
 
@@ -152,7 +152,8 @@ async def test_embedded_endpoint_keeps_at_most_one_request_per_slot_in_flight(tm
         served = embedded.served()
         assert served.structured_output == "json_schema" and served.max_concurrency == 2
         models = build_role_models(
-            LLMSettings(), base_url=server.base_url, model="m", max_concurrency=served.max_concurrency
+            LLMSettings(),
+            served=ServedModel(server.base_url, "m", max_concurrency=served.max_concurrency),
         )
         try:
             await asyncio.gather(*(models.for_role("debater").complete(MSG) for _ in range(6)))
