@@ -37,7 +37,7 @@ from engine.protocols.madke.prompts import MadkePrompts as PromptSet
 from engine.protocols.madke.runner import final_answer, needs_summary
 from engine.result import DebateResult, TranscriptRecord
 from evaluation.datasets import Item
-from evaluation.report import answer_shares, example_answers, knowledge_label
+from evaluation.run_diagnostics import answer_shares, example_answers, knowledge_label
 from evaluation.scoring import Scores, score_answer
 from evaluation.store import Workspace
 from services.llm import RoleModelsFromSettings

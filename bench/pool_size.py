@@ -42,7 +42,7 @@ from engine.config import HONOURED, DebateConfig
 from evaluation import metrics
 from evaluation.report import compare_runs
 from evaluation.store import RunSpec, Workspace
-from evaluation.suite import accuracy_ci, cost_per_question
+from evaluation.suite_report import accuracy_ci, cost_per_question
 
 Runner = Callable[[Sequence[str]], int]
 

@@ -20,7 +20,14 @@ from engine.result import DebateResult
 from evaluation.datasets import Item
 from evaluation.judge import AnswerJudge
 from evaluation.progress import make_progress
-from evaluation.runner import EvalOptions, InvocationClock, RunTally, grade, result_record
+from evaluation.run_loop import (
+    EvalOptions,
+    InvocationClock,
+    RunTally,
+    next_attempt,
+    pending_items,
+    scored_record,
+)
 from evaluation.store import ResultRecord, RunSpec, Workspace, now_iso
 from parley_client import AsyncParleyClient, BatchResult, ParleyNotFound, finished_count
 
@@ -48,7 +55,7 @@ async def run_via_api(
     index = {it.id: i for i, it in enumerate(items)}
     for spec in runs:
         existing = ws.load_results(spec.label)
-        todo = [it for it in items if getattr(existing.get(it.id), "status", None) != "ok"]
+        todo = [it for _, it in pending_items(items, existing)]
         tally = RunTally(spec.label, done_before=len(items) - len(todo))
         state = ws.load_batch_state(spec.label)
         if not todo and state is None:
@@ -85,16 +92,11 @@ async def run_via_api(
                     if item is None:
                         continue
                     attempted.add(item.id)
-                    prev = existing.get(item.id)
                     record, result = await _record_line(
-                        line, item, index[item.id], spec, prev.attempt + 1 if prev else 1, judge, opts
+                        line, item, index[item.id], spec, next_attempt(existing, item.id), judge, opts
                     )
                     ws.write_result(record, result)
-                    if record.status == "ok":
-                        tally.ok += 1
-                    else:
-                        tally.failed += 1
-                        tally.errors.append(f"{item.id}: {record.error}")
+                    tally.count(record)
                 # Items the batch never reported (the gateway lost them) stay pending for next time.
                 ws.save_batch_state(spec.label, None)
                 state = None
@@ -144,15 +146,6 @@ async def _record_line(
             error = f"unreadable DebateResult: {exc.error_count()} validation errors"
     if result is None and not error:
         error = f"job {line.status} without a result"
-    verdict = await grade(judge, item, result.answer) if result is not None else None
-    record = result_record(
-        item,
-        index,
-        spec,
-        result=result,
-        error=None if result is not None else str(error),
-        primary=opts.primary,
-        judge=verdict,
-        attempt=attempt,
-    )
+    error = None if result is not None else str(error)
+    record = await scored_record(item, index, spec, result, error, judge=judge, opts=opts, attempt=attempt)
     return record, result

@@ -291,7 +291,7 @@ def errors_as_exit(console: Any, out: Path) -> Iterator[None]:
     """What ends an evaluation early, said in one line with its exit status instead of a traceback."""
     from evaluation.datasets import DatasetError
     from evaluation.harness import PlanError
-    from evaluation.runner import EvalAborted
+    from evaluation.run_loop import EvalAborted
     from evaluation.store import WorkspaceError
     from services.errors import ParleyError
 
@@ -518,7 +518,7 @@ def _print_summary(console: Any, report: dict[str, Any], out: Path) -> None:
             "–" if r["seconds_per_q"] is None else f"{r['seconds_per_q']:.2f}",
         )
     console.print(table)
-    from evaluation.report import unparseable_warnings
+    from evaluation.report_markdown import unparseable_warnings
 
     for warning in unparseable_warnings(report):
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -18,20 +18,14 @@ from engine.config import HONOURED, SINGLE_AGENT_PROTOCOLS, DebateConfig
 from engine.context import RoleModels
 from evaluation.api_client import run_via_api
 from evaluation.datasets import Dataset, OnError, load_dataset
+from evaluation.eval_pools import needs_pool
 from evaluation.judge import AnswerJudge
 from evaluation.presets import UnknownPreset, get_preset, shared_settings
 from evaluation.published import guess_benchmark
 from evaluation.report import build_report
-from evaluation.runner import (
-    EvalOptions,
-    PoolSource,
-    RunTally,
-    budget_label,
-    judge_pass,
-    needs_pool,
-    run_in_process,
-    vote_config,
-)
+from evaluation.run_loop import EvalOptions, PoolSource, RunTally, judge_pass
+from evaluation.runner import run_in_process
+from evaluation.same_budget import budget_label, vote_config
 from evaluation.scoring import PrimaryMetric
 from evaluation.store import Manifest, RunSpec, Workspace, check_label
 from parley_client import AsyncParleyClient

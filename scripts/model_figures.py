@@ -26,7 +26,7 @@ SAMPLES, SEED = 10_000, 0
 def figures(report: str, run: str) -> dict[str, Any]:
     """What one run's stored results say: questions, contains with its CI, seconds per debate."""
     sys.path.insert(0, str(ROOT))
-    from evaluation.suite import accuracy_ci
+    from evaluation.suite_report import accuracy_ci
 
     path = ROOT / report / "results" / f"{run}.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from evaluation.harness import EvalRequest, PlanError, evaluate, rebuild_report
-from evaluation.report import render_markdown
-from evaluation.runner import EvalAborted
+from evaluation.report_markdown import render_markdown
+from evaluation.run_loop import EvalAborted
 from evaluation.store import Workspace, WorkspaceError
 from tests.evaluation.conftest import QUESTIONS, FixedPools, asked, models_for
 from tests.support.scripted_llm import ScriptedLLM, free_port

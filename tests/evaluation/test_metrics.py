@@ -8,7 +8,7 @@ from engine.protocols.kks import parse_assignment
 from evaluation import metrics
 from evaluation.datasets import Item
 from evaluation.kks.scoring import score as kks_score
-from evaluation.report import example_answers, knowledge_label
+from evaluation.run_diagnostics import example_answers, knowledge_label
 from evaluation.scoring import score_answer
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from engine.result import DebateResult, TranscriptRecord
-from evaluation.report import answer_passages, questions_per_hour, selection_hits
+from evaluation.report import questions_per_hour
+from evaluation.run_diagnostics import answer_passages, selection_hits
 from evaluation.store import Invocation, Workspace
 from services.knowledge import KnowledgeItem, KnowledgePool
 from tests.support.results import debate_result

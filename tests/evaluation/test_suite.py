@@ -17,19 +17,13 @@ from evaluation.cli import default_prompt_style
 from evaluation.datasets import Item
 from evaluation.harness import EvalRequest, PlanError, evaluate, plan_request, plan_runs
 from evaluation.metrics import paired_bootstrap
-from evaluation.report import unparseable_warnings
-from evaluation.runner import budget_label
+from evaluation.plots import label_lift
+from evaluation.report_markdown import unparseable_warnings
+from evaluation.same_budget import budget_label
 from evaluation.scoring import Scores
 from evaluation.store import Manifest, ResultRecord, RunSpec, Workspace
-from evaluation.suite import (
-    EVIDENCE,
-    Suite,
-    accuracy_ci,
-    label_lift,
-    run_suite,
-    suite_requests,
-    write_suite_report,
-)
+from evaluation.suite import EVIDENCE, Suite, run_suite, suite_requests
+from evaluation.suite_report import accuracy_ci, write_suite_report
 from services.knowledge import KnowledgeItem, KnowledgePool
 from tests.evaluation.conftest import QUESTIONS, FixedPools, models_for, scripted_reply, write_jsonl
 from tests.support.scripted_llm import ScriptedLLM
