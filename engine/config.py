@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, get_args
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine.prompts import get_prompts
 from engine.prompts.untrusted import quote
-from engine.protocols.mad.settings import MadSettings as MadSettings
-from engine.protocols.mallm.settings import CONSENSUS_DECISIONS as CONSENSUS_DECISIONS
-from engine.protocols.mallm.settings import VOTING_DECISIONS as VOTING_DECISIONS
-from engine.protocols.mallm.settings import MallmDecision as MallmDecision
-from engine.protocols.mallm.settings import MallmSettings as MallmSettings
-from engine.registry import PROTOCOLS
+from engine.registry import PROTOCOLS, settings_models
 from engine.styles import PromptStyle
 from services.chat_model import ENDPOINT_NAME
 
@@ -42,6 +38,21 @@ else:
 # The order in which an agent is shown the other agents' answers (Zhang et al.).
 Ordering = Literal["fixed", "random", "madc", "truth_last"]
 SpeakingOrder = Literal["fixed", "random", "reverse"]
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+def _add_protocol_settings(namespace: dict[str, Any]) -> None:
+    """Give ``DebateConfig`` one field per protocol settings model the registry lists, named after its
+    protocol and defaulting to the model's defaults, at the place in the class body this is called.
+
+    The protocols declare their settings where they are registered (``ProtocolSpec.settings_model``),
+    so a protocol with settings edits nothing here; the fields are declared in the class body (not
+    added to a subclass) so the schema lists them where callers have always seen them.
+    """
+    annotations = namespace.setdefault("__annotations__", {})
+    for name, model in settings_models().items():
+        annotations[name] = model
+        namespace[name] = Field(default_factory=model)
 
 
 class AgentSpec(BaseModel):
@@ -137,8 +148,9 @@ class DebateConfig(BaseModel):
     speaking_order: SpeakingOrder = Field(default="fixed", description="who speaks first in a turn")
     depth: int = Field(default=1, ge=1, le=3, description="kks: full player-by-player passes")
     reasks: int = Field(default=1, ge=0, le=3, description="re-asks for an unreadable vote/verdict")
-    mad: MadSettings = Field(default_factory=MadSettings)
-    mallm: MallmSettings = Field(default_factory=MallmSettings)
+    # Each protocol's own settings (``mad``, ``mallm``): see ``_add_protocol_settings``. mypy sees no
+    # such field; a protocol reads its own settings with ``protocol_settings``.
+    _add_protocol_settings(vars())
     # Budgets: the engine stops a debate that reaches either cap and answers from what it has.
     budget_calls: int | None = Field(
         default=None, ge=1, le=10_000, description="most LLM calls this debate may make; None = no cap"
@@ -187,6 +199,16 @@ class DebateConfig(BaseModel):
             detail = "; ".join(f"{f} (used by {', '.join(users[f]) or 'no protocol'})" for f in ignored)
             raise ValueError(f"{ignored[0]}: protocol {self.protocol!r} does not use {detail}")
         return self
+
+    def protocol_settings(self, model: type[SettingsT]) -> SettingsT:
+        """The value of the settings field whose model is ``model`` (the protocol's own settings),
+        typed as that model: the field is added from the registry, so mypy cannot see it by name."""
+        for name, declared in settings_models().items():
+            if declared is model:
+                value = getattr(self, name)
+                assert isinstance(value, model)
+                return value
+        raise KeyError(f"no protocol declares the settings model {model.__name__}")
 
     @property
     def searches_wikipedia(self) -> bool:
@@ -257,6 +279,16 @@ def ignored_settings(config: DebateConfig) -> list[str]:
         if value != default:
             out.append(name)
     return out
+
+
+class GoldRequired(ValueError):
+    """``ordering=truth_last`` without a reference answer: an evaluation-only setting was misused."""
+
+
+def require_gold(config: DebateConfig, gold: Sequence[str] | None) -> None:
+    """Refuse ``truth_last`` up front when no reference answer was given (not mid-debate)."""
+    if config.requires_gold and not gold:
+        raise GoldRequired("ordering: 'truth_last' needs the gold answer (evaluation only)")
 
 
 def validate_question(question: str) -> str:

@@ -12,7 +12,7 @@ import inspect
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from engine.budget import (
     DEFAULT_REPLY_TOKENS,
@@ -22,7 +22,7 @@ from engine.budget import (
     prompt_token_bound,
 )
 from engine.config import DebateConfig
-from engine.registry import role_endpoints
+from engine.models import RoleModels, SingleModel, endpoint_for
 from engine.result import TranscriptRecord, Usage
 from services.chat_model import ChatCompletion, ChatMessage, ChatModel, LateReply, LLMError, LLMTimeout
 from services.knowledge import KnowledgePool
@@ -66,34 +66,6 @@ class CallLabels:
     role: str
     model: str
     endpoint: str
-
-
-# Which configured endpoint serves which transcript role (from the protocol registry).
-ROLE_ENDPOINT = role_endpoints()
-
-
-def endpoint_for(role: str) -> str:
-    """The endpoint that plays ``role``; a role no protocol declares is a bug, never the debater's."""
-    try:
-        return ROLE_ENDPOINT[role]
-    except KeyError:
-        raise ValueError(f"role {role!r} is not declared by any protocol in the registry") from None
-
-
-class RoleModels(Protocol):
-    """Maps a role (and, for heterogeneous teams, an agent) to the model that plays it."""
-
-    def for_role(self, role: str, agent: int | None = None) -> ChatModel: ...
-
-
-class SingleModel:
-    """Every role played by one model: the common case and the test default."""
-
-    def __init__(self, model: ChatModel) -> None:
-        self._model = model
-
-    def for_role(self, role: str, agent: int | None = None) -> ChatModel:
-        return self._model
 
 
 Parser = Callable[[ChatCompletion], dict[str, Any]]

@@ -1,10 +1,13 @@
 """The protocol registry: one ``ProtocolSpec`` per protocol, the only place a protocol is declared.
 
 Everything else that used to list protocols is derived from it: the config's agent limits, the
-single-agent and knowledge-free sets, the settings each protocol honours, which model endpoint plays
-each transcript role, and which roles carry an agent's own answer (the budget fallback, the report).
-This module imports no runner (each spec names its runner and it is imported on first use), so the
-config can read the specs without importing the protocols, which import the config.
+single-agent and knowledge-free sets, the settings each protocol honours and the settings models it
+declares (``DebateConfig`` gets one field per model from here), which model endpoint plays each
+transcript role, and which roles carry an agent's own answer (the budget fallback, the report).
+
+This is the one module of the engine's core that imports protocols, and only their settings models
+(pydantic models that import neither the config nor a runner): runners are named and imported on
+first use, so the config can read the specs without importing the runners, which import the config.
 """
 
 from __future__ import annotations
@@ -13,6 +16,11 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
+
+from pydantic import BaseModel
+
+from engine.protocols.mad.settings import MadSettings
+from engine.protocols.mallm.settings import MallmSettings
 
 if TYPE_CHECKING:
     from engine.config import DebateConfig
@@ -52,6 +60,8 @@ class ProtocolSpec:
     answer to the question (not a selection, vote, verdict or summary); ``settings`` are the
     ``DebateConfig`` fields it honours (any other must keep its default). ``max_agents`` None means
     the config's limit; a single-agent protocol has ``min_agents == max_agents == 1``.
+    ``settings_model`` is the protocol's own settings (a pydantic model in its folder): ``DebateConfig``
+    has a field of that type named after the protocol, which the protocol honours.
     """
 
     name: str
@@ -65,8 +75,12 @@ class ProtocolSpec:
     # ``"module:function"`` checking a whole ``DebateConfig`` for this protocol (raises ValueError);
     # it lives in the protocol's folder with its settings.
     check: str | None = None
+    settings_model: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
+        if self.settings_model is not None:
+            # The protocol's own settings field is one it honours (a frozen dataclass: set it once here).
+            object.__setattr__(self, "settings", self.settings | {self.name})
         unknown = set(self.answer_roles) - set(self.roles)
         if unknown:
             raise ValueError(
@@ -135,9 +149,10 @@ SPECS: tuple[ProtocolSpec, ...] = (
         runner="engine.protocols.mad.runner:run_mad",
         roles={**_SELECT, "affirmative": DEBATER, "negative": DEBATER, "moderator": JUDGE, "judge": JUDGE},
         answer_roles=("affirmative", "negative"),
-        settings=COMMON_SETTINGS | KNOWLEDGE_SETTINGS | {"agents", "rounds", "team", "reasks", "mad"},
+        settings=COMMON_SETTINGS | KNOWLEDGE_SETTINGS | {"agents", "rounds", "team", "reasks"},
         min_agents=2,
         max_agents=2,
+        settings_model=MadSettings,
     ),
     ProtocolSpec(
         name="mallm",
@@ -146,7 +161,8 @@ SPECS: tuple[ProtocolSpec, ...] = (
         answer_roles=("debater",),
         settings=COMMON_SETTINGS
         | KNOWLEDGE_SETTINGS
-        | {"agents", "rounds", "team", "ordering", "speaking_order", "reasks", "mallm"},
+        | {"agents", "rounds", "team", "ordering", "speaking_order", "reasks"},
+        settings_model=MallmSettings,
     ),
     ProtocolSpec(
         name="kks",
@@ -168,6 +184,12 @@ def spec_for(name: str) -> ProtocolSpec:
         return PROTOCOLS[name]
     except KeyError:
         raise ValueError(f"protocol: unknown protocol {name!r}") from None
+
+
+def settings_models() -> dict[str, type[BaseModel]]:
+    """Each protocol's own settings model by protocol name, in the registry's order (``DebateConfig``
+    gives each a field of that name, at one place in its schema)."""
+    return {spec.name: spec.settings_model for spec in SPECS if spec.settings_model is not None}
 
 
 def role_endpoints() -> dict[str, str]:

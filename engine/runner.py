@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from engine.answers import majority_vote
-from engine.config import DebateConfig, validate_question
+from engine.config import DebateConfig, require_gold, validate_question
 from engine.context import (
     BudgetExhausted,
     DebateContext,
@@ -14,8 +14,8 @@ from engine.context import (
     Spend,
     UsageSink,
 )
+from engine.models import with_team
 from engine.outcome import CheckpointSink, Outcome, ProtocolRun
-from engine.protocols.common import apply_team, require_gold
 from engine.registry import SEARCH_ROLE, spec_for
 from engine.result import Checkpoint, DebateResult, TranscriptRecord
 from services.knowledge import KnowledgePool, empty_pool
@@ -70,8 +70,8 @@ async def run_debate(
         spent=spent,
     )
     # Set-up every protocol shares, done once here so no protocol can skip it.
-    require_gold(ctx, gold)
-    apply_team(ctx)
+    require_gold(config, gold)
+    ctx.models = with_team(ctx.models, config.team)
     protocol = spec_for(config.protocol).load_runner()
     try:
         outcome = await protocol(ctx, ProtocolRun(on_checkpoint, resume, gold))

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import config as engine_config
-from engine.config import MAX_AGENTS, DebateConfig, MallmDecision
+from engine.config import MAX_AGENTS, DebateConfig
+from engine.protocols.mallm import CONSENSUS_DECISIONS, MallmDecision
 
 
 class UnknownPreset(ValueError):
@@ -175,7 +176,7 @@ MALLM_DECISIONS: tuple[MallmDecision, ...] = (
 
 
 def mallm_preset(decision: MallmDecision) -> Preset:
-    kind = "consensus" if decision in engine_config.CONSENSUS_DECISIONS else "voting"
+    kind = "consensus" if decision in CONSENSUS_DECISIONS else "voting"
     return Preset(
         name=f"mallm-{decision}",
         paper="Kaesberg et al., Voting or consensus? Decision-making in multi-agent debate (MALLM)",

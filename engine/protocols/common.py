@@ -1,5 +1,5 @@
 """What the protocols share: knowledge selection and answer parsing, view ordering, speaking order,
-heterogeneous teams, confidence statements and bounded re-asks for unreadable votes and verdicts.
+agents' personas, confidence statements and bounded re-asks for unreadable votes and verdicts.
 
 Everything here is either a pure function (tested on its own) or a thin layer over
 ``DebateContext.call``, so every protocol keeps the engine's uniform accounting.
@@ -14,19 +14,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from engine.answers import normalize_answer
-from engine.config import DebateConfig
-from engine.context import DebateContext, Parser, RoleModels
+from engine.config import DebateConfig, GoldRequired
+from engine.context import DebateContext, Parser
 from engine.parsing import ParsedAnswer, parse_selection_json
 from engine.prompts import PromptSet
 from engine.result import TranscriptRecord
-from services.chat_model import ChatCompletion, ChatMessage, ChatModel
+from services.chat_model import ChatCompletion, ChatMessage
 from services.knowledge import KnowledgeItem
 
 UNPARSED_KEY = "\x00unparsed"
-
-
-class GoldRequired(ValueError):
-    """``ordering=truth_last`` without a reference answer: an evaluation-only setting was misused."""
 
 
 # ------------------------------------------------------------------------- knowledge and answers
@@ -159,68 +155,6 @@ def view_seed(config: DebateConfig, round: int, agent: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------ teams
-class AgentClientFactory(Protocol):
-    """What ``services.llm.factory.RoleModelsFromSettings`` offers for per-agent endpoints."""
-
-    def agent_client(
-        self,
-        role: str,
-        *,
-        endpoint: str | None = None,
-        base_url: str | None = None,
-        model: str | None = None,
-    ) -> ChatModel: ...
-
-
-class TeamModels:
-    """``RoleModels`` that routes an agent's calls to its own model/endpoint (heterogeneous teams).
-
-    Calls without an agent (judge, moderator, summarizer) and agents without an override go to the
-    wrapped role models. A per-agent endpoint needs the wrapped object to offer ``agent_client``;
-    otherwise the team is refused rather than silently played by one model.
-    """
-
-    def __init__(self, base: RoleModels, team: Sequence[Any]) -> None:
-        self._base = base
-        self._team = list(team)
-        self._cache: dict[tuple[str, int], ChatModel] = {}
-        needs_factory = any(_routes_elsewhere(s) for s in self._team)
-        if needs_factory and not hasattr(base, "agent_client"):
-            raise ValueError(
-                "team: per-agent models or endpoints need role models that can open per-agent clients"
-            )
-        if needs_factory:
-            # Resolve every agent once up front: an unknown endpoint name fails the debate before
-            # its first call, not in round 3.
-            for agent, spec in enumerate(self._team):
-                if _routes_elsewhere(spec):
-                    self.for_role("debater", agent)
-
-    def for_role(self, role: str, agent: int | None = None) -> ChatModel:
-        if agent is None or not 0 <= agent < len(self._team):
-            return self._base.for_role(role, agent)
-        spec = self._team[agent]
-        if not _routes_elsewhere(spec):
-            return self._base.for_role(role, agent)
-        key = (role, agent)
-        if key not in self._cache:
-            factory: AgentClientFactory = self._base  # type: ignore[assignment]
-            self._cache[key] = factory.agent_client(
-                role, endpoint=spec.endpoint, base_url=spec.base_url, model=spec.model
-            )
-        return self._cache[key]
-
-
-def _routes_elsewhere(spec: Any) -> bool:
-    return bool(spec.endpoint or spec.model or spec.base_url)
-
-
-def apply_team(ctx: DebateContext) -> None:
-    """Wrap the context's models once when the config names a team."""
-    if ctx.config.team and not isinstance(ctx.models, TeamModels):
-        ctx.models = TeamModels(ctx.models, ctx.config.team)
-
-
 def persona(config: DebateConfig, agent: int) -> str | None:
     if config.team is not None and 0 <= agent < len(config.team):
         return config.team[agent].persona
@@ -310,9 +244,3 @@ async def call_with_reasks(
     assert record is not None
     record.extra["abstained"] = True
     return record, False
-
-
-def require_gold(ctx: DebateContext, gold: Sequence[str] | None) -> None:
-    """Refuse ``truth_last`` up front when no reference answer was given (not mid-debate)."""
-    if ctx.config.ordering == "truth_last" and not gold:
-        raise GoldRequired("ordering: 'truth_last' needs the gold answer (evaluation only)")

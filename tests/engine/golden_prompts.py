@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,26 +46,26 @@ POSITIONS = (
 )
 
 
-def _cases(style: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+def _cases(style: str) -> Iterator[tuple[str, Any]]:
     shared = get_prompts(style)
-    yield "shared.select.first", lambda: shared.select(Q, KNOWLEDGE, None)
-    yield "shared.select.later", lambda: shared.select(Q, KNOWLEDGE, REPLY_A)
-    yield "shared.render_knowledge.empty", lambda: shared.render_knowledge(())
-    yield "shared.search_passage", lambda: shared.search_passage(Q)
+    yield "shared.select.first", shared.select(Q, KNOWLEDGE, None)
+    yield "shared.select.later", shared.select(Q, KNOWLEDGE, REPLY_A)
+    yield "shared.render_knowledge.empty", shared.render_knowledge(())
+    yield "shared.search_passage", shared.search_passage(Q)
 
     b = baselines.prompts_for(style)
-    yield "baselines.standard", lambda: b.standard(Q)
-    yield "baselines.chain_of_thought", lambda: b.chain_of_thought(Q)
-    yield "baselines.rag", lambda: b.rag(Q, KNOWLEDGE)
-    yield "baselines.rag.no_knowledge", lambda: b.rag(Q, ())
+    yield "baselines.standard", b.standard(Q)
+    yield "baselines.chain_of_thought", b.chain_of_thought(Q)
+    yield "baselines.rag", b.rag(Q, KNOWLEDGE)
+    yield "baselines.rag.no_knowledge", b.rag(Q, ())
 
     m = madke.prompts_for(style)
     for name, k in (("knowledge", KNOWLEDGE), ("no_knowledge", ())):
-        yield f"madke.simultaneous.{name}", lambda k=k: m.simultaneous(Q, k)
-        yield f"madke.orderly.{name}", lambda k=k: m.orderly(Q, k, [REPLY_A, REPLY_B], [REPLY_B, REPLY_A])
-    yield "madke.orderly.no_history", lambda: m.orderly(Q, KNOWLEDGE, [REPLY_A], [])
-    yield "madke.judge", lambda: m.judge(Q, [REPLY_A, REPLY_B, "no answer here"])
-    yield "madke.summary", lambda: m.summary(Q, [REPLY_A, REPLY_B])
+        yield f"madke.simultaneous.{name}", m.simultaneous(Q, k)
+        yield f"madke.orderly.{name}", m.orderly(Q, k, [REPLY_A, REPLY_B], [REPLY_B, REPLY_A])
+    yield "madke.orderly.no_history", m.orderly(Q, KNOWLEDGE, [REPLY_A], [])
+    yield "madke.judge", m.judge(Q, [REPLY_A, REPLY_B, "no answer here"])
+    yield "madke.summary", m.summary(Q, [REPLY_A, REPLY_B])
 
     s = society.prompts_for(style)
     views = [[View(REPLY_A, 8), View(REPLY_B)], [View(REPLY_B, 3), View(REPLY_A, None)]]
@@ -74,7 +74,7 @@ def _cases(style: str) -> Iterator[tuple[str, Callable[[], Any]]]:
             for n_own in (0, 1, 2):
                 yield (
                     f"society.messages.conf={conf}.persona={bool(persona)}.own={n_own}",
-                    lambda conf=conf, persona=persona, n_own=n_own: s.messages(
+                    s.messages(
                         Q,
                         KNOWLEDGE,
                         views[:n_own],
@@ -89,17 +89,17 @@ def _cases(style: str) -> Iterator[tuple[str, Callable[[], Any]]]:
         for side in ("affirmative", "negative"):
             yield (
                 f"mad.debater_system.{level}.{side}",
-                lambda level=level, side=side: d.debater_system(Q, level, side),
+                d.debater_system(Q, level, side),
             )
     for name, k in (("knowledge", KNOWLEDGE), ("no_knowledge", ())):
-        yield f"mad.opening.{name}", lambda k=k: d.opening(Q, k)
-        yield f"mad.rebut_first.{name}", lambda k=k: d.rebut_first(REPLY_A, k)
-        yield f"mad.respond.{name}", lambda k=k: d.respond(REPLY_B, k)
-    yield "mad.moderator_system", lambda: d.moderator_system(Q)
+        yield f"mad.opening.{name}", d.opening(Q, k)
+        yield f"mad.rebut_first.{name}", d.rebut_first(REPLY_A, k)
+        yield f"mad.respond.{name}", d.respond(REPLY_B, k)
+    yield "mad.moderator_system", d.moderator_system(Q)
     for r in (1, 3, 12):
-        yield f"mad.moderator.{r}", lambda r=r: d.moderator(r, REPLY_A, REPLY_B)
-    yield "mad.judge_candidates", lambda: d.judge_candidates(REPLY_A, REPLY_B)
-    yield "mad.judge_final", lambda: d.judge_final(Q)
+        yield f"mad.moderator.{r}", d.moderator(r, REPLY_A, REPLY_B)
+    yield "mad.judge_candidates", d.judge_candidates(REPLY_A, REPLY_B)
+    yield "mad.judge_final", d.judge_final(Q)
 
     ml = mallm.prompts_for(style)
     history = [("Participant 1", REPLY_A), ("Agent 2", REPLY_B)]
@@ -109,44 +109,40 @@ def _cases(style: str) -> Iterator[tuple[str, Callable[[], Any]]]:
                 for name, k in (("knowledge", KNOWLEDGE), ("no_knowledge", ())):
                     yield (
                         f"mallm.discussion.agree={agreement}.{hist_name}.current={bool(current)}.{name}",
-                        lambda agreement=agreement, hist=hist, current=current, k=k: ml.discussion(
-                            Q, k, hist, current, persona=None, agent=1, agreement=agreement
-                        ),
+                        ml.discussion(Q, k, hist, current, persona=None, agent=1, agreement=agreement),
                     )
     yield (
         "mallm.discussion.persona",
-        lambda: ml.discussion(Q, KNOWLEDGE, history, "x", persona="A judge", agent=0, agreement=True),
+        ml.discussion(Q, KNOWLEDGE, history, "x", persona="A judge", agent=0, agreement=True),
     )
-    yield "mallm.extraction", lambda: ml.extraction(Q, REPLY_B, None, 2)
-    yield "mallm.extraction.persona", lambda: ml.extraction(Q, REPLY_A, "A judge", 0)
+    yield "mallm.extraction", ml.extraction(Q, REPLY_B, None, 2)
+    yield "mallm.extraction.persona", ml.extraction(Q, REPLY_A, "A judge", 0)
     for decision in ("simple", "approval", "cumulative", "ranked"):
         for base in (0, 1):
             yield (
                 f"mallm.vote.{decision}.{base}",
-                lambda decision=decision, base=base: ml.vote(
+                ml.vote(
                     decision, Q, [REPLY_A, "Robert Bolt", "x"], base=base, points=10, persona=None, agent=0
                 ),
             )
     yield (
         "mallm.vote.persona",
-        lambda: ml.vote("cumulative", Q, ["a", "b"], base=1, points=25, persona="A judge", agent=3),
+        ml.vote("cumulative", Q, ["a", "b"], base=1, points=25, persona="A judge", agent=3),
     )
 
     kp = kks.prompts_for(style)
     for conf in (False, True):
-        yield f"kks.initial.conf={conf}", lambda conf=conf: kp.initial(GAME, 2, conf)
+        yield f"kks.initial.conf={conf}", kp.initial(GAME, 2, conf)
         for earlier in ((), POSITIONS[:1]):
             yield (
                 f"kks.debate.conf={conf}.earlier={len(earlier)}",
-                lambda conf=conf, earlier=earlier: kp.debate(
-                    "Agent 1", "Bob", GAME, POSITIONS, earlier, ["Agent 2", "Agent 3"], conf
-                ),
+                kp.debate("Agent 1", "Bob", GAME, POSITIONS, earlier, ["Agent 2", "Agent 3"], conf),
             )
         yield (
             f"kks.adjust.conf={conf}",
-            lambda conf=conf: kp.adjust("Agent 2", "Bob", GAME, POSITIONS, POSITIONS[::-1], conf),
+            kp.adjust("Agent 2", "Bob", GAME, POSITIONS, POSITIONS[::-1], conf),
         )
-        yield f"kks.final.conf={conf}", lambda conf=conf: kp.final("Agent 2", GAME, POSITIONS, conf)
+        yield f"kks.final.conf={conf}", kp.final("Agent 2", GAME, POSITIONS, conf)
 
 
 def _schemas(style: str) -> dict[str, Any]:
@@ -178,8 +174,8 @@ def render_all() -> dict[str, Any]:
     """Every prompt and schema of every protocol in every style, keyed ``style/protocol.prompt.case``."""
     out: dict[str, Any] = {}
     for style in STYLE_NAMES:
-        for key, render in _cases(style):
-            out[f"{style}/{key}"] = render()
+        for key, rendered in _cases(style):
+            out[f"{style}/{key}"] = rendered
         out[f"{style}/schemas"] = _schemas(style)
     return out
 

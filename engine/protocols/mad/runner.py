@@ -20,6 +20,7 @@ from engine.prompts import get_prompts
 from engine.protocols.common import answer_parser, call_with_reasks, select_knowledge
 from engine.protocols.mad import prompts_for
 from engine.protocols.mad.prompts import conversation
+from engine.protocols.mad.settings import MadSettings
 from engine.protocols.mad.state import MadState
 from engine.protocols.mad.verdict import verdict_parser
 
@@ -29,8 +30,9 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     style = get_prompts(cfg.prompt_style)
     prompts = prompts_for(cfg.prompt_style)
     parse_answer = answer_parser(style)
-    level = cfg.mad.tit_for_tat
-    aff_agent, neg_agent = (1, 0) if cfg.mad.swap_sides else (0, 1)
+    settings = cfg.protocol_settings(MadSettings)
+    level = settings.tit_for_tat
+    aff_agent, neg_agent = (1, 0) if settings.swap_sides else (0, 1)
     aff_turns: list[list[str]] = []  # [user, assistant] pairs
     neg_turns: list[list[str]] = []
     mod_turns: list[list[str]] = []
@@ -64,7 +66,7 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         return record
 
     r = len(aff_turns)
-    ended = verdict_state is not None and bool(verdict_state.get("preference")) and cfg.mad.adaptive_break
+    ended = verdict_state is not None and bool(verdict_state.get("preference")) and settings.adaptive_break
     while not ended and r < cfg.rounds:
         r += 1
         if r == 1:
@@ -115,7 +117,7 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
                 "abstained": not readable,
             },
         )
-        ended = bool(verdict_state["preference"]) and cfg.mad.adaptive_break
+        ended = bool(verdict_state["preference"]) and settings.adaptive_break
         await ctx.emit("round.completed", {"round": r, "answers": answers[-1], "consensus": ended})
         await run.checkpoint(
             ctx,

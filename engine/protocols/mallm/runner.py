@@ -37,6 +37,7 @@ from engine.protocols.common import (
 )
 from engine.protocols.mallm import decisions as dr
 from engine.protocols.mallm import prompts_for
+from engine.protocols.mallm.settings import MallmSettings
 from engine.protocols.mallm.state import MallmState
 from engine.result import TranscriptRecord
 from services.chat_model import ChatCompletion
@@ -101,7 +102,7 @@ class MallmDebate:
         self.ctx = ctx
         self.run_info = run
         self.cfg = ctx.config
-        self.ms = self.cfg.mallm
+        self.ms = self.cfg.protocol_settings(MallmSettings)
         self.style = get_prompts(self.cfg.prompt_style)
         self.prompts = prompts_for(self.cfg.prompt_style)
         self.parse_msg = discussion_parser(self.style)

@@ -128,8 +128,8 @@ def test_parse_agreement() -> None:
 
 
 def test_every_voting_decision_has_its_rule_object() -> None:
-    from engine.config import VOTING_DECISIONS
     from engine.protocols.mallm.decisions import VOTING_RULES
+    from engine.protocols.mallm.settings import VOTING_DECISIONS
 
     assert set(VOTING_RULES) == VOTING_DECISIONS
     assert all(rule.name == name for name, rule in VOTING_RULES.items())

@@ -207,4 +207,4 @@ def test_mad_needs_two_debaters() -> None:
     with pytest.raises(ValueError, match="agents"):
         DebateConfig(protocol="mad", agents=3)
     with pytest.raises(ValueError, match="tit_for_tat"):
-        DebateConfig(protocol="mad", mad={"tit_for_tat": 4})
+        DebateConfig.model_validate({"protocol": "mad", "mad": {"tit_for_tat": 4}})

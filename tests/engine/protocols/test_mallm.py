@@ -186,7 +186,9 @@ async def test_drafting_first_turn_is_independent(scripted: ScriptedLLM) -> None
 
 def test_invalid_combinations_name_the_field() -> None:
     with pytest.raises(ValidationError, match="paradigm"):
-        DebateConfig(protocol="mallm", mallm={"decision": "majority", "paradigm": "collective_improvement"})
+        DebateConfig.model_validate(
+            {"protocol": "mallm", "mallm": {"decision": "majority", "paradigm": "collective_improvement"}}
+        )
     with pytest.raises(ValidationError, match="rounds"):
         DebateConfig(protocol="society", rounds=0)
     with pytest.raises(ValidationError, match="ordering"):

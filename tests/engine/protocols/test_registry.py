@@ -10,7 +10,7 @@ from typing import get_args
 
 import pytest
 
-from engine import config, context, registry
+from engine import config, models, registry
 from engine.config import DebateConfig
 from engine.registry import PROTOCOLS, SPECS, ProtocolSpec, answer_roles, spec_for
 from engine.styles import STYLE_NAMES, ByStyle
@@ -67,7 +67,7 @@ def test_agent_limits_come_from_the_spec() -> None:
 
 def test_unknown_names_raise_instead_of_falling_back() -> None:
     with pytest.raises(ValueError, match="not declared by any protocol"):
-        context.endpoint_for("narrator")
+        models.endpoint_for("narrator")
     with pytest.raises(ValueError, match="unknown protocol"):
         spec_for("chess")
     with pytest.raises(ValueError, match="not among its roles"):

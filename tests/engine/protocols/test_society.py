@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import AgentSpec, DebateConfig
-from engine.protocols.common import GoldRequired, order_views, path_consistency
+from engine.config import AgentSpec, DebateConfig, GoldRequired
+from engine.protocols.common import order_views, path_consistency
 from engine.runner import run_debate
 from services.knowledge import KnowledgePool, empty_pool
 from services.llm.factory import RoleModelsFromSettings
