@@ -16,7 +16,6 @@ from services.llm.client import OpenAIChatClient
 from services.llm.embedded import (
     ServedModel,
     ServerKind,
-    assemble_gguf,
     describe_model,
     embedded_from_settings,
     embedded_server,
@@ -38,6 +37,7 @@ from services.llm.registry import (
 from services.llm.replica_load import RedisReplicaLoad
 from services.llm.replicas import REPLICA_HEALTH, ReplicaRegistry, split_base_urls
 from services.llm.settings import ROLES, LLMSettings, batch_defaults
+from services.llm.weights import assemble_gguf
 
 __all__ = [
     "ALIASES",

@@ -54,123 +54,15 @@ from services.chat_model import StructuredMode as StructuredMode
 from services.chat_model import context_refusal as context_refusal
 from services.chat_model import redact_url as redact_url
 from services.egress import EgressRefused
+from services.llm.attempt import (
+    ENDPOINT_LIMITS,
+    InFlightRequest,
+    Overdue,
+    drop_unread_error,
+    retryable_failure,
+    server_fault,
+)
 from services.llm.replicas import REPLICA_HEALTH, ReplicaRegistry, ReplicaSet, affinity_key
-
-RETRYABLE_STATUS = frozenset({408, 409, 429})
-
-
-def retryable_failure(
-    resp: httpx.Response, url: str, asked_schema: bool, retry_after: float | None
-) -> LLMError:
-    """The error an unsuccessful reply is worth retrying as; raises the ones retrying cannot help."""
-    status = resp.status_code
-    text = resp.text[:500]
-    if status in (400, 500) and (refusal := context_refusal(url, text)) is not None:
-        raise refusal
-    if asked_schema and "response_format" in resp.text:
-        # Some servers (llama-cpp-python) answer an unsupported response_format with a 500 naming it;
-        # retrying cannot help, falling back to text can.
-        raise LLMSchemaRejected(f"HTTP {status}: {text}", url=url, status=status, body=text)
-    if status == 429:
-        return LLMRateLimited(f"rate limited (429): {text}", url=url, retry_after=retry_after)
-    if status in RETRYABLE_STATUS or status >= 500:
-        return LLMServerError(f"HTTP {status}: {text}", url=url, status=status)
-    raise LLMBadRequest(f"HTTP {status}: {text}", url=url, status=status, body=text)
-
-
-def _server_fault(resp: httpx.Response) -> bool:
-    """A reply that says the server (not the request) is broken: it takes a replica out. A 429 is an
-    answer (the server is up, only busy), and so is a 5xx that refuses this prompt or its schema."""
-    status = resp.status_code
-    if status < 500 and status != 408:
-        return False
-    text = resp.text[:2000]
-    return context_refusal("", text) is None and "response_format" not in text
-
-
-class _EndpointLimits:
-    """Process-wide semaphores per endpoint, rebuilt per event loop (asyncio primitives bind to one)."""
-
-    def __init__(self) -> None:
-        self._sems: dict[tuple[str, int], asyncio.Semaphore] = {}
-
-    def get(self, endpoint: str, limit: int) -> asyncio.Semaphore:
-        loop_id = id(asyncio.get_running_loop())
-        key = (endpoint, loop_id)
-        sem = self._sems.get(key)
-        if sem is None:
-            # Drop semaphores of loops that are gone so long-lived workers do not accumulate them.
-            self._sems = {k: v for k, v in self._sems.items() if k[0] != endpoint}
-            sem = self._sems[key] = asyncio.Semaphore(limit)
-        return sem
-
-
-ENDPOINT_LIMITS = _EndpointLimits()
-
-
-class _Overdue(Exception):
-    """The deadline passed while the request was still running (it is not cut by this)."""
-
-
-class _Request:
-    """One attempt's HTTP request, in a task of its own so that the caller's deadline can end the wait
-    without cutting it. It holds ``limit`` (acquired by the caller) until the request itself ends,
-    however that is: answered, failed, cut."""
-
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        url: str,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        timeout: httpx.Timeout,
-        limit: asyncio.Semaphore,
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        self._sent = loop.create_future()
-
-        async def trace(event: str, info: dict[str, Any]) -> None:
-            # httpcore names the step after the request was written "…receive_response_headers":
-            # from there on the server has the request, and the deadline runs (as a read timeout
-            # would); connecting, waiting for a pooled connection and writing keep httpx's timeouts.
-            if event.endswith("receive_response_headers.started") and not self._sent.done():
-                self._sent.set_result(loop.time())
-
-        self.task: asyncio.Task[httpx.Response] = asyncio.ensure_future(
-            client.post(url, json=body, headers=headers, timeout=timeout, extensions={"trace": trace})
-        )
-        self.task.add_done_callback(lambda _: limit.release())
-        self.task.add_done_callback(_retrieve)  # its error is read by whoever awaits it, or dropped
-
-    async def reply(self, deadline_s: float) -> httpx.Response:
-        """The response, or ``_Overdue`` once ``deadline_s`` have passed since the request was sent (it
-        keeps running). A caller cancelled meanwhile cuts the request, as it always did."""
-        try:
-            await asyncio.wait({self.task, self._sent}, return_when=asyncio.FIRST_COMPLETED)
-            if not self.task.done():
-                left = deadline_s - (asyncio.get_running_loop().time() - self._sent.result())
-                await asyncio.wait({self.task}, timeout=max(0.0, left))
-        except asyncio.CancelledError:
-            self.task.cancel()
-            raise
-        finally:
-            if not self._sent.done():
-                self._sent.cancel()
-        if not self.task.done():
-            raise _Overdue
-        return self.task.result()
-
-    async def cut(self) -> None:
-        """End the request now (the server sees the connection close) and wait until it has ended."""
-        self.task.cancel()
-        await asyncio.wait({self.task})
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    # A request or late reply nobody awaits (cut by its caller; a caller that does not settle usage)
-    # must not log its error as "never retrieved": its outcome is the caller's to use or to drop.
-    if not future.cancelled():
-        future.exception()
 
 
 class OpenAIChatClient:
@@ -420,7 +312,7 @@ class OpenAIChatClient:
                 resp, latency_ms = await self._attempt(
                     base, body, headers, output_mode, earlier, lambda: replicas.others_usable(tried)
                 )
-                outcome = "failed" if _server_fault(resp) else "ok"
+                outcome = "failed" if server_fault(resp) else "ok"
                 answered_s = latency_ms / 1000 if resp.status_code == 200 else None
                 return resp
             except (LLMTimeout, httpx.TransportError):
@@ -469,10 +361,10 @@ class OpenAIChatClient:
         limit = ENDPOINT_LIMITS.get(base, self._max_concurrency)
         await limit.acquire()
         started = time.perf_counter()
-        request = _Request(self._client, url, body, headers, self._request_timeout, limit)
+        request = InFlightRequest(self._client, url, body, headers, self._request_timeout, limit)
         try:
             resp = await request.reply(self._deadline_s)
-        except _Overdue:
+        except Overdue:
             late = await self._overdue_request(request, url, output_mode, started)
             message = f"no reply within {self._deadline_s}s"
             if fail_over():
@@ -493,7 +385,7 @@ class OpenAIChatClient:
 
     async def _overdue_request(
         self,
-        request: _Request,
+        request: InFlightRequest,
         url: str,
         output_mode: Literal["schema", "text"] | None,
         started: float,
@@ -509,14 +401,14 @@ class OpenAIChatClient:
         late: LateReply = asyncio.ensure_future(self._late_reply(request, url, output_mode, started))
         self._late_replies.add(late)
         late.add_done_callback(self._late_replies.discard)
-        late.add_done_callback(_retrieve)
+        late.add_done_callback(drop_unread_error)
         # However the late reply ends (even cancelled before it ran), the request ends with it.
         late.add_done_callback(lambda _: task.cancel())
         return late
 
     async def _late_reply(
         self,
-        request: _Request,
+        request: InFlightRequest,
         url: str,
         output_mode: Literal["schema", "text"] | None,
         started: float,

@@ -25,16 +25,11 @@ from engine.config import DebateConfig
 from engine.runner import run_debate
 from parley_testing.isolation import REPLY_SCHEMA, conversations, judge
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm.embedded import (
-    MODELS,
-    EmbeddedLLMError,
-    EmbeddedLLMServer,
-    assemble_gguf,
-    embedded_server,
-    find_llama_server,
-)
+from services.llm.embedded import EmbeddedLLMServer, embedded_server, find_llama_server
 from services.llm.factory import build_role_models
+from services.llm.registry import MODELS, EmbeddedLLMError
 from services.llm.settings import LLMSettings
+from services.llm.weights import assemble_gguf
 from services.llm.xllama_serve import REQUIRED_CPU_FLAGS, UNSUPPORTED_CPU_EXIT, missing_cpu_flags
 
 QUESTION = "On what date in 1969 did Neil Armstrong first set foot on the moon?"

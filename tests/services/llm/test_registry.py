@@ -17,14 +17,7 @@ from typer.testing import CliRunner
 from engine.config import DebateConfig
 from engine.runner import run_debate
 from services.knowledge import KnowledgeItem, KnowledgePool
-from services.llm.embedded import (
-    MODELS,
-    EmbeddedLLMError,
-    assemble_gguf,
-    embedded_server,
-    prepare_server,
-    resolve_model,
-)
+from services.llm.embedded import embedded_server, prepare_server, resolve_model
 from services.llm.factory import build_role_models
 from services.llm.gguf import (
     ContextTooShortError,
@@ -38,13 +31,16 @@ from services.llm.models_cli import models_app
 from services.llm.registry import (
     ALIASES,
     DEFAULT_MODEL,
+    MODELS,
     REGISTRY_FILE,
     TEST_MODEL,
+    EmbeddedLLMError,
     UnknownModelError,
     is_installed,
     load_registry,
 )
 from services.llm.settings import LLMSettings
+from services.llm.weights import assemble_gguf
 from tests.support.scripts import load_script
 
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
