@@ -23,18 +23,12 @@ import httpx
 
 from api.guards import hash_key
 from api.settings import ApiSettings
+from bench.harness.scripted import agreeing_debate
 from parley_testing.processes import ApiServer, RedisServer, WorkerProcess, worker_env
-from parley_testing.scripted_llm import JUDGE, SELECT, SUMMARY, ScriptedLLM, free_port
+from parley_testing.scripted_llm import ScriptedLLM, free_port
 
 KEYS = {"alice": "alice-key-0123456789abcdef", "bob": "bob-key-0123456789abcdef", "carol": "carol-key-0123"}
 Q = "What is the capital of France?"
-
-
-def script(llm: ScriptedLLM) -> None:
-    llm.on(SELECT, "The most helpful knowledge is [1].")
-    llm.on(JUDGE, "The agents agree. [Yes]")
-    llm.on(SUMMARY, "All agents agree. The final answer is [Paris].")
-    llm.on("", "Based on the knowledge, the answer is [Paris].")
 
 
 class Stack:
@@ -262,7 +256,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     try:
         with ScriptedLLM(latency_s=0.02) as llm:
-            script(llm)
+            agreeing_debate(llm)
             settings = ApiSettings(
                 redis_url=redis.url,
                 keys={k: hash_key(v) for k, v in KEYS.items()},

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from bench.soak import _drift, memory_mb
+from bench.harness.procfs import memory_mb
+from bench.soak_checks import drift
 
 
 def test_anonymous_memory_is_read_and_is_part_of_the_resident_set() -> None:
@@ -20,5 +21,5 @@ def test_drift_is_measured_on_either_reading() -> None:
         {"rss_mb": {"retriever": 900.0}, "anon_mb": {"retriever": 600.0}, "redis_used_mb": 20.0},
         {"rss_mb": {"retriever": 990.0}, "anon_mb": {"retriever": 606.0}, "redis_used_mb": 21.0},
     ]
-    assert _drift(windows) == {"retriever": 10.0, "redis_used_mb": 5.0}
-    assert _drift(windows, "anon_mb") == {"retriever": 1.0}
+    assert drift(windows) == {"retriever": 10.0, "redis_used_mb": 5.0}
+    assert drift(windows, "anon_mb") == {"retriever": 1.0}

@@ -1,0 +1,80 @@
+"""What the retrieval studies share: their question files, whether passages hold a gold answer, the pool
+the service would keep of a ranked list, and the facts their reports carry."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.harness.reports import command_line, machine, utc_date
+from evaluation.metrics import contains_match
+from retriever.pools import _Candidate, dedupe
+from retriever.search import PassageHit
+from retriever.settings import RetrieverSettings
+
+
+def has_answer(texts: list[str], aliases: list[str]) -> bool:
+    """Whether any normalised alias occurs as whole words in any normalised text: the rule the
+    evaluation's ``contains`` scores answers by, applied to passages."""
+    return any(contains_match(t, aliases) for t in texts)
+
+
+def pool_of(hits: Sequence[PassageHit], k: int, dedupe_cosine: float) -> list[_Candidate]:
+    """The pool ``POST /v1/pools`` would keep for ``k_wiki=k``: the top k, near-duplicates removed by
+    the service's own rule."""
+    return dedupe(
+        [_Candidate("wikipedia", h.title, h.text, h.url, h.score, h.vector) for h in hits[:k]], dedupe_cosine
+    )
+
+
+def pool_has_answer(hits: Sequence[PassageHit], k: int, aliases: list[str], dedupe_cosine: float) -> bool:
+    """Whether the pool of ``k_wiki=k`` (top k, near-duplicates removed as the service does) holds it."""
+    return has_answer([c.text for c in pool_of(hits, k, dedupe_cosine)], aliases)
+
+
+def load_questions(path: Path, split: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """The JSONL's questions, each checked for a ``question`` and its ``answers``; ``split`` keeps the
+    even or odd lines, ``limit`` the first N of those."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for i, row in enumerate(rows):
+        if not isinstance(row.get("question"), str) or not isinstance(row.get("answers"), list):
+            raise SystemExit(f"{path}:{i + 1}: each line needs a 'question' string and an 'answers' list")
+    if split is not None:
+        rows = rows[0 if split == "even" else 1 :: 2]
+    return rows[:limit] if limit else rows
+
+
+def retriever_settings(data_dir: Path | None) -> RetrieverSettings:
+    """The retriever's settings as configured, with ``--data-dir`` over its data folder; no warm-up (a
+    study warms what it measures itself)."""
+    chosen: dict[str, Any] = {"data_dir": data_dir} if data_dir else {}
+    return RetrieverSettings(warmup=False, **chosen)
+
+
+def llm_bench_inputs(args: argparse.Namespace) -> tuple[RetrieverSettings, list[dict[str, Any]]]:
+    """The retriever settings and questions ``cli.add_llm_bench_args`` options name (the model server
+    is required)."""
+    if not args.llm_url:
+        raise SystemExit("--llm-url (or PARLEY_LLM_BASE_URL) names the model's OpenAI-compatible endpoint")
+    return retriever_settings(args.data_dir), load_questions(args.questions, args.split, args.limit)
+
+
+def questions_file(args: argparse.Namespace) -> str:
+    """The question file's name as the reports print it, with the half a ``--split`` kept."""
+    return str(args.questions.name + (f" ({args.split} half)" if args.split else ""))
+
+
+def run_facts(module: str, argv: Sequence[str] | None, args: argparse.Namespace) -> dict[str, str]:
+    """What an LLM-in-the-search report says about its run: the command, the questions, the model, the
+    machine, the date."""
+    return {
+        "command": command_line(module, argv, env="HF_HUB_OFFLINE=1"),
+        "questions_file": questions_file(args),
+        "llm_url": args.llm_url,
+        "model": args.model,
+        "machine": machine(),
+        "date": utc_date(),
+    }
