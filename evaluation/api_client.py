@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine.result import DebateResult
-from evaluation.datasets import Item
+from evaluation.items import Item
 from evaluation.judge import AnswerJudge
 from evaluation.progress import make_progress
 from evaluation.run_loop import (

@@ -11,7 +11,7 @@ from engine.config import DebateConfig
 from engine.context import RoleModels
 from engine.result import TranscriptRecord
 from engine.search_passage import prepare_knowledge, search_key
-from evaluation.datasets import Item
+from evaluation.items import Item
 from evaluation.progress import make_progress
 from evaluation.run_loop import EvalOptions, PoolSource, describe_error
 from evaluation.store import QUESTION_POOLS, RunSpec, Workspace

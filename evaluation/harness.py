@@ -17,8 +17,9 @@ from pydantic import ValidationError
 from engine.config import HONOURED, SINGLE_AGENT_PROTOCOLS, DebateConfig
 from engine.context import RoleModels
 from evaluation.api_client import run_via_api
-from evaluation.datasets import Dataset, OnError, load_dataset
+from evaluation.datasets import Dataset, load_dataset
 from evaluation.eval_pools import needs_pool
+from evaluation.items import OnError
 from evaluation.judge import AnswerJudge
 from evaluation.presets import UnknownPreset, get_preset, shared_settings
 from evaluation.published import guess_benchmark

@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.answers import answer_key, answers_agree, normalize_answer
 from engine.prompts import paper, robust
-from evaluation.datasets import CHOICE_LETTERS
+from evaluation.items import CHOICE_LETTERS
 
 # --------------------------------------------------------------------------------------------- text
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from engine.config import DebateConfig
 from engine.result import DebateResult
 from evaluation import metrics, published
-from evaluation.datasets import Item
+from evaluation.items import Item
 from evaluation.report_markdown import render_markdown
 from evaluation.run_diagnostics import (
     accuracy_by_round,

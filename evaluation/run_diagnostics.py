@@ -15,7 +15,7 @@ from engine.prompts import PromptSet, get_prompts, paper
 from engine.registry import answer_roles
 from engine.result import DebateResult, TranscriptRecord
 from evaluation import metrics
-from evaluation.datasets import Item
+from evaluation.items import Item
 from evaluation.scoring import PrimaryMetric, is_correct
 from services.knowledge import KnowledgePool
 

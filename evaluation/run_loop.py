@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engine.result import DebateResult
-from evaluation.datasets import Item
+from evaluation.items import Item
 from evaluation.judge import AnswerJudge, JudgeVerdict
 from evaluation.metrics import is_consistent
 from evaluation.progress import make_progress

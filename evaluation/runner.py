@@ -26,7 +26,6 @@ from engine.config import DebateConfig
 from engine.context import RoleModels
 from engine.runner import run_debate
 from engine.search_passage import search_key
-from evaluation.datasets import Item
 from evaluation.eval_pools import (
     BuiltPools,
     build_pools,
@@ -35,6 +34,7 @@ from evaluation.eval_pools import (
     own_pool_ids,
     pool_for_run,
 )
+from evaluation.items import Item
 from evaluation.judge import AnswerJudge
 from evaluation.run_loop import EvalOptions, Produced, RunTally, describe_error, run_items
 from evaluation.same_budget import run_same_budget

@@ -12,7 +12,7 @@ from engine.config import DebateConfig
 from engine.context import RoleModels
 from engine.result import DebateResult, TranscriptRecord, Usage
 from engine.runner import run_debate
-from evaluation.datasets import Item
+from evaluation.items import Item
 from evaluation.judge import AnswerJudge
 from evaluation.run_loop import SKIP, EvalOptions, Produced, RunTally, describe_error, run_items
 from evaluation.store import RunSpec, Workspace

@@ -13,8 +13,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from evaluation import metrics
-from evaluation.datasets import Item
 from evaluation.equivalence import numeric_match
+from evaluation.items import Item
 from evaluation.kks import score_kks
 
 PrimaryMetric = Literal["em", "contains", "judge"]

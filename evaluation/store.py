@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from engine.result import DebateResult, TranscriptRecord
-from evaluation.datasets import Item
+from evaluation.items import Item
 from evaluation.judge import JudgeVerdict
 from evaluation.scoring import Scores
 from services.knowledge import KnowledgePool

@@ -6,7 +6,7 @@ import pytest
 
 from engine.protocols.kks import parse_assignment
 from evaluation import metrics
-from evaluation.datasets import Item
+from evaluation.items import Item
 from evaluation.kks.scoring import score as kks_score
 from evaluation.run_diagnostics import example_answers, knowledge_label
 from evaluation.scoring import score_answer

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from evaluation.cli import default_prompt_style
-from evaluation.datasets import Item
 from evaluation.harness import EvalRequest, PlanError, evaluate, plan_request, plan_runs
+from evaluation.items import Item
 from evaluation.metrics import paired_bootstrap
 from evaluation.plots import label_lift
 from evaluation.report_markdown import unparseable_warnings
