@@ -24,8 +24,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,36 +31,15 @@ from typing import Any
 
 import httpx
 
-from parley_testing.processes import ROOT, RedisServer, WorkerProcess, worker_env
-from parley_testing.scripted_llm import free_port
+from bench.harness.batches import batch_results, job_times, post_batch
+from bench.harness.cli import study_parser
+from bench.harness.processes import start_scripted_llm
+from bench.harness.reports import command_line, write_json
+from bench.harness.stack import GatewayStack
+from bench.harness.stats import percentile
+from parley_testing.processes import ROOT, WorkerProcess, worker_env
 
 CONFIG = {"knowledge": "none", "rounds": 3}  # the judge agrees: 2 debaters + judge + summary = 4 calls
-
-
-def start_process(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    fh = log.open("ab")
-    return subprocess.Popen(
-        args, env=env, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
-    )
-
-
-def wait_http(url: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not come up")
-        time.sleep(0.1)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
-    return ordered[k]
 
 
 async def _raw_get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> int:
@@ -108,28 +85,14 @@ async def poll_latencies(port: int, job_ids: list[str], clients: int, per_client
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="parley-gw-bench-"))
-    procs: list[subprocess.Popen[bytes]] = []
-    redis = RedisServer(tmp / "redis").start()
+    stack = GatewayStack(tmp)
     worker: WorkerProcess | None = None
     try:
-        llm_port, api_port = free_port(), free_port()
-        base_env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
-        base_env.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
-        llm_args = [sys.executable, "-m", "parley_testing.scripted_llm", "--port", str(llm_port)]
-        llm_args += ["--latency", str(args.latency), "--capacity", str(args.capacity)]
-        procs.append(start_process(llm_args, base_env, tmp / "llm.log"))
-        wait_http(f"http://127.0.0.1:{llm_port}/v1/models")
-
-        api_env = {
-            **base_env,
-            "PARLEY_API_REDIS_URL": redis.url,
-            "PARLEY_API_RATE_LIMIT_PER_MINUTE": "1000000",
-        }
-        api_args = [sys.executable, "-m", "api.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)]
-        api_args += ["--workers", str(args.api_workers)]
-        procs.append(start_process(api_args, api_env, tmp / "api.log"))
-        base = f"http://127.0.0.1:{api_port}"
-        wait_http(f"{base}/healthz")
+        stack.redis.start()
+        llm = start_scripted_llm(stack.env, tmp / "llm.log", latency_s=args.latency, capacity=args.capacity)
+        stack.procs.append(llm.proc)
+        stack.start_gateway(api_workers=args.api_workers)
+        base = stack.api_url
 
         if args.accept_only:
             # Intake alone (no worker): how long the largest allowed batch takes to validate, store
@@ -137,18 +100,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             items = [{"id": f"a{i}", "question": f"Question number {i}?"} for i in range(args.items)]
             with httpx.Client(base_url=base, timeout=600) as client:
                 t0 = time.perf_counter()
-                resp = client.post("/v1/batches", json={"items": items, "config": CONFIG})
+                batch_id = post_batch(client, items, CONFIG)
                 accept = time.perf_counter() - t0
-                assert resp.status_code == 202, resp.text
                 t1 = time.perf_counter()
-                lines = client.get(f"/v1/batches/{resp.json()['batch_id']}/results").text.count("\n")
+                lines = client.get(f"/v1/batches/{batch_id}/results").text.count("\n")
                 results = time.perf_counter() - t1
             return {"items": args.items, "time_to_accept_s": round(accept, 3),
                     "results_stream_s": round(results, 3), "result_lines": lines}  # fmt: skip
 
         env = worker_env(
-            redis.url,
-            f"http://127.0.0.1:{llm_port}/v1",
+            stack.redis.url,
+            f"{llm.url}/v1",
             PARLEY_LLM_MAX_CONCURRENCY=str(args.capacity),
             PARLEY_WORKER_WORKER_MAX_TASKS_PER_CHILD="100000",
         )
@@ -162,10 +124,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]
         with httpx.Client(base_url=base, timeout=120) as client:
             t0 = time.perf_counter()
-            resp = client.post("/v1/batches", json={"items": items, "config": CONFIG})
+            batch_id = post_batch(client, items, CONFIG)
             t_accept = time.perf_counter() - t0
-            assert resp.status_code == 202, resp.text
-            batch_id = resp.json()["batch_id"]
 
             # Fairness: a single debate submitted while the batch is queued.
             time.sleep(args.single_after_s)
@@ -185,21 +145,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     break
                 time.sleep(0.25)
             # The end of the batch is when its last item finished (from the job records).
-            rows = [json.loads(x) for x in client.get(f"/v1/batches/{batch_id}/results").text.splitlines()]
+            rows = batch_results(client, batch_id)
         completed = [r for r in rows if r["status"] == "completed"]
         calls = sum(r["result"]["usage"]["calls"] for r in completed)
-        r = redis.client()
-        finished = [float(r.hget(f"parley:job:{row['job_id']}", "finished_at") or 0) for row in rows]
-        created = float(r.hget(f"parley:job:{rows[0]['job_id']}", "created_at") or 0)
-        r.close()
-        wall = max(finished) - created + t_accept  # from the POST to the last result
+        created = job_times(stack.redis, rows[:1], "created_at")[0]
+        wall = max(job_times(stack.redis, rows)) - created + t_accept  # from the POST to the last result
         per_minute = len(completed) / wall * 60
         calls_per_debate = calls / max(1, len(completed))
         theoretical = 60 * args.capacity / (args.latency * calls_per_debate)
 
         job_ids = [row["job_id"] for row in rows]
         t_get = time.perf_counter()
-        lat = asyncio.run(poll_latencies(api_port, job_ids, args.clients, args.requests_per_client))
+        assert stack.gateway is not None
+        lat = asyncio.run(poll_latencies(stack.gateway.port, job_ids, args.clients, args.requests_per_client))
         get_rps = len(lat) / (time.perf_counter() - t_get)
         report = {
             "items": args.items,
@@ -218,7 +176,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "get_clients": args.clients,
             "get_requests": len(lat),
             "get_p50_ms": round(statistics.median(lat), 1),
-            "get_p95_ms": round(percentile(lat, 0.95), 1),
+            "get_p95_ms": round(percentile(lat, 95), 1),
             "get_max_ms": round(max(lat), 1),
             "get_throughput_rps": round(get_rps, 1),
             "api_processes": args.api_workers,
@@ -228,16 +186,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if worker is not None:
             worker.stop()
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
-        redis.stop()
+        stack.stop()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = study_parser(__doc__)
     parser.add_argument("--items", type=int, default=500)
     parser.add_argument("--latency", type=float, default=0.25, help="scripted LLM seconds per call")
     parser.add_argument("--capacity", type=int, default=4, help="concurrent requests the LLM serves (C)")
@@ -250,9 +203,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "gateway" / "bench.json")
     args = parser.parse_args()
     report = run(args)
-    report["command"] = "python -m bench.gateway_bench " + " ".join(sys.argv[1:])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    report["command"] = command_line("bench.gateway_bench")
+    write_json(args.out, report)
     print(json.dumps(report, indent=2))
 
 

@@ -37,8 +37,6 @@ import json
 import os
 import platform
 import re
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -48,8 +46,13 @@ from typing import Any
 
 import httpx
 
-from bench.gateway_bench import start_process, wait_http
-from parley_testing.processes import ROOT, RedisServer, WorkerProcess, worker_env
+from bench.harness.batches import job_times, run_batch
+from bench.harness.cli import study_parser
+from bench.harness.plots import pyplot, save
+from bench.harness.processes import start_scripted_llm
+from bench.harness.reports import command_line, write_json, write_markdown
+from bench.harness.stack import GatewayStack
+from parley_testing.processes import ROOT, WorkerProcess, worker_env
 from parley_testing.scripted_llm import free_port
 
 # No retrieval; the judge agrees in round 1: two debaters together, then the judge, then the summary
@@ -86,55 +89,29 @@ def plan(args: argparse.Namespace) -> list[Point]:
     return points
 
 
-class Stack:
+class ScalingStack(GatewayStack):
     """Redis, the gateway and the scripted replicas, shared by every point (workers change)."""
 
-    def __init__(self, tmp: Path, args: argparse.Namespace, replicas: int) -> None:
-        self.tmp = tmp
+    def __init__(self, tmp: Path, args: argparse.Namespace) -> None:
+        super().__init__(tmp)
         self.args = args
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.redis = RedisServer(tmp / "redis").start()
-        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
-        self.base_env.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
-        api_port = free_port()
-        api_env = {**self.base_env, "PARLEY_API_REDIS_URL": self.redis.url}
-        api_env["PARLEY_API_RATE_LIMIT_PER_MINUTE"] = "1000000"
-        api_env["PARLEY_API_METRICS_PORT"] = "0"
-        api = [sys.executable, "-m", "api.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)]
-        self.procs.append(start_process(api, api_env, tmp / "api.log"))
-        self.api = f"http://127.0.0.1:{api_port}"
         self.replica_ports: dict[int, list[int]] = {}
-        try:
-            wait_http(self.api + "/healthz")
-        except BaseException:
-            self.stop()  # a gateway that never came up leaves no redis-server behind
-            raise
+        self.start({"PARLEY_API_METRICS_PORT": "0"})
 
     def replica_urls(self, count: int, capacity: int) -> list[str]:
         """``count`` scripted servers serving ``capacity`` requests at a time (started once each)."""
         ports = self.replica_ports.setdefault(capacity, [])
         while len(ports) < count:
-            port = free_port()
-            args = [sys.executable, "-m", "parley_testing.scripted_llm", "--port", str(port)]
-            args += ["--latency", str(self.args.latency), "--capacity", str(capacity)]
-            args += ["--label-pattern", LABEL_PATTERN]
-            self.procs.append(start_process(args, self.base_env, self.tmp / f"llm-{port}.log"))
-            wait_http(f"http://127.0.0.1:{port}/v1/models")
-            ports.append(port)
+            log = self.tmp / f"llm-{len(self.procs)}.log"
+            replica = start_scripted_llm(
+                self.env, log, latency_s=self.args.latency, capacity=capacity, label_pattern=LABEL_PATTERN
+            )
+            self.procs.append(replica.proc)
+            ports.append(replica.port)
         return [f"http://127.0.0.1:{p}/v1" for p in ports[:count]]
 
-    def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.redis.stop()
 
-
-def start_workers(stack: Stack, point: Point, urls: list[str], tag: str) -> list[WorkerProcess]:
+def start_workers(stack: ScalingStack, point: Point, urls: list[str], tag: str) -> list[WorkerProcess]:
     """W worker nodes (each a main process and ``per_node`` pool processes), started side by side."""
     env = worker_env(
         stack.redis.url,
@@ -258,7 +235,7 @@ def replica_load(urls: list[str], t0: float, t1: float, capacity: int) -> dict[s
     }
 
 
-def run_point(stack: Stack, point: Point, items: int, tag: str) -> dict[str, Any]:
+def run_point(stack: ScalingStack, point: Point, items: int, tag: str) -> dict[str, Any]:
     urls = stack.replica_urls(point.replicas, point.capacity)
     workers = start_workers(stack, point, urls, tag)
     try:
@@ -266,17 +243,8 @@ def run_point(stack: Stack, point: Point, items: int, tag: str) -> dict[str, Any
             {"id": f"{tag}-{i}", "question": f"What is the capital of country {tag}-{i}?"}
             for i in range(items)
         ]
-        with httpx.Client(base_url=stack.api, timeout=120) as client:
-            t0 = time.time()
-            resp = client.post("/v1/batches", json={"items": batch, "config": CONFIG})
-            assert resp.status_code == 202, resp.text
-            batch_id = resp.json()["batch_id"]
-            while client.get(f"/v1/batches/{batch_id}").json()["status"] not in ("completed", "failed"):
-                time.sleep(0.25)
-            rows = [json.loads(x) for x in client.get(f"/v1/batches/{batch_id}/results").text.splitlines()]
-        r = stack.redis.client()
-        finished = [float(r.hget(f"parley:job:{row['job_id']}", "finished_at") or 0) for row in rows]
-        r.close()
+        t0, rows = run_batch(stack.api_url, batch, CONFIG, poll_s=0.25)
+        finished = job_times(stack.redis, rows)
         completed = [row for row in rows if row["status"] == "completed"]
         calls = sum(row["result"]["usage"]["calls"] for row in completed)
         wall = max(finished) - t0
@@ -355,11 +323,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for series in dict.fromkeys(r["series"] for r in report["points"]):
         pts = sorted((r for r in report["points"] if r["series"] == series), key=lambda r: r["k"])
@@ -372,15 +336,13 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Scaling, scripted LLM {report['latency_s']} s/call (dotted: linear)")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     points = plan(args)
     tmp = Path(tempfile.mkdtemp(prefix="parley-scaling-"))
-    stack = Stack(tmp, args, max(p.replicas for p in points))
+    stack = ScalingStack(tmp, args)
     rows = []
     try:
         for n, point in enumerate(points):
@@ -402,9 +364,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = study_parser(__doc__)
     parser.add_argument("--series", default="workers,replicas,both", help="workers, replicas, both")
     parser.add_argument("--ks", default="1,2,4", help="the values of k")
     parser.add_argument("--latency", type=float, default=0.25, help="scripted LLM seconds per call")
@@ -426,12 +386,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "scaling")
     args = parser.parse_args(argv)
     report = run(args)
-    report["command"] = "python -m bench.scaling " + " ".join(argv if argv is not None else sys.argv[1:])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scaling.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "scaling.md").write_text(markdown(report))
+    report["command"] = command_line("bench.scaling", argv)
+    write_json(args.out / "scaling.json", report)
+    print(write_markdown(args.out / "scaling.md", markdown(report)))
     plot(report, args.out / "scaling.png")
-    print(markdown(report))
     return report
 
 

@@ -18,11 +18,8 @@ wall-time ratio against ``base``. Writes ``speculative.json`` and ``speculative.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +27,9 @@ from typing import Any
 
 import httpx
 
-from bench.gateway_bench import wait_http
+from bench.harness.cli import study_parser
+from bench.harness.processes import stop_process, wait_http
+from bench.harness.reports import command_line, table_head, write_json, write_markdown
 from parley_testing.scripted_llm import free_port
 
 PROMPTS = [
@@ -62,10 +61,7 @@ def run_variant(binary: Path, model: Path, extra: list[str], threads: int, log: 
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
     rows = []
     try:
-        try:
-            wait_http(f"http://127.0.0.1:{port}/health", timeout_s=180)
-        except RuntimeError as e:
-            raise RuntimeError(f"{e} (llama-server exit code {proc.poll()}); see {log}") from e
+        wait_http(f"http://127.0.0.1:{port}/health", timeout_s=180, proc=proc, log=log)
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
             for text in PROMPTS:
                 body = {"messages": [{"role": "user", "content": text}], "max_tokens": 160,
@@ -83,8 +79,7 @@ def run_variant(binary: Path, model: Path, extra: list[str], threads: int, log: 
                     }
                 )
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_process(proc, 30)
     return rows
 
 
@@ -116,8 +111,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['threads']} threads, {report['cpu_count']} CPUs; {len(PROMPTS)} prompts, greedy, one slot. "
         f"Command: `{report['command']}`",
         "",
-        "| variant | wall s | × base (speed) | decode tok/s per prompt | same text as base |",
-        "|---|---|---|---|---|",
+        *table_head("variant", "wall s", "× base (speed)", "decode tok/s per prompt", "same text as base"),
     ]
     for s in report["summary"]:
         rates = ", ".join(f"{r:.1f}" for r in s["decode_tokens_per_s"])
@@ -129,9 +123,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = study_parser(__doc__)
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="packaged model name or .gguf path")
     parser.add_argument("--draft-model", default="qwen2.5-coder-0.5b", help="the draft (same tokenizer)")
     parser.add_argument("--draft-max", type=int, default=8)
@@ -163,14 +155,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "binary": str(binary),
         "threads": args.threads,
         "cpu_count": os.cpu_count(),
-        "command": "python -m bench.speculative " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command_line("bench.speculative", argv),
         "logs": str(logs),
         "summary": summarise(results),
         "results": results,
     }
-    (args.out / "speculative.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "speculative.md").write_text(markdown(report))
-    print(markdown(report))
+    write_json(args.out / "speculative.json", report)
+    print(write_markdown(args.out / "speculative.md", markdown(report)))
     return report
 
 

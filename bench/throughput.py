@@ -44,21 +44,23 @@ import asyncio
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench.gateway_bench import start_process, wait_http
+from bench.harness.batches import job_times, run_batch
+from bench.harness.cli import study_parser
+from bench.harness.plots import pyplot, save
+from bench.harness.processes import exit_on_sigterm, start_process, stop_process, wait_http
+from bench.harness.procfs import group_cpu_s, machine_busy
+from bench.harness.reports import command_line, utc_iso, write_json, write_markdown
+from bench.harness.stack import GatewayStack
 from evaluation.metrics import contains_match, paired_bootstrap
-from parley_testing.processes import ROOT, RedisServer, WorkerProcess, worker_env
+from parley_testing.processes import ROOT, WorkerProcess, worker_env
 from parley_testing.scripted_llm import free_port
 
 DATASET = ROOT / "data" / "nq_open_vital_dev.jsonl"
@@ -111,56 +113,18 @@ def load_items(dataset: Path, pools: Path | None, questions: int) -> list[dict[s
     return items
 
 
-def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) of the live processes of one process group, from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:  # fields[0] is the state: pgrp is the 5th field of stat
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) jiffies of all CPUs since boot."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = values[3] + values[4]
-    return float(sum(values) - idle), float(sum(values))
-
-
-class Stack:
+def gateway_stack(tmp: Path) -> GatewayStack:
     """Redis and the gateway, shared by every setting; the LLM server and the worker change."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.redis = RedisServer(tmp / "redis").start()
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
-        self.env.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
-        port = free_port()
-        api_env = {**self.env, "PARLEY_API_REDIS_URL": self.redis.url, "PARLEY_API_METRICS_PORT": "0"}
-        api_env["PARLEY_API_RATE_LIMIT_PER_MINUTE"] = "1000000"
-        api = [sys.executable, "-m", "api.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
-        self.procs.append(start_process(api, api_env, tmp / "api.log"))
-        self.api = f"http://127.0.0.1:{port}"
-        wait_http(self.api + "/healthz")
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-            p.wait(timeout=15)
-        self.redis.stop()
+    stack = GatewayStack(tmp)
+    stack.start({"PARLEY_API_METRICS_PORT": "0"})
+    return stack
 
 
 def start_llm(
-    stack: Stack, args: argparse.Namespace, server: str, setting: Setting
-) -> subprocess.Popen[bytes]:
+    stack: GatewayStack, args: argparse.Namespace, server: str, setting: Setting
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``parley llm serve`` with the setting's slots on a free port, once it answers: the process
+    and its OpenAI-compatible URL."""
     port = free_port()
     env = {**stack.env, "PARLEY_LLM_EMBEDDED_SLOTS": str(setting.slots)}
     env["PARLEY_LLM_EMBEDDED_SERVER"] = SERVERS[server]
@@ -169,21 +133,10 @@ def start_llm(
     if args.threads:
         env["PARLEY_LLM_EMBEDDED_THREADS"] = str(args.threads)
     argv = [sys.executable, "-m", "parley_cli", "llm", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    proc = start_process(argv, env, stack.tmp / f"llm-{server}-{setting.name}.log")
-    proc.url = f"http://127.0.0.1:{port}/v1"  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 600
-    while True:
-        if proc.poll() is not None:
-            log = (stack.tmp / f"llm-{server}-{setting.name}.log").read_text(errors="replace")
-            raise RuntimeError(f"the LLM server exited: {log[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("the LLM server did not come up")
-        time.sleep(0.5)
+    log = stack.tmp / f"llm-{server}-{setting.name}.log"
+    proc = start_process(argv, env, log)
+    wait_http(f"http://127.0.0.1:{port}/health", 600, proc=proc, log=log, interval_s=0.5)
+    return proc, f"http://127.0.0.1:{port}/v1"
 
 
 def isolated_prompt_rate(url: str, model: str) -> float:
@@ -191,10 +144,10 @@ def isolated_prompt_rate(url: str, model: str) -> float:
     ``bench.embedded_speed.throughput``), so the build's speed shows apart from what the batch adds:
     decoding, cache hits, debates of other lengths."""
     from bench.embedded_speed import throughput as prompt_rate
-    from services.llm import LLMSettings, build_role_models
+    from services.llm import LLMSettings, ServedModel, build_role_models
 
     async def measure() -> float:
-        models = build_role_models(LLMSettings(), base_url=url, model=model, structured_output="off")
+        models = build_role_models(LLMSettings(), served=ServedModel(url, model, structured_output="off"))
         return float((await prompt_rate(models))["prompt_tokens_per_s"])
 
     return asyncio.run(measure())
@@ -218,11 +171,14 @@ def llm_urls(spec: str | None) -> dict[str, str]:
 
 
 def run_setting(
-    stack: Stack, args: argparse.Namespace, server: str, setting: Setting, items: list[dict[str, Any]]
+    stack: GatewayStack, args: argparse.Namespace, server: str, setting: Setting, items: list[dict[str, Any]]
 ) -> dict[str, Any]:
     external = llm_urls(args.llm_url)
-    llm = start_llm(stack, args, server, setting) if not external else None
-    url = external[server] if external else llm.url  # type: ignore[union-attr]
+    llm: subprocess.Popen[bytes] | None = None
+    if external:
+        url = external[server]
+    else:
+        llm, url = start_llm(stack, args, server, setting)
     env = worker_env(
         stack.redis.url,
         url,
@@ -245,23 +201,12 @@ def run_setting(
         alone = isolated_prompt_rate(url, args.model or "local")
         cpu0 = (group_cpu_s(llm.pid) if llm else 0.0, group_cpu_s(worker.proc.pid), machine_busy())
         batch = [{**it, "id": f"{tag}-{it['id']}"} for it in items]
-        with httpx.Client(base_url=stack.api, timeout=120) as client:
-            t0 = time.time()
-            resp = client.post("/v1/batches", json={"items": batch, "config": args.config})
-            assert resp.status_code == 202, resp.text
-            batch_id = resp.json()["batch_id"]
-            while client.get(f"/v1/batches/{batch_id}").json()["status"] not in ("completed", "failed"):
-                time.sleep(1.0)
-            rows = [json.loads(x) for x in client.get(f"/v1/batches/{batch_id}/results").text.splitlines()]
+        t0, rows = run_batch(stack.api_url, batch, args.config, poll_s=1.0)
         cpu1 = (group_cpu_s(llm.pid) if llm else 0.0, group_cpu_s(worker.proc.pid), machine_busy())
-        r = stack.redis.client()
-        wall = max(float(r.hget(f"parley:job:{row['job_id']}", "finished_at") or 0) for row in rows) - t0
-        r.close()
+        wall = max(job_times(stack.redis, rows)) - t0
     finally:
         worker.stop()
-        if llm is not None:
-            llm.terminate()
-            llm.wait(timeout=30)
+        stop_process(llm, 30)
     gold = {it["id"]: it["answers"] for it in batch}
     per_item = []
     for row in rows:
@@ -315,10 +260,6 @@ def run_setting(
         "accuracy_ci95": [round(ci.low, 3), round(ci.high, 3)],
         "items": per_item,
     }
-
-
-def utc_iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def compare(rows: list[dict[str, Any]]) -> None:
@@ -386,11 +327,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = report["rows"]
     labels = [f"{r['server']}\n{r['setting']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(rows)), 3.8))
@@ -401,15 +338,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.annotate(
             f"acc {r['accuracy_contains']:.2f}", (i, r["questions_per_hour"]), ha="center", va="bottom"
         )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = study_parser(__doc__)
     parser.add_argument("--dataset", type=Path, default=DATASET)
     parser.add_argument("--pools", type=Path, default=POOLS, help="precomputed pools by item id (JSONL)")
     parser.add_argument("--questions", type=int, default=100)
@@ -456,7 +389,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),
         "skipped_servers": {s: "not built (make native-llm)" for s in skipped},
-        "command": "python -m bench.throughput " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command_line("bench.throughput", argv),
         "logs": str(tmp),
         "started_at": utc_iso(time.time()),
     }
@@ -466,15 +399,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(str(e))
     wanted = [(server, setting) for server in servers for setting in parse_settings(args.settings)]
     rows: list[dict[str, Any]] = []
-    stack: Stack | None = None
+    stack: GatewayStack | None = None
     # A run of hours is stopped with SIGTERM as often as with Ctrl-C: both unwind through the finally
     # blocks, so the server, worker, gateway and redis of the setting in progress are stopped too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    exit_on_sigterm()
     try:
         for server, setting in wanted:
             row = kept.get((server, setting.name))
             if row is None:
-                stack = stack or Stack(tmp)
+                stack = stack or gateway_stack(tmp)
                 row = run_setting(stack, args, server, setting, items)
                 print(json.dumps({k: v for k, v in row.items() if k != "items"}), flush=True)
             rows.append(row)
@@ -506,8 +439,8 @@ def write_report(report: dict[str, Any], rows: list[dict[str, Any]], out: Path) 
     compare(rows)
     report["rows"] = rows
     out.mkdir(parents=True, exist_ok=True)
-    (out / "throughput.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "throughput.md").write_text(markdown(report))
+    write_json(out / "throughput.json", report)
+    write_markdown(out / "throughput.md", markdown(report))
     plot(report, out / "throughput.png")
 
 

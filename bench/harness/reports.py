@@ -50,3 +50,8 @@ def write_markdown(path: Path, lines: str | Sequence[str]) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return text
+
+
+def table_head(*columns: str) -> list[str]:
+    """A Markdown table's header row and its separator, one cell per column."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
