@@ -1,5 +1,5 @@
-"""``parley_client`` installed alone: a wheel of ``clients/python`` (parley_client + parley_wire) in a
-clean virtual environment that holds nothing but it, httpx and pydantic (and what those two need),
+"""``parley_client`` installed alone: a wheel of ``parley_client/pyproject.toml`` (parley_client and
+parley_wire) in a clean virtual environment that holds nothing but it, httpx and pydantic (and what those two need),
 talking to the live gateway. Nothing of the gateway, the worker or the engine is importable there.
 
 The clean environment gets httpx and pydantic from this machine's installed copies (a ``.pth`` file
@@ -85,15 +85,14 @@ def _link_distributions(names: set[str], into: Path) -> None:
 
 
 def test_the_client_alone_in_a_clean_venv_talks_to_the_gateway(gateway: ApiServer, tmp_path: Path) -> None:
-    # The build sees a copy of exactly what clients/python packages, not the whole repository.
+    # The build sees a copy of exactly what the client's distribution packages, not the whole repository.
     src = tmp_path / "src"
-    shutil.copytree(ROOT / "clients" / "python", src / "clients" / "python")
     for package in ("parley_client", "parley_wire"):
         shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     dist = tmp_path / "dist"
     pip = [sys.executable, "-m", "pip"]
     build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist)]
-    subprocess.run([*build, str(src / "clients" / "python")], check=True, timeout=300)
+    subprocess.run([*build, str(src / "parley_client")], check=True, timeout=300)
     (wheel,) = dist.glob("parley_client-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
