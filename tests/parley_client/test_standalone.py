@@ -1,6 +1,7 @@
 """``parley_client`` installed alone: a wheel of ``parley_client/pyproject.toml`` (parley_client and
-parley_wire) in a clean virtual environment that holds nothing but it, httpx and pydantic (and what those two need),
-talking to the live gateway. Nothing of the gateway, the worker or the engine is importable there.
+parley_wire) in a clean virtual environment that holds nothing but it, httpx and pydantic (and what
+those two need), talking to the live gateway. Nothing of the gateway, the worker or the engine is
+importable there.
 
 The clean environment gets httpx and pydantic from this machine's installed copies (a ``.pth`` file
 over a folder of links to exactly their distributions), so the test needs no network.
