@@ -1,5 +1,6 @@
-"""The house as the code has it: Parley's top-level packages, the imports between them, and the import
-circles among their modules, drawn into docs/img/architecture.png and listed in docs/img/architecture.json.
+"""The house as the code has it: Parley's top-level packages (services' rooms apart), the imports between
+them, and the import circles among their modules, drawn into docs/img/architecture.png and listed in
+docs/img/architecture.json.
 
     .venv/bin/python scripts/architecture.py            # write both files
     .venv/bin/python scripts/architecture.py --check    # exit 1 when the JSON differs from the code
@@ -37,6 +38,19 @@ PACKAGES = (
     "parley_wire",
     "parley_testing",
 )
+# The rooms of services drawn as their own boxes: services is a shared library, and what matters about
+# it is which of its rooms a process uses (the rest of services, the ports and the settings base, is
+# the box "services").
+ROOMS = ("services.llm", "services.jobstore", "services.observability")
+NODES = (*PACKAGES[: PACKAGES.index("services")], *ROOMS, *PACKAGES[PACKAGES.index("services") :])
+
+
+def node(module: str) -> str:
+    """The box a module is drawn in: its room of services, else its top-level package."""
+    for room in ROOMS:
+        if module == room or module.startswith(room + "."):
+            return room
+    return module.split(".")[0]
 
 
 def _sccs(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
@@ -91,7 +105,7 @@ def house() -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     graph = grimp.build_graph(*PACKAGES, cache_dir=None, exclude_type_checking_imports=True)
     modules = sorted(graph.modules)
-    top = {m: m.split(".")[0] for m in modules}
+    top = {m: node(m) for m in modules}
     edges: dict[str, set[str]] = {m: set(graph.find_modules_directly_imported_by(m)) for m in modules}
     arrows: dict[tuple[str, str], int] = {}
     for importer, imported in ((a, b) for a in modules for b in edges[a]):
@@ -99,8 +113,8 @@ def house() -> dict[str, Any]:
         if pair[0] != pair[1]:
             arrows[pair] = arrows.get(pair, 0) + 1
     sizes = {}
-    for package in PACKAGES:
-        files = list((ROOT / package).rglob("*.py"))
+    for package in NODES:
+        files = [f for f in (ROOT / package.replace(".", "/")).rglob("*.py") if _in_node(f, package)]
         sizes[package] = {
             "modules": len(files),
             "lines": sum(len(f.read_text(encoding="utf-8").splitlines()) for f in files),
@@ -110,6 +124,12 @@ def house() -> dict[str, Any]:
         "arrows": [[a, b, n] for (a, b), n in sorted(arrows.items())],
         "circles": _sccs(modules, edges),
     }
+
+
+def _in_node(path: Path, package: str) -> bool:
+    """Whether a file of ``package``'s folder is drawn in its box (services' rooms have their own)."""
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return node(module) == package
 
 
 def structure_drift(data: dict[str, Any]) -> str | None:
@@ -126,8 +146,8 @@ def structure_drift(data: dict[str, Any]) -> str | None:
 
 def layers(data: dict[str, Any]) -> dict[str, int]:
     """Each package's row: one below the lowest of its importers (the arrows form no circle)."""
-    row = dict.fromkeys(PACKAGES, 0)
-    for _ in PACKAGES:  # longest path, relaxed as often as there are packages
+    row = dict.fromkeys(NODES, 0)
+    for _ in NODES:  # longest path, relaxed as often as there are packages
         for a, b, _n in data["arrows"]:
             row[b] = max(row[b], row[a] + 1)
     return row
@@ -141,13 +161,13 @@ def draw(data: dict[str, Any], path: Path) -> None:
 
     row = layers(data)
     by_row: dict[int, list[str]] = {}
-    for package in PACKAGES:
+    for package in NODES:
         by_row.setdefault(row[package], []).append(package)
     where = {}
     for r, names in by_row.items():
         for i, name in enumerate(names):
             where[name] = ((i + 1) / (len(names) + 1), 1 - r / (max(by_row) + 0.6))
-    fig, ax = plt.subplots(figsize=(12, 7.5))
+    fig, ax = plt.subplots(figsize=(14, 8))
     for a, b, n in data["arrows"]:
         (x0, y0), (x1, y1) = where[a], where[b]
         ax.annotate(
@@ -157,7 +177,7 @@ def draw(data: dict[str, Any], path: Path) -> None:
             arrowprops={"arrowstyle": "->", "color": "0.45", "lw": 0.6 + min(n, 60) / 25},
         )
         ax.text((x0 + x1) / 2, (y0 + y1) / 2, str(n), fontsize=7, color="0.3", ha="center")
-    circled = {m.split(".")[0] for circle in data["circles"] for m in circle}
+    circled = {node(m) for circle in data["circles"] for m in circle}
     for name, (x, y) in where.items():
         size = data["packages"][name]
         colour = "#f4cccc" if name in circled else "#dae8fc"
