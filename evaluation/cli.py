@@ -1,13 +1,13 @@
 """``parley eval``: run protocols over a dataset and write a report that says which is better.
 
-Only typer is imported at module level; the harness, the engine and matplotlib load inside the
+Only typer is imported at module level (with the option parsing of ``cli_args`` and the printing of
+``cli_console``, which import nothing heavier); the harness, the engine and matplotlib load inside the
 command, so ``parley --help`` stays instant.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import threading
 from collections.abc import Iterator
@@ -17,9 +17,8 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-
-def _csv(value: str | None) -> list[str]:
-    return [v.strip() for v in (value or "").split(",") if v.strip()]
+from evaluation.cli_args import check_choices, csv_list, default_prompt_style, parse_compare, parse_config
+from evaluation.cli_console import print_outcome, print_presets, print_suite, print_summary
 
 
 @contextlib.contextmanager
@@ -39,65 +38,6 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def parse_compare(value: str | None) -> list[tuple[str, str]]:
-    """``a:b,c:d`` → [(a, b), (c, d)]; the report gives each pair a paired bootstrap CI of b − a."""
-    pairs = []
-    for part in _csv(value):
-        a, sep, b = part.partition(":")
-        if not sep or not a.strip() or not b.strip():
-            raise typer.BadParameter(f"{part!r} is not A:B", param_hint="--compare")
-        pairs.append((a.strip(), b.strip()))
-    return pairs
-
-
-def _read_config_file(path: str) -> str:
-    """A ``--config`` that is not inline JSON names a file; one that cannot be read is said so (an
-    inline value is told apart by its bracket, so a long one is never taken for a file name)."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise typer.BadParameter(
-            f"neither a JSON object nor a readable JSON file: {reason}", param_hint="--config"
-        ) from None
-
-
-def parse_config(config: str | None, sets: list[str] | None) -> dict[str, Any]:
-    """Base ``DebateConfig`` fields from a JSON file or inline JSON, then ``--set key=value`` overrides."""
-    base: dict[str, Any] = {}
-    if config:
-        text = config if config.lstrip()[:1] in ("{", "[") else _read_config_file(config)
-        try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise typer.BadParameter(
-                f"not a JSON file or JSON object: {exc.msg}", param_hint="--config"
-            ) from None
-        if not isinstance(loaded, dict):
-            raise typer.BadParameter("must be a JSON object", param_hint="--config")
-        base.update(loaded)
-    for item in sets or []:
-        key, sep, raw = item.partition("=")
-        path = [part.strip() for part in key.split(".")]
-        if not sep or not all(path):
-            raise typer.BadParameter(f"{item!r} is not key=value (or a.b=value)", param_hint="--set")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        # ``mallm.decision=majority`` sets one field of a protocol's own settings and keeps the others
-        # that --config or an earlier --set gave.
-        target = base
-        for i, part in enumerate(path[:-1]):
-            inner = target.setdefault(part, {})
-            if not isinstance(inner, dict):
-                where = ".".join(path[: i + 1])
-                raise typer.BadParameter(f"{item!r}: {where} is {inner!r}, not an object", param_hint="--set")
-            target = inner
-        target[path[-1]] = value
-    return base
 
 
 def eval_command(
@@ -212,30 +152,30 @@ def eval_command(
 
     console = Console(stderr=True)
     if list_presets:
-        _print_presets()
+        print_presets()
         return
     if out is None:
         raise typer.BadParameter("is required", param_hint="--out")
     settings = EvalSettings()
-    _check_choices(on_error=on_error, primary=primary)
+    check_choices(on_error=on_error, primary=primary)
     pairs = parse_compare(compare)
     samples = bootstrap_samples or settings.bootstrap_samples
     boot_seed = settings.bootstrap_seed if seed is None else seed
     with errors_as_exit(console, out):
         if report_only:
             if suite is not None:
-                _print_suite(console, _suite_report_only(suite, out, samples, boot_seed, not no_plots), out)
+                print_suite(console, _suite_report_only(suite, out, samples, boot_seed, not no_plots), out)
                 return
             report = rebuild_report(out, compare=pairs, samples=samples, seed=boot_seed, plots=not no_plots)
-            _print_summary(console, report, out)
+            print_summary(console, report, out)
             return
         if dataset is None:
             raise typer.BadParameter("is required (except with --report-only)", param_hint="--dataset")
         request = EvalRequest(
             dataset=dataset,
             out=out,
-            protocols=_csv(protocols) if protocols is not None or preset else ["madke"],
-            prompt_styles=_csv(prompt_styles) or None,
+            protocols=csv_list(protocols) if protocols is not None or preset else ["madke"],
+            prompt_styles=csv_list(prompt_styles) or None,
             limit=limit,
             fmt=fmt,
             on_error=on_error,  # type: ignore[arg-type]
@@ -281,9 +221,9 @@ def eval_command(
                 )
             )
     if suite is not None:
-        _print_suite(console, outcome, out)
+        print_suite(console, outcome, out)
         return
-    _print_outcome(console, outcome, out)
+    print_outcome(console, outcome, out)
 
 
 @contextlib.contextmanager
@@ -317,48 +257,6 @@ def errors_as_exit(console: Any, out: Path) -> Iterator[None]:
     except EvalAborted as exc:
         console.print(f"[red]stopped:[/red] {exc}")
         raise typer.Exit(3) from None
-
-
-def default_prompt_style(setting: str, *, api: bool) -> str:
-    """The style of runs that name none: ``PARLEY_EVAL_PROMPT_STYLE``, where ``auto`` is the style the
-    model answers reliably with. The embedded models (packaged or a local GGUF) read the papers'
-    free-text prompts badly (64 % of the 1.5B's debater replies unreadable against 0.5 % robust,
-    docs/benchmarks-and-reports.md), so an evaluation at the papers' wording would measure the prompt
-    format more than the protocols. An endpoint whose model is one of the packaged models (served by
-    ``parley llm serve`` or an evaluation's own server, named by its registry name or an old alias)
-    gets robust too: the style follows the model, not where it runs. Any other endpoint, and the
-    gateway, keep the papers' wording."""
-    if setting != "auto":
-        return setting
-    from services.llm import ALIASES, MODELS, LLMSettings
-
-    if api:
-        return "paper"
-    llm = LLMSettings()
-    served = llm.model.strip()
-    return "robust" if llm.base_url is None or served in MODELS or served in ALIASES else "paper"
-
-
-def _check_choices(*, on_error: str, primary: str) -> None:
-    if on_error not in ("skip", "fail"):
-        raise typer.BadParameter("must be skip or fail", param_hint="--on-error")
-    if primary not in ("em", "contains", "judge"):
-        raise typer.BadParameter("must be em, contains or judge", param_hint="--primary")
-
-
-def _print_outcome(console: Any, outcome: Any, out: Path) -> None:
-    """Dataset lines skipped, pool entries dropped, the summary and the items to retry."""
-    for problem in outcome.dataset.problems:
-        console.print(f"[yellow]dataset {problem}[/yellow] (skipped)")
-    if outcome.dataset.pool_items_dropped:
-        console.print(
-            f"[yellow]{outcome.dataset.pool_items_dropped} pool entries without text dropped[/yellow] "
-            f"(pools of {outcome.dataset.items_with_pools} items)"
-        )
-    _print_summary(console, outcome.report, out)
-    failed = sum(t.failed for t in outcome.tallies)
-    if failed:
-        console.print(f"[yellow]{failed} item(s) failed[/yellow]; run the same command again to retry them.")
 
 
 async def _evaluate(
@@ -449,86 +347,3 @@ def _suite_report_only(name: str, out: Path, samples: int, seed: int, plots: boo
         raise PlanError(f"{out} holds no evaluation (no eval.json)")
     labels = [r.label for r in manifest.runs]
     return write_suite_report(ws, get_suite(name), labels=labels, samples=samples, seed=seed, plots=plots)
-
-
-def _print_suite(console: Any, report: dict[str, Any], out: Path) -> None:
-    """The suite's runs with their CIs, the verdict and where the report is."""
-    from rich.table import Table
-
-    def pct(v: float | None) -> str:
-        return "–" if v is None else f"{100 * v:.1f}"
-
-    table = Table(title=f"suite {report['suite']} · accuracy = {report['primary']}")
-    for col in ("run", "n", "acc%", "95% CI", "tok/q", "s/q", "unparseable%"):
-        table.add_column(col, justify="left" if col == "run" else "right", no_wrap=col == "run")
-    for r in report["runs"]:
-        table.add_row(
-            r["label"],
-            str(r["n"]),
-            pct(r["accuracy"]),
-            f"[{pct(r['ci_low'])}, {pct(r['ci_high'])}]",
-            "–" if r["tokens_per_q"] is None else f"{r['tokens_per_q']:.0f}",
-            "–" if r["seconds_per_q"] is None else f"{r['seconds_per_q']:.1f}",
-            pct(r["unparseable"]),
-        )
-    console.print(table)
-    for line in report["verdict"]:
-        console.print(line)
-    for warning in report["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-    console.print(
-        f"report: {out / 'suite.md'} · {out / 'suite.json'} · plot: {out / 'plots' / 'cost_accuracy.png'}"
-    )
-
-
-def _print_presets() -> None:
-    """``--list-presets``: name, what it runs, the paper and where its settings and figures come from."""
-    from evaluation.presets import PRESETS
-
-    for p in PRESETS.values():
-        typer.echo(f"{p.name}: {p.summary}")
-        typer.echo(f"    paper: {p.paper}")
-        typer.echo(f"    source: {p.source}")
-        typer.echo(f"    metric: {p.metric}; benchmarks with figures: {', '.join(p.benchmarks)}")
-        typer.echo(f"    baselines (--protocols): {', '.join(p.baselines)}")
-        for d in p.deviations:
-            typer.echo(f"    differs: {d}")
-
-
-def _print_summary(console: Any, report: dict[str, Any], out: Path) -> None:
-    from rich.table import Table
-
-    def pct(v: float | None) -> str:
-        return "–" if v is None else f"{100 * v:.1f}"
-
-    table = Table(title=f"{report['items']} items · accuracy = {report['primary']}")
-    for col in ("run", "ok", "fail", "acc%", "F1%", "Co2%", "Cons%", "rnds", "tok/q", "s/q"):
-        table.add_column(col, justify="right" if col != "run" else "left", no_wrap=col == "run")
-    for r in report["runs"]:
-        table.add_row(
-            r["label"],
-            str(r["ok"]),
-            str(r["failed"]),
-            pct(r["accuracy"]),
-            pct(r["f1"]),
-            pct(r["co2"]),
-            pct(r["cons"]),
-            "–" if r["avg_rounds"] is None else f"{r['avg_rounds']:.2f}",
-            "–" if r["tokens_per_q"] is None else f"{r['tokens_per_q']:.0f}",
-            "–" if r["seconds_per_q"] is None else f"{r['seconds_per_q']:.2f}",
-        )
-    console.print(table)
-    from evaluation.report_markdown import unparseable_warnings
-
-    for warning in unparseable_warnings(report):
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-    for c in report["comparisons"]:
-        if not c["n"]:
-            console.print(f"{c['b']} − {c['a']}: no item finished in both runs yet")
-            continue
-        verdict = "[green]real[/green]" if c["significant"] else "[dim]may be noise[/dim]"
-        console.print(
-            f"{c['b']} − {c['a']}: {100 * c['diff']:+.1f} pp, 95% CI [{100 * c['ci_low']:+.1f}, "
-            f"{100 * c['ci_high']:+.1f}] over {c['n']} items → {verdict}"
-        )
-    console.print(f"report: {out / 'report.md'} · metrics: {out / 'metrics.json'}")

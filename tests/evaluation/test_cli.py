@@ -225,7 +225,7 @@ def test_config_takes_a_long_inline_object_a_file_or_says_what_is_wrong(tmp_path
     """An inline object longer than a file name may be (a run's whole configuration) is JSON, not a path."""
     import typer
 
-    from evaluation.cli import parse_config
+    from evaluation.cli_args import parse_config
 
     whole = {"agents": 2, "judge": "auto", "mallm": {"decision": "majority"}, "note": "x" * 400}
     assert parse_config(json.dumps(whole), ["k_wiki=10"]) == {**whole, "k_wiki": 10}

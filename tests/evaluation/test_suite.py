@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evaluation.cli import default_prompt_style
+from evaluation.cli_args import default_prompt_style
 from evaluation.harness import EvalRequest, PlanError, evaluate, plan_request, plan_runs
 from evaluation.items import Item
 from evaluation.metrics import paired_bootstrap
