@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -27,6 +28,7 @@ def serve_api(
     workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
 ) -> None:
     """Serve the API gateway (FastAPI under uvicorn); settings from PARLEY_API_*."""
+    # uvicorn, FastAPI, Redis and Prometheus load when the gateway starts, not for parley --help
     import uvicorn
 
     from api.settings import ApiSettings, exposure_error
@@ -40,8 +42,6 @@ def serve_api(
         raise typer.Exit(2)
     logging_kw = _api_logging()
     if workers > 1:
-        import tempfile
-
         from services.observability.metrics import enable_multiprocess
 
         # The worker processes write metric files that any of them sums up for /metrics.
@@ -64,6 +64,7 @@ def serve_api(
 
 def _api_logging() -> dict[str, Any]:
     """JSON logs when PARLEY_LOG_FORMAT=json: ours for every logger, and uvicorn told to keep out."""
+    # pydantic-settings and the logging setup load when the gateway starts, not for parley --help
     from services.observability.logging_setup import configure_logging
     from services.observability.settings import ObservabilitySettings
 
@@ -75,6 +76,7 @@ def _api_logging() -> dict[str, Any]:
 
 def app_from_env() -> Any:
     """The uvicorn factory for multi-process serving."""
+    # loaded in each uvicorn worker process, not when the CLI module is imported
     from api.app import create_app
     from api.settings import ApiSettings
 
@@ -102,6 +104,7 @@ def submit(
     ] = None,
 ) -> None:
     """Submit a JSONL file as one batch; with --wait show progress and write the results."""
+    # httpx and pydantic-settings load when the command runs, not for parley --help
     from parley_client import AsyncParleyClient, ClientSettings
 
     cfg: dict[str, Any] = {}
@@ -131,6 +134,7 @@ class SubmitJob:
 
     async def run(self, client: AsyncParleyClient) -> int:
         """The exit code: 0 done, 2 refused, 3 not finished within ``timeout``."""
+        # the client (httpx) loads when the command runs, not for parley --help
         from parley_client import ParleyError
 
         async with client:
@@ -150,6 +154,7 @@ class SubmitJob:
             return await self._write_results(client, accepted.batch_id, timed_out)
 
     async def _wait(self, client: AsyncParleyClient, accepted: BatchAccepted) -> bool:
+        # rich's progress bar is needed only with --wait
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         columns = (
@@ -203,6 +208,7 @@ class SubmitJob:
 @app.command("hash-key")
 def hash_key_cmd(key: Annotated[str, typer.Argument(help="the API key to hash")]) -> None:
     """Print the sha256 of an API key, the form PARLEY_API_KEYS takes ({"name": "<hash>"})."""
+    # api.guards imports Redis and Starlette: loaded when the command runs, not for parley --help
     from api.guards import hash_key
 
     typer.echo(hash_key(key))

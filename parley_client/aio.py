@@ -13,21 +13,8 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from parley_client.errors import ParleyError, error_from
+from parley_wire import models as wire
 from parley_wire.http import RetryPolicy, Unreachable, send_with_retries
-from parley_wire.models import (
-    TERMINAL,
-    TERMINAL_EVENTS,
-    Accepted,
-    BatchAccepted,
-    BatchDeleted,
-    BatchResult,
-    BatchView,
-    DebateDeleted,
-    DebateEvent,
-    JobView,
-    UsageView,
-    finished_count,
-)
 
 Config = Mapping[str, Any] | BaseModel | None
 Items = Sequence[Mapping[str, Any] | BaseModel] | Path
@@ -65,6 +52,18 @@ def read_items(path: Path) -> list[dict[str, Any]]:
             raise ValueError(f"{path}:{n}: a line must be a JSON object {{question, id?, answers?}}")
         items.append(value)
     return items
+
+
+def settings_args(settings: ClientSettings | None, url: str | None) -> tuple[str, dict[str, Any]]:
+    """The base URL and keyword arguments of a client for ``settings`` (read from ``PARLEY_API_*`` when
+    None), so both clients' ``from_settings`` build the same connection."""
+    if settings is None:
+        # pydantic-settings is optional for the client: loaded only when the environment is read
+        from parley_client.settings import ClientSettings
+
+        settings = ClientSettings()
+    key = settings.key.get_secret_value() if settings.key else None
+    return url or settings.url, {"api_key": key, "timeout_s": settings.client_timeout_s}
 
 
 class AsyncParleyClient:
@@ -113,12 +112,8 @@ class AsyncParleyClient:
         cls, settings: ClientSettings | None = None, url: str | None = None
     ) -> AsyncParleyClient:
         """A client for ``PARLEY_API_URL`` with ``PARLEY_API_KEY`` (or the settings given)."""
-        if settings is None:
-            from parley_client.settings import ClientSettings
-
-            settings = ClientSettings()
-        key = settings.key.get_secret_value() if settings.key else None
-        return cls(url or settings.url, api_key=key, timeout_s=settings.client_timeout_s)
+        base_url, kwargs = settings_args(settings, url)
+        return cls(base_url, **kwargs)
 
     @property
     def base_url(self) -> str:
@@ -198,7 +193,7 @@ class AsyncParleyClient:
         answers: list[str] | None = None,
         pool: list[dict[str, Any]] | None = None,
         idempotency_key: str | None = None,
-    ) -> Accepted:
+    ) -> wire.Accepted:
         """Queue one debate (``POST /v1/debates``); ``config`` is a ``DebateConfig`` or its fields."""
         body: dict[str, Any] = {"question": question, "config": _config(config)}
         if answers is not None:
@@ -206,23 +201,25 @@ class AsyncParleyClient:
         if pool is not None:
             body["pool"] = pool
         data = await self._json("POST", "/v1/debates", json=body, headers=_idempotency(idempotency_key))
-        return Accepted.model_validate(data)
+        return wire.Accepted.model_validate(data)
 
-    async def get(self, job_id: str) -> JobView:
+    async def get(self, job_id: str) -> wire.JobView:
         """The job's status, progress and (once completed) its result with the transcript."""
-        return JobView.model_validate(await self._json("GET", f"/v1/debates/{job_id}"))
+        return wire.JobView.model_validate(await self._json("GET", f"/v1/debates/{job_id}"))
 
-    async def cancel(self, job_id: str) -> JobView:
+    async def cancel(self, job_id: str) -> wire.JobView:
         """Cancel a queued or running debate; a finished one is a ``ParleyError`` with status 409."""
-        return JobView.model_validate(await self._json("POST", f"/v1/debates/{job_id}/cancel"))
+        return wire.JobView.model_validate(await self._json("POST", f"/v1/debates/{job_id}/cancel"))
 
-    async def delete(self, job_id: str) -> DebateDeleted:
+    async def delete(self, job_id: str) -> wire.DebateDeleted:
         """Delete a debate for good (cancelled first if still running; a later ``get`` is a
         ``ParleyNotFound``); the tokens it used stay charged. An item of a batch is a ``ParleyError``
         with status 409: delete its batch."""
-        return DebateDeleted.model_validate(await self._json("DELETE", f"/v1/debates/{job_id}"))
+        return wire.DebateDeleted.model_validate(await self._json("DELETE", f"/v1/debates/{job_id}"))
 
-    async def events(self, job_id: str, *, last_event_id: str | None = None) -> AsyncIterator[DebateEvent]:
+    async def events(
+        self, job_id: str, *, last_event_id: str | None = None
+    ) -> AsyncIterator[wire.DebateEvent]:
         """The job's Server-Sent Events until it ends; ``last_event_id`` resumes after that event."""
         headers = {"Last-Event-ID": last_event_id} if last_event_id else None
         current: dict[str, str] = {}
@@ -234,42 +231,44 @@ class AsyncParleyClient:
                 current[field] = value.removeprefix(" ")
                 continue
             if "event" in current:
-                event = DebateEvent(
+                event = wire.DebateEvent(
                     id=current.get("id", ""),
                     type=current["event"],
                     data=json.loads(current.get("data") or "{}"),
                 )
                 yield event
-                if event.type in TERMINAL_EVENTS:
+                if event.type in wire.TERMINAL_EVENTS:
                     return
             current = {}
 
-    async def wait(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float | None = None) -> JobView:
+    async def wait(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float | None = None) -> wire.JobView:
         """Poll until the job has finished (completed, failed or cancelled); ``TimeoutError`` after
         ``timeout_s``."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             job = await self.get(job_id)
-            if job.status in TERMINAL:
+            if job.status in wire.TERMINAL:
                 return job
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"debate {job_id} still {job.status} after {timeout_s}s")
             await self._sleep(poll_s)
 
-    async def ask(self, question: str, config: Config = None, *, timeout_s: float | None = None) -> JobView:
+    async def ask(
+        self, question: str, config: Config = None, *, timeout_s: float | None = None
+    ) -> wire.JobView:
         """Submit one debate and wait for it: the finished job."""
         accepted = await self.submit(question, config)
         return await self.wait(accepted.job_id, timeout_s=timeout_s)
 
-    async def usage(self, days: int = 7) -> UsageView:
+    async def usage(self, days: int = 7) -> wire.UsageView:
         """This key's token use per day, today's quota and the deployment's budget limits."""
-        return UsageView.model_validate(await self._json("GET", "/v1/usage", params={"days": days}))
+        return wire.UsageView.model_validate(await self._json("GET", "/v1/usage", params={"days": days}))
 
     # -- batches ---------------------------------------------------------------------------------
 
     async def submit_batch(
         self, items: Items, config: Config = None, *, idempotency_key: str | None = None
-    ) -> BatchAccepted:
+    ) -> wire.BatchAccepted:
         """Queue one batch: a JSONL file is uploaded as it is, a list is sent as JSON items
         (``{question, id?, answers?, pool?}`` dicts or ``BatchItem``s)."""
         headers = _idempotency(idempotency_key)
@@ -281,26 +280,26 @@ class AsyncParleyClient:
         else:
             body = {"items": [_item(i) for i in items], "config": _config(config)}
             out = await self._json("POST", "/v1/batches", json=body, headers=headers)
-        return BatchAccepted.model_validate(out)
+        return wire.BatchAccepted.model_validate(out)
 
-    async def get_batch(self, batch_id: str) -> BatchView:
-        return BatchView.model_validate(await self._json("GET", f"/v1/batches/{batch_id}"))
+    async def get_batch(self, batch_id: str) -> wire.BatchView:
+        return wire.BatchView.model_validate(await self._json("GET", f"/v1/batches/{batch_id}"))
 
-    async def cancel_batch(self, batch_id: str) -> BatchView:
-        return BatchView.model_validate(await self._json("POST", f"/v1/batches/{batch_id}/cancel"))
+    async def cancel_batch(self, batch_id: str) -> wire.BatchView:
+        return wire.BatchView.model_validate(await self._json("POST", f"/v1/batches/{batch_id}/cancel"))
 
-    async def delete_batch(self, batch_id: str) -> BatchDeleted:
+    async def delete_batch(self, batch_id: str) -> wire.BatchDeleted:
         """Delete a batch and its items for good (unfinished items cancelled first)."""
-        return BatchDeleted.model_validate(await self._json("DELETE", f"/v1/batches/{batch_id}"))
+        return wire.BatchDeleted.model_validate(await self._json("DELETE", f"/v1/batches/{batch_id}"))
 
     async def wait_batch(
         self,
         batch_id: str,
         *,
         poll_s: float = 1.0,
-        on_progress: Callable[[BatchView], None] | None = None,
+        on_progress: Callable[[wire.BatchView], None] | None = None,
         timeout_s: float | None = None,
-    ) -> BatchView:
+    ) -> wire.BatchView:
         """Poll until every item finished; ``on_progress`` sees each status. ``TimeoutError`` after
         ``timeout_s``."""
         return (
@@ -312,14 +311,14 @@ class AsyncParleyClient:
         batch_ids: Sequence[str],
         *,
         poll_s: float = 1.0,
-        on_progress: Callable[[BatchView], None] | None = None,
+        on_progress: Callable[[wire.BatchView], None] | None = None,
         progress: bool = False,
         timeout_s: float | None = None,
-    ) -> list[BatchView]:
+    ) -> list[wire.BatchView]:
         """Poll several batches until all finished, with a progress bar over their items if asked."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         bar = _bar(progress)
-        views: dict[str, BatchView] = {}
+        views: dict[str, wire.BatchView] = {}
         try:
             while True:
                 for batch_id in batch_ids:
@@ -329,7 +328,7 @@ class AsyncParleyClient:
                             on_progress(views[batch_id])
                 if bar is not None:
                     bar.total = sum(v.total for v in views.values())
-                    bar.n = sum(finished_count(v) for v in views.values())
+                    bar.n = sum(wire.finished_count(v) for v in views.values())
                     bar.refresh()
                 if all(v.status == "completed" for v in views.values()):
                     return [views[b] for b in batch_ids]
@@ -340,7 +339,7 @@ class AsyncParleyClient:
             if bar is not None:
                 bar.close()
 
-    async def iter_results(self, batch_id: str) -> AsyncIterator[BatchResult]:
+    async def iter_results(self, batch_id: str) -> AsyncIterator[wire.BatchResult]:
         """The batch's result lines in input order, streamed; an unreadable line is yielded as a
         failed entry, never dropped."""
         n = 0
@@ -349,11 +348,11 @@ class AsyncParleyClient:
             if not raw.strip():
                 continue
             try:
-                yield BatchResult.model_validate_json(raw)
+                yield wire.BatchResult.model_validate_json(raw)
             except ValidationError:
-                yield BatchResult(status="failed", error=f"unreadable results line {n}")
+                yield wire.BatchResult(status="failed", error=f"unreadable results line {n}")
 
-    async def results(self, batch_id: str) -> list[BatchResult]:
+    async def results(self, batch_id: str) -> list[wire.BatchResult]:
         return [line async for line in self.iter_results(batch_id)]
 
     async def run_batch(
@@ -365,7 +364,7 @@ class AsyncParleyClient:
         progress: bool = True,
         poll_s: float = 1.0,
         timeout_s: float | None = None,
-    ) -> AsyncIterator[BatchResult]:
+    ) -> AsyncIterator[wire.BatchResult]:
         """Submit ``items`` (a JSONL file or a list) as batches of at most ``chunk_size`` items,
         wait for them with a progress bar, and yield every result in input order."""
         rows: list[Any] = read_items(items) if isinstance(items, Path) else list(items)
@@ -387,6 +386,6 @@ def _idempotency(key: str | None) -> dict[str, str]:
 def _bar(show: bool) -> Any:
     if not show:
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # not among the client's own requirements: loaded only for a progress bar
 
     return tqdm(total=0, unit="item", desc="debates")

@@ -12,18 +12,8 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from parley_client.aio import AsyncParleyClient, Config, Items
-from parley_wire.models import (
-    Accepted,
-    BatchAccepted,
-    BatchDeleted,
-    BatchResult,
-    BatchView,
-    DebateDeleted,
-    DebateEvent,
-    JobView,
-    UsageView,
-)
+from parley_client.aio import AsyncParleyClient, Config, Items, settings_args
+from parley_wire import models as wire
 
 T = TypeVar("T")
 
@@ -70,12 +60,8 @@ class ParleyClient:
     @classmethod
     def from_settings(cls, settings: ClientSettings | None = None, url: str | None = None) -> ParleyClient:
         """A client for ``PARLEY_API_URL`` with ``PARLEY_API_KEY`` (or the settings given)."""
-        if settings is None:
-            from parley_client.settings import ClientSettings
-
-            settings = ClientSettings()
-        key = settings.key.get_secret_value() if settings.key else None
-        return cls(url or settings.url, api_key=key, timeout_s=settings.client_timeout_s)
+        base_url, kwargs = settings_args(settings, url)
+        return cls(base_url, **kwargs)
 
     @property
     def retries(self) -> int:
@@ -123,44 +109,44 @@ class ParleyClient:
         answers: list[str] | None = None,
         pool: list[dict[str, Any]] | None = None,
         idempotency_key: str | None = None,
-    ) -> Accepted:
+    ) -> wire.Accepted:
         return self._call(
             self.aio.submit, question, config, answers=answers, pool=pool, idempotency_key=idempotency_key
         )
 
-    def get(self, job_id: str) -> JobView:
+    def get(self, job_id: str) -> wire.JobView:
         return self._call(self.aio.get, job_id)
 
-    def cancel(self, job_id: str) -> JobView:
+    def cancel(self, job_id: str) -> wire.JobView:
         return self._call(self.aio.cancel, job_id)
 
-    def delete(self, job_id: str) -> DebateDeleted:
+    def delete(self, job_id: str) -> wire.DebateDeleted:
         return self._call(self.aio.delete, job_id)
 
-    def events(self, job_id: str, *, last_event_id: str | None = None) -> Iterator[DebateEvent]:
+    def events(self, job_id: str, *, last_event_id: str | None = None) -> Iterator[wire.DebateEvent]:
         return self._iterate(self.aio.events(job_id, last_event_id=last_event_id))
 
-    def wait(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float | None = None) -> JobView:
+    def wait(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float | None = None) -> wire.JobView:
         return self._call(self.aio.wait, job_id, poll_s=poll_s, timeout_s=timeout_s)
 
-    def ask(self, question: str, config: Config = None, *, timeout_s: float | None = None) -> JobView:
+    def ask(self, question: str, config: Config = None, *, timeout_s: float | None = None) -> wire.JobView:
         return self._call(self.aio.ask, question, config, timeout_s=timeout_s)
 
-    def usage(self, days: int = 7) -> UsageView:
+    def usage(self, days: int = 7) -> wire.UsageView:
         return self._call(self.aio.usage, days)
 
     def submit_batch(
         self, items: Items, config: Config = None, *, idempotency_key: str | None = None
-    ) -> BatchAccepted:
+    ) -> wire.BatchAccepted:
         return self._call(self.aio.submit_batch, items, config, idempotency_key=idempotency_key)
 
-    def get_batch(self, batch_id: str) -> BatchView:
+    def get_batch(self, batch_id: str) -> wire.BatchView:
         return self._call(self.aio.get_batch, batch_id)
 
-    def cancel_batch(self, batch_id: str) -> BatchView:
+    def cancel_batch(self, batch_id: str) -> wire.BatchView:
         return self._call(self.aio.cancel_batch, batch_id)
 
-    def delete_batch(self, batch_id: str) -> BatchDeleted:
+    def delete_batch(self, batch_id: str) -> wire.BatchDeleted:
         return self._call(self.aio.delete_batch, batch_id)
 
     def wait_batch(
@@ -168,17 +154,17 @@ class ParleyClient:
         batch_id: str,
         *,
         poll_s: float = 1.0,
-        on_progress: Callable[[BatchView], None] | None = None,
+        on_progress: Callable[[wire.BatchView], None] | None = None,
         timeout_s: float | None = None,
-    ) -> BatchView:
+    ) -> wire.BatchView:
         return self._call(
             self.aio.wait_batch, batch_id, poll_s=poll_s, on_progress=on_progress, timeout_s=timeout_s
         )
 
-    def iter_results(self, batch_id: str) -> Iterator[BatchResult]:
+    def iter_results(self, batch_id: str) -> Iterator[wire.BatchResult]:
         return self._iterate(self.aio.iter_results(batch_id))
 
-    def results(self, batch_id: str) -> list[BatchResult]:
+    def results(self, batch_id: str) -> list[wire.BatchResult]:
         return list(self.iter_results(batch_id))
 
     def run_batch(
@@ -190,7 +176,7 @@ class ParleyClient:
         progress: bool = True,
         poll_s: float = 1.0,
         timeout_s: float | None = None,
-    ) -> Iterator[BatchResult]:
+    ) -> Iterator[wire.BatchResult]:
         return self._iterate(
             self.aio.run_batch(
                 items, config, chunk_size=chunk_size, progress=progress, poll_s=poll_s, timeout_s=timeout_s

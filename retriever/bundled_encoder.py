@@ -21,6 +21,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from retriever.embedder import bundled_model_path
+from retriever.onnx_export import export_onnx
 from services.errors import ParleyError
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "data" / "all-MiniLM-L6-v2"
@@ -77,9 +79,6 @@ def bundled_graph() -> Path:
 def export_and_compare() -> bool:
     """Export the graph again from the weights package (needs the torch extra); True when every byte
     matches the shipped graph."""
-    from retriever.embedder import bundled_model_path
-    from retriever.onnx_export import export_onnx
-
     with tempfile.TemporaryDirectory() as tmp:
         graph = export_onnx(bundled_model_path(), Path(tmp), "int8")
         actual = _sha256(graph)

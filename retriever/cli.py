@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
+from retriever.corpus import read_vital, vital_article_count
+from retriever.corpus_sources import CorpusSource, FileSource, ListSource
+from retriever.encoder_base import EncoderError
+from retriever.jvm import pyserini_available
 from retriever.settings import RetrieverSettings
+from retriever.weights import EncoderWeightsError
+
+if TYPE_CHECKING:
+    from retriever.indexer import BuildReport
 
 index_app = typer.Typer(
     help="Build and inspect the Wikipedia dense + BM25 index.",
@@ -23,9 +31,7 @@ index_app = typer.Typer(
 Corpus = Literal["vital"]
 
 
-def _settings(data_dir: Path | None) -> object:
-    from retriever.settings import RetrieverSettings
-
+def _settings(data_dir: Path | None) -> RetrieverSettings:
     return RetrieverSettings(data_dir=data_dir) if data_dir else RetrieverSettings()
 
 
@@ -80,22 +86,16 @@ def build(
     finished build redoes it; passages have stable ids, so they overwrite themselves. ``--rerank`` builds
     the second stage's collection instead (its encoder, its own folder, no BM25), with the same options.
     """
-    from retriever.corpus import read_vital, vital_article_count
-    from retriever.encoders import EncoderError
+    # numpy, the stores and the encoders load when a command runs, not for --help
     from retriever.indexer import build_index, checkpoint_status
-    from retriever.ingest import FileSource, ListSource
-    from retriever.jvm import pyserini_available
-    from retriever.settings import RetrieverSettings
     from retriever.shipped_vectors import ShippedVectorsError
     from retriever.store_port import VectorStoreError
-    from retriever.weights import EncoderWeightsError
 
     if dpr_tsv is not None and jsonl is not None:
         raise typer.BadParameter("give at most one of --dpr-tsv and --jsonl")
     if corpus != "vital":
         raise typer.BadParameter("the only bundled corpus is 'vital'; use --dpr-tsv or --jsonl for others")
     s = _settings(data_dir)
-    assert isinstance(s, RetrieverSettings)
     if rerank:
         s, bm25 = _second_stage(s), False
     if device is not None:
@@ -137,10 +137,7 @@ def build(
     _print_build(report)
 
 
-def _print_build(report: object) -> None:
-    from retriever.indexer import BuildReport
-
-    assert isinstance(report, BuildReport)
+def _print_build(report: BuildReport) -> None:
     ing = report.ingest
     typer.echo(
         f"indexed {report.passages} passages of {report.corpus!r} into {report.collection} in "
@@ -168,10 +165,10 @@ def encode(
     The shards line up with the passages `index build` reads from the same file (without a file: the
     bundled Vital Articles, as `index build` reads them); a killed run continues after its last shard.
     """
-    from retriever.corpus import read_vital
-    from retriever.encoders import EncoderError, make_embedder
-    from retriever.ingest import CorpusSource, FileSource, IngestError, ListSource, encode_to_shards
-    from retriever.settings import RetrieverSettings
+    # numpy, the stores and the encoders load when a command runs, not for --help
+    from retriever.encoders import make_embedder
+    from retriever.ingest_checkpoint import IngestError
+    from retriever.vector_shards import encode_to_shards
 
     path = dpr_tsv or jsonl
     if dpr_tsv is not None and jsonl is not None:
@@ -211,6 +208,7 @@ def _second_stage(s: RetrieverSettings) -> RetrieverSettings:
 
 def _shipped(s: RetrieverSettings, corpus: str) -> Path | None:
     """The shipped vectors of the bundled corpus for this encoder, if any (instead of encoding it)."""
+    # numpy, the stores and the encoders load when a command runs, not for --help
     from retriever.indexer import shipped_shards
 
     vectors = shipped_shards(s, corpus)
@@ -225,12 +223,11 @@ def stats(
     data_dir: Annotated[Path | None, typer.Option(help="override PARLEY_RETRIEVER_DATA_DIR")] = None,
 ) -> None:
     """Passages, vector size, embedding model, store location and disk use."""
+    # numpy, the stores and the encoders load when a command runs, not for --help
     from retriever.indexer import index_stats
-    from retriever.settings import RetrieverSettings
     from retriever.store_port import VectorStoreError
 
     s = _settings(data_dir)
-    assert isinstance(s, RetrieverSettings)
     try:
         st = index_stats(s)
     except VectorStoreError as exc:
@@ -286,10 +283,10 @@ def serve(
     port: Annotated[int | None, typer.Option(help="override PARLEY_RETRIEVER_PORT")] = None,
 ) -> None:
     """Run the retrieval service (POST /v1/pools, GET /v1/pools/{id}, GET /v1/search, GET /healthz)."""
+    # uvicorn, FastAPI and the stores load when the service starts, not for --help
     import uvicorn
 
     from retriever.app import create_app
-    from retriever.settings import RetrieverSettings
 
     s = RetrieverSettings()
     uvicorn.run(create_app(s), host=host or s.host, port=port or s.port, log_level=s.log_level)

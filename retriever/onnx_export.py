@@ -8,9 +8,11 @@ quantization, per channel. Both steps are deterministic, so every machine makes 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +39,7 @@ def export_onnx(model_path: str, cache_dir: Path, precision: Literal["int8", "fp
         if not (fp32.exists() and fp32.with_suffix(".json").exists()):
             _export_fp32(model_path, fp32)
         if precision == "int8":
+            # onnxruntime's quantizer pulls in onnx: loaded only when a graph is quantized
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             tmp = cache_dir / "model-int8.partial.onnx"
@@ -53,9 +56,7 @@ def _write_info(path: Path, source: str, how: str) -> None:
 
 
 def _export_fp32(model_path: str, target: Path) -> None:
-    import inspect
-    import warnings
-
+    # torch and transformers are the optional torch extra: loaded only when a graph is exported
     import torch
     from transformers import AutoModel, AutoTokenizer
 

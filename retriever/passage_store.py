@@ -18,6 +18,7 @@ vectors (tests and the recall benchmark compare against it).
 from __future__ import annotations
 
 import errno
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import qdrant_edge as qe
+from qdrant_client.http import models as qm
 
 from retriever.store_port import Hit, StoreLocked, VectorStoreError, dir_size
 
@@ -73,8 +76,6 @@ class EdgePassageStore:
 
     # Opening ---------------------------------------------------------------------------------------
     def _load(self) -> Any:
-        import qdrant_edge as qe
-
         try:
             return qe.EdgeShard.load(str(self.path))
         except Exception as exc:
@@ -91,8 +92,6 @@ class EdgePassageStore:
             ) from exc
 
     def _config(self, dim: int) -> Any:
-        import qdrant_edge as qe
-
         lay = self.layout
         place = qe.Memory.Cold if lay.on_disk else qe.Memory.Cached
         quant = (
@@ -111,8 +110,6 @@ class EdgePassageStore:
 
     def ensure(self, dim: int) -> None:
         """Create the shard for ``dim``-d vectors if it is missing; refuse a shard of another size."""
-        import qdrant_edge as qe
-
         with self._lock:
             if self._shard is None:
                 try:
@@ -135,8 +132,6 @@ class EdgePassageStore:
 
     # Reading ---------------------------------------------------------------------------------------
     def dim(self) -> int | None:
-        import json
-
         cfg = self.path / "edge_config.json"
         if not cfg.exists():
             return None
@@ -147,15 +142,11 @@ class EdgePassageStore:
         return int(size) if size else None
 
     def count(self) -> int:
-        import qdrant_edge as qe
-
         if self._shard is None:
             return 0
         return int(self._shard.count(qe.CountRequest(exact=True)))
 
     def _params(self, exact: bool) -> Any:
-        import qdrant_edge as qe
-
         if exact:
             return qe.SearchParams(exact=True, quantization=qe.QuantizationSearchParams(ignore=True))
         return qe.SearchParams(
@@ -172,8 +163,6 @@ class EdgePassageStore:
         winners. Measured on Qdrant Edge 0.9.0, a query that returns on-disk payloads costs ~1-10 ms
         against ~0.2 ms for the ids plus 0.02 ms for the retrieve.
         """
-        import qdrant_edge as qe
-
         if self._shard is None or limit <= 0:
             return []
         req = qe.QueryRequest(
@@ -209,8 +198,6 @@ class EdgePassageStore:
     # Writing ---------------------------------------------------------------------------------------
     def upsert(self, ids: Sequence[str], vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None:
         """Insert or overwrite points (ids from ``point_id``); durable once in the write-ahead log."""
-        import qdrant_edge as qe
-
         if not ids:
             return
         rows = np.asarray(vectors, dtype=np.float32).tolist()  # one conversion for the batch
@@ -225,8 +212,6 @@ class EdgePassageStore:
 
     def delete_where_less(self, field: str, value: float) -> int:
         """Delete points whose numeric payload ``field`` is below ``value``; returns how many went."""
-        import qdrant_edge as qe
-
         if self._shard is None:
             return 0
         flt = qe.Filter(must=[qe.FieldCondition(key=field, range=qe.RangeFloat(lt=value))])
@@ -251,8 +236,6 @@ class EdgePassageStore:
 
     def delete_corpus(self, corpus: str) -> None:
         """Drop every passage of ``corpus`` (a rebuild replaces the corpus as a whole)."""
-        import qdrant_edge as qe
-
         if self._shard is None:
             return
         cond = qe.FieldCondition(key="corpus", match=qe.MatchValue(value=corpus))
@@ -293,8 +276,6 @@ class ServerPassageStore:
         self.location = location
 
     def ensure(self, dim: int) -> None:
-        from qdrant_client.http import models as qm
-
         c, lay = self._client, self.layout
         if c.collection_exists(self.name):
             existing = self.dim()
@@ -322,8 +303,6 @@ class ServerPassageStore:
         )
 
     def dim(self) -> int | None:
-        from qdrant_client.http import models as qm
-
         if not self._client.collection_exists(self.name):
             return None
         params = self._client.get_collection(self.name).config.params.vectors
@@ -335,8 +314,6 @@ class ServerPassageStore:
         return int(self._client.count(self.name, exact=True).count)
 
     def upsert(self, ids: Sequence[str], vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None:
-        from qdrant_client.http import models as qm
-
         if not ids:
             return
         points = [
@@ -346,8 +323,6 @@ class ServerPassageStore:
         self._client.upsert(self.name, points=points, wait=True)
 
     def delete_corpus(self, corpus: str) -> None:
-        from qdrant_client.http import models as qm
-
         if not self._client.collection_exists(self.name):
             return
         cond = qm.FieldCondition(key="corpus", match=qm.MatchValue(value=corpus))
@@ -364,8 +339,6 @@ class ServerPassageStore:
     def search(
         self, vector: np.ndarray, limit: int, *, with_vectors: bool = False, exact: bool = False
     ) -> list[Hit]:
-        from qdrant_client.http import models as qm
-
         if limit <= 0:
             return []
         params = (

@@ -15,11 +15,13 @@ import pytest
 
 import retriever.gpu_encoder as gpu
 from retriever.corpus import read_vital
+from retriever.corpus_sources import FileSource
 from retriever.embedder import SentenceTransformerEmbedder
 from retriever.encoders import make_embedder
-from retriever.gpu_encoder import PipelinedEmbedder, tokenize_window
-from retriever.ingest import FileSource, VectorShards, encode_to_shards
+from retriever.gpu_encoder import PipelinedEmbedder
+from retriever.gpu_tokenize import tokenize_window
 from retriever.settings import RetrieverSettings
+from retriever.vector_shards import VectorShards, encode_to_shards
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from parley_testing.synthetic_corpus import clustered_vectors
 from retriever.cli import index_app
 from retriever.encoders import make_embedder
 from retriever.indexer import index_stats
-from retriever.ingest import Checkpoint, checkpoint_path, rejects_path
+from retriever.ingest_checkpoint import Checkpoint, checkpoint_path, rejects_path
 from retriever.jvm import lucene_searcher_class
 from retriever.passage_store import EdgePassageStore, StoreLayout
 from retriever.settings import RetrieverSettings
