@@ -24,9 +24,7 @@ seconds of the model call (p50/p95). Writes ``bench.json``, ``bench.md`` and ``a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import re
 import statistics
 import sys
@@ -35,11 +33,15 @@ from typing import Any
 
 import httpx
 
-from bench.pool_quality import CONFIGS, DEPTH, ci_summary, retriever_for
-from bench.query_rewrite import add_llm_bench_args, chat, llm_bench_inputs, run_facts
-from bench.retrieval_bench import has_answer, percentile
+from bench.harness.cli import add_llm_bench_args, study_parser
+from bench.harness.llm import chat
+from bench.harness.plots import curves
+from bench.harness.reports import write_json, write_markdown
+from bench.harness.retrieval import has_answer, llm_bench_inputs, pool_of, run_facts
+from bench.harness.stats import call_costs, ci_summary
+from bench.pool_quality import CONFIGS, DEPTH, retriever_for
 from evaluation.metrics import paired_bootstrap
-from retriever.pools import _Candidate, dedupe
+from retriever.pools import _Candidate
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
 
@@ -101,13 +103,7 @@ async def measure(
         async with httpx.AsyncClient(base_url=llm_url, timeout=300) as client:
             for i, q in enumerate(questions):
                 hits = await wiki.search(q["question"], DEPTH, "hybrid", with_vectors=True)
-                pool = dedupe(
-                    [
-                        _Candidate("wikipedia", h.title, h.text, h.url, h.score, h.vector)
-                        for h in hits[:candidates]
-                    ],
-                    settings.dedupe_cosine,
-                )
+                pool = pool_of(hits, candidates, settings.dedupe_cosine)
                 reply = await chat(
                     client, model, rerank_prompt(q["question"], pool, passage_words), MAX_TOKENS
                 )
@@ -140,13 +136,7 @@ async def measure(
         for k in ks
         if k < candidates
     }
-    table["llm"]["cost"] = {
-        "prompt_tokens": round(statistics.mean(x["prompt_tokens"] for x in costs), 1),
-        "completion_tokens": round(statistics.mean(x["completion_tokens"] for x in costs), 1),
-        "seconds_p50": round(percentile([x["seconds"] for x in costs], 50), 2),
-        "seconds_p95": round(percentile([x["seconds"] for x in costs], 95), 2),
-        "unparseable": round(unparseable / len(questions), 4),
-    }
+    table["llm"]["cost"] = {**call_costs(costs), "unparseable": round(unparseable / len(questions), 4)}
     return {
         "questions": len(questions),
         "candidates": candidates,
@@ -158,8 +148,8 @@ async def measure(
 
 
 def write_reports(out: Path, result: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    """``bench.json``, ``bench.md`` and ``answer_in_pool.png`` in ``out``."""
+    write_json(out / "bench.json", result)
     ks, cfgs = result["ks"], result["configs"]
     llm = cfgs["llm"]
     cost = llm["cost"]
@@ -192,28 +182,20 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
     ]
     for ex in result["examples"]:
         lines.append(f"- **{ex['question']}** reply {ex['reply']!r} → order {[i + 1 for i in ex['order']]}")
-    (out / "bench.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, row in cfgs.items():
-        ax.plot(ks, [row["answer_in_pool"][k] for k in ks], marker="o", label=name)
-    ax.set_xticks(ks, [str(k) for k in ks])
-    ax.set_xlabel("k (pool size)")
-    ax.set_ylabel("answer-in-pool@k")
-    ax.set_title(f"LLM listwise rerank of the top {result['candidates']}, {result['questions']} questions")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "answer_in_pool.png", dpi=120)
-    plt.close(fig)
+    write_markdown(out / "bench.md", lines)
+    curves(
+        out / "answer_in_pool.png",
+        ks,
+        {name: [row["answer_in_pool"][k] for k in ks] for name, row in cfgs.items()},
+        xlabel="k (pool size)",
+        ylabel="answer-in-pool@k",
+        title=f"LLM listwise rerank of the top {result['candidates']}, {result['questions']} questions",
+        tick_every_x=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = study_parser(__doc__)
     add_llm_bench_args(ap, ROOT / "reports" / "llm-rerank")
     ap.add_argument(
         "--candidates", type=int, default=10, help="the first stage's top N the model orders (2–20)"

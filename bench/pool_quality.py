@@ -33,25 +33,30 @@ the other).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.retrieval_bench import has_answer, percentile
+from bench.harness.cli import add_question_args, study_parser
+from bench.harness.plots import curves
+from bench.harness.reports import command_line, machine, utc_date, write_json
+from bench.harness.retrieval import (
+    has_answer,
+    load_questions,
+    pool_has_answer,
+    questions_file,
+    retriever_settings,
+)
+from bench.harness.stats import ci_summary, percentile
 from evaluation.metrics import paired_bootstrap
-from retriever.pools import _Candidate, dedupe
 from retriever.query_text import search_query, searched_text
 from retriever.runtime import RetrieverRuntime
-from retriever.search import PassageHit, WikiRetriever
+from retriever.search import WikiRetriever
 from retriever.settings import RetrieverSettings, SearchMode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,14 +124,6 @@ CONFIGS: dict[str, Config] = {
         ),
     )
 }
-
-
-def pool_has_answer(hits: Sequence[PassageHit], k: int, aliases: list[str], dedupe_cosine: float) -> bool:
-    """Whether the pool of ``k_wiki=k`` (top k, near-duplicates removed as the service does) holds it."""
-    kept = dedupe(
-        [_Candidate("wikipedia", h.title, h.text, h.url, h.score, h.vector) for h in hits[:k]], dedupe_cosine
-    )
-    return has_answer([c.text for c in kept], aliases)
 
 
 def retriever_for(
@@ -278,19 +275,9 @@ async def measure(
         await rt.aclose()
 
 
-def ci_summary(ci: Any) -> dict[str, Any]:
-    """A paired bootstrap CI as the reports' JSON holds it."""
-    return {
-        "diff": round(ci.diff, 4),
-        "low": round(ci.low, 4),
-        "high": round(ci.high, 4),
-        "excludes_0": ci.significant,
-    }
-
-
 def write_reports(out: Path, result: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    """``bench.json``, ``bench.md`` and ``answer_in_pool.png`` in ``out``."""
+    write_json(out / "bench.json", result)
     cfgs = result["configs"]
     lines = [
         "# Does the pool hold the answer?",
@@ -359,35 +346,18 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
         "",
     ]
     (out / "bench.md").write_text("\n".join(lines), encoding="utf-8")
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for name, c in cfgs.items():
-        ax.plot(KS, [c["answer_in_pool"][k] for k in KS], marker="o", markersize=3, label=name)
-    ax.set_xscale("log")
-    ax.set_xticks(KS, [str(k) for k in KS])
-    ax.set_xlabel("k (passages in the pool)")
-    ax.set_ylabel("answer-in-pool@k")
-    ax.set_title(f"Pool holds a gold answer ({result['questions_file']}, n={result['questions']})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "answer_in_pool.png", dpi=120)
-    plt.close(fig)
-
-
-def load_questions(path: Path, split: str | None, limit: int | None) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    for i, row in enumerate(rows):
-        if not isinstance(row.get("question"), str) or not isinstance(row.get("answers"), list):
-            raise SystemExit(f"{path}:{i + 1}: each line needs a 'question' string and an 'answers' list")
-    if split is not None:
-        rows = rows[0 if split == "even" else 1 :: 2]
-    return rows[:limit] if limit else rows
+    curves(
+        out / "answer_in_pool.png",
+        KS,
+        {name: [c["answer_in_pool"][k] for k in KS] for name, c in cfgs.items()},
+        xlabel="k (passages in the pool)",
+        ylabel="answer-in-pool@k",
+        title=f"Pool holds a gold answer ({result['questions_file']}, n={result['questions']})",
+        log_x=True,
+        figsize=(6.5, 4.2),
+        markersize=3,
+        legend_fontsize=8,
+    )
 
 
 def load_search_texts(path: Path) -> dict[str, str]:
@@ -427,12 +397,9 @@ def with_search_texts(questions: list[dict[str, Any]], texts: dict[str, str]) ->
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--questions", type=Path, required=True, help="JSONL: question, answers")
-    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "pool-quality")
+    ap = study_parser(__doc__)
+    add_question_args(ap, ROOT / "reports" / "pool-quality")
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
-    ap.add_argument("--split", choices=["even", "odd"], default=None)
-    ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--latency-questions", type=int, default=200)
     ap.add_argument("--data-dir", type=Path, default=None, help="override PARLEY_RETRIEVER_DATA_DIR")
     ap.add_argument(
@@ -447,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
-    settings = RetrieverSettings(warmup=False, **({"data_dir": args.data_dir} if args.data_dir else {}))
+    settings = retriever_settings(args.data_dir)
     questions = load_questions(args.questions, args.split, args.limit)
     if args.search_texts is not None:
         asked = len(questions)
@@ -458,12 +425,11 @@ def main(argv: list[str] | None = None) -> None:
     result = asyncio.run(measure(settings, questions, names, args.latency_questions))
     result.update(
         {
-            "command": " ".join(["HF_HUB_OFFLINE=1", "python -m bench.pool_quality", *sys.argv[1:]]),
-            "questions_file": args.questions.name + (f" ({args.split} half)" if args.split else ""),
+            "command": command_line("bench.pool_quality", argv, env="HF_HUB_OFFLINE=1"),
+            "questions_file": questions_file(args),
             "search_texts": str(args.search_texts) if args.search_texts is not None else None,
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), "
-            f"Python {platform.python_version()}",
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": machine(),
+            "date": utc_date(),
             "settings": {
                 k: getattr(settings, k)
                 for k in (

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.retrieval_bench import has_answer
+from bench.harness.retrieval import has_answer
 from engine.config import HONOURED, DebateConfig
 from evaluation import metrics
 from evaluation.report import compare_runs

@@ -23,28 +23,27 @@ completion tokens and seconds of the model call. Writes ``bench.json``, ``bench.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import os
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.pool_quality import CONFIGS, KS, ci_summary, load_questions, pool_has_answer, retriever_for
-from bench.retrieval_bench import percentile
+from bench.harness.cli import add_llm_bench_args, study_parser
+from bench.harness.llm import chat
+from bench.harness.plots import curves
+from bench.harness.reports import write_json, write_markdown
+from bench.harness.retrieval import llm_bench_inputs, pool_has_answer, run_facts
+from bench.harness.stats import call_costs, ci_summary
+from bench.pool_quality import CONFIGS, KS, retriever_for
 from evaluation.metrics import paired_bootstrap
 from retriever.runtime import RetrieverRuntime
 from retriever.settings import RetrieverSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPTH = max(KS)
-SEED = 7
 # Operator-side prompts (the experiment's, not a client's): short, and asking for plain text only.
 PROMPTS = {
     "keywords": (
@@ -64,30 +63,6 @@ async def rewrite(client: httpx.AsyncClient, model: str, kind: str, question: st
     """One rewrite: its text, tokens and seconds."""
     template, max_tokens = PROMPTS[kind]
     return await chat(client, model, template.format(question=question), max_tokens)
-
-
-async def chat(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    """One user message at temperature 0 and the fixed seed: the reply's text, tokens and seconds."""
-    t = time.perf_counter()
-    resp = await client.post(
-        "/chat/completions",
-        json={
-            "model": model,
-            "messages": [{"role": "user", "content": prompt}],
-            "temperature": 0,
-            "seed": SEED,
-            "max_tokens": max_tokens,
-        },
-    )
-    resp.raise_for_status()
-    body = resp.json()
-    usage = body.get("usage") or {}
-    return {
-        "text": (body["choices"][0]["message"].get("content") or "").strip(),
-        "prompt_tokens": int(usage.get("prompt_tokens", 0)),
-        "completion_tokens": int(usage.get("completion_tokens", 0)),
-        "seconds": time.perf_counter() - t,
-    }
 
 
 async def measure(
@@ -136,20 +111,14 @@ async def measure(
             row["vs_question"] = {
                 f"@{k}": ci_summary(paired_bootstrap(in_pool["question"][k], per_k[k])) for k in (5, 10)
             }
-            c = costs[name]
-            row["cost"] = {
-                "prompt_tokens": round(statistics.mean(x["prompt_tokens"] for x in c), 1),
-                "completion_tokens": round(statistics.mean(x["completion_tokens"] for x in c), 1),
-                "seconds_p50": round(percentile([x["seconds"] for x in c], 50), 2),
-                "seconds_p95": round(percentile([x["seconds"] for x in c], 95), 2),
-            }
+            row["cost"] = call_costs(costs[name])
         table[name] = row
     return {"questions": len(questions), "configs": table, "examples": examples}
 
 
 def write_reports(out: Path, result: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    """``bench.json``, ``bench.md`` and ``answer_in_pool.png`` in ``out``."""
+    write_json(out / "bench.json", result)
     cfgs = result["configs"]
     lines = [
         "# LLM query rewrite: answer-in-pool@k",
@@ -181,65 +150,20 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
     for ex in result["examples"]:
         written = "; ".join(f"{k}: {v!r}" for k, v in ex.items() if k != "question")
         lines.append(f"- **{ex['question']}** {written}")
-    (out / "bench.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, row in cfgs.items():
-        ax.plot(KS, [row["answer_in_pool"][k] for k in KS], marker="o", label=name)
-    ax.set_xscale("log")
-    ax.set_xticks(KS, [str(k) for k in KS])
-    ax.set_xlabel("k (pool size)")
-    ax.set_ylabel("answer-in-pool@k")
-    ax.set_title(f"LLM query rewrite, {result['questions']} questions")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "answer_in_pool.png", dpi=120)
-    plt.close(fig)
-
-
-def add_llm_bench_args(ap: argparse.ArgumentParser, out: Path) -> None:
-    """The options every LLM-in-the-search benchmark takes: questions, output, split, model server."""
-    ap.add_argument("--questions", type=Path, required=True, help="JSONL: question, answers")
-    ap.add_argument("--out", type=Path, default=out)
-    ap.add_argument("--split", choices=["even", "odd"], default=None)
-    ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument(
-        "--llm-url", default=os.environ.get("PARLEY_LLM_BASE_URL", ""), help="OpenAI-compatible /v1"
+    write_markdown(out / "bench.md", lines)
+    curves(
+        out / "answer_in_pool.png",
+        KS,
+        {name: [row["answer_in_pool"][k] for k in KS] for name, row in cfgs.items()},
+        xlabel="k (pool size)",
+        ylabel="answer-in-pool@k",
+        title=f"LLM query rewrite, {result['questions']} questions",
+        log_x=True,
     )
-    ap.add_argument("--model", default=os.environ.get("PARLEY_LLM_MODEL", "qwen2.5-coder-1.5b"))
-    ap.add_argument("--data-dir", type=Path, default=None, help="override PARLEY_RETRIEVER_DATA_DIR")
-
-
-def llm_bench_inputs(args: argparse.Namespace) -> tuple[RetrieverSettings, list[dict[str, Any]]]:
-    """The retriever settings and questions those options name (the model server is required)."""
-    if not args.llm_url:
-        raise SystemExit("--llm-url (or PARLEY_LLM_BASE_URL) names the model's OpenAI-compatible endpoint")
-    settings = RetrieverSettings(warmup=False, **({"data_dir": args.data_dir} if args.data_dir else {}))
-    return settings, load_questions(args.questions, args.split, args.limit)
-
-
-def run_facts(module: str, argv: list[str] | None, args: argparse.Namespace) -> dict[str, str]:
-    """What a report says about its run: the command, the questions, the model, the machine, the date."""
-    return {
-        "command": " ".join(
-            ["HF_HUB_OFFLINE=1", f"python -m {module}", *(sys.argv[1:] if argv is None else argv)]
-        ),
-        "questions_file": args.questions.name + (f" ({args.split} half)" if args.split else ""),
-        "llm_url": args.llm_url,
-        "model": args.model,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), "
-        f"Python {platform.python_version()}",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = study_parser(__doc__)
     add_llm_bench_args(ap, ROOT / "reports" / "query-rewrite")
     ap.add_argument("--kinds", default=",".join(PROMPTS), help=f"comma-separated, of {', '.join(PROMPTS)}")
     args = ap.parse_args(argv)

@@ -20,19 +20,19 @@ Writes ``bench.json``, ``bench.md`` and ``recall_at_k.png`` to ``--out``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import platform
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from evaluation.metrics import contains_match
+from bench.harness.cli import study_parser
+from bench.harness.plots import curves
+from bench.harness.reports import command_line, machine, utc_date, write_json
+from bench.harness.retrieval import has_answer, load_questions
+from bench.harness.stats import percentile
 from retriever.corpus import read_vital
 from retriever.indexer import build_index, index_stats, make_embedder
 from retriever.runtime import RetrieverRuntime
@@ -45,20 +45,6 @@ MODES = ("dense", "bm25", "hybrid")
 # A reference row: textbook RRF (k = 60, equal weights) next to the configured hybrid.
 REFERENCE = "hybrid_rrf60_equal"
 ROWS = (*MODES, REFERENCE)
-
-
-def has_answer(texts: list[str], aliases: list[str]) -> bool:
-    """Whether any normalised alias occurs as whole words in any normalised text: the rule the
-    evaluation's ``contains`` scores answers by, applied to passages."""
-    return any(contains_match(t, aliases) for t in texts)
-
-
-def percentile(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    i = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
-    return s[i]
 
 
 def build(settings: RetrieverSettings, limit: int | None) -> dict[str, Any]:
@@ -199,8 +185,8 @@ def http_latency(settings: RetrieverSettings, questions: list[dict[str, Any]]) -
 
 
 def write_reports(out: Path, result: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    """``bench.json``, ``bench.md`` and ``recall_at_k.png`` in ``out``."""
+    write_json(out / "bench.json", result)
     ev, b, rrf = result["eval"], result["build"], result["rrf"]
     r = ev["recall_at_k"]
     lines = [
@@ -249,26 +235,19 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
         "",
     ]
     (out / "bench.md").write_text("\n".join(lines), encoding="utf-8")
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for m in ROWS:
-        ax.plot(range(1, len(r[m]) + 1), r[m], marker="o", markersize=3, label=m)
-    ax.set_xlabel("k (passages)")
-    ax.set_ylabel("answer recall@k")
-    ax.set_title(f"Answer recall on nq_open_vital_dev (n={ev['recall_questions']})")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "recall_at_k.png", dpi=120)
+    curves(
+        out / "recall_at_k.png",
+        list(range(1, len(r[ROWS[0]]) + 1)),
+        {m: r[m] for m in ROWS},
+        xlabel="k (passages)",
+        ylabel="answer recall@k",
+        title=f"Answer recall on nq_open_vital_dev (n={ev['recall_questions']})",
+        markersize=3,
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = study_parser(__doc__)
     ap.add_argument("--data-dir", type=Path, default=ROOT / ".parley" / "bench-index")
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "retrieval")
     ap.add_argument("--questions", type=Path, required=True, help="NQ-open JSONL (question, answers)")
@@ -288,16 +267,14 @@ def main() -> None:
     else:
         build_res = build(settings, args.limit)
     print(json.dumps(build_res, indent=2), flush=True)
-    questions = [
-        json.loads(line) for line in args.questions.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
+    questions = load_questions(args.questions)
     ev = asyncio.run(evaluate(settings, questions, args.latency_questions, args.kmax))
     http_res = http_latency(settings, questions[: args.latency_questions])
     print("http", http_res, flush=True)
     result = {
-        "command": " ".join(["HF_HUB_OFFLINE=1", "python", *sys.argv]),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",  # noqa: E501
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": command_line("bench.retrieval_bench", env="HF_HUB_OFFLINE=1"),
+        "machine": machine(),
+        "date": utc_date(),
         "build": build_res,
         "rrf": {"k": settings.rrf_k, "bm25_weight": settings.rrf_bm25_weight, "depth": settings.fusion_depth},
         "eval": ev,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from bench.harness.llm import SEED
 from bench.llm_rerank import main, parse_order, rerank_prompt
-from bench.query_rewrite import SEED
 from retriever.pools import _Candidate
 from tests.retriever.support import build_slice_index
 from tests.support.scripted_llm import ScriptedLLM, request_text

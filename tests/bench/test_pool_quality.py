@@ -8,14 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.pool_quality import (
-    KS,
-    load_search_texts,
-    main,
-    pool_has_answer,
-    pooled_recall,
-    with_search_texts,
-)
+from bench.harness.retrieval import pool_has_answer
+from bench.pool_quality import KS, load_search_texts, main, pooled_recall, with_search_texts
 from retriever.search import PassageHit
 from tests.retriever.support import build_slice_index
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.llm import SEED
 from bench.pool_quality import KS
-from bench.query_rewrite import SEED, main
+from bench.query_rewrite import main
 from tests.retriever.support import build_slice_index
 from tests.support.scripted_llm import ScriptedLLM, request_text
 
