@@ -4,6 +4,8 @@ docs/img/architecture.json.
 
     .venv/bin/python scripts/architecture.py            # write both files
     .venv/bin/python scripts/architecture.py --check    # exit 1 when the JSON differs from the code
+    .venv/bin/python scripts/architecture.py --rev 08d0951 --out reports/architecture/before
+                                                        # the house at another commit (a git worktree)
 
 The graph is grimp's (import-linter's own reader, as `make lint` reads it: `if TYPE_CHECKING:` imports load
 nothing and do not count): every other import statement counts, a function-local one
@@ -45,9 +47,9 @@ ROOMS = ("services.llm", "services.jobstore", "services.observability")
 NODES = (*PACKAGES[: PACKAGES.index("services")], *ROOMS, *PACKAGES[PACKAGES.index("services") :])
 
 
-def node(module: str) -> str:
+def node(module: str, rooms: tuple[str, ...] = ROOMS) -> str:
     """The box a module is drawn in: its room of services, else its top-level package."""
-    for room in ROOMS:
+    for room in rooms:
         if module == room or module.startswith(room + "."):
             return room
     return module.split(".")[0]
@@ -98,14 +100,17 @@ def _sccs(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def house() -> dict[str, Any]:
-    """Packages (modules, lines), arrows between packages (module pairs) and module import circles."""
+def house(root: Path = ROOT) -> dict[str, Any]:
+    """Packages (modules, lines), arrows between packages (module pairs) and module import circles of
+    the tree at ``root``."""
     import grimp
 
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(root))
     graph = grimp.build_graph(*PACKAGES, cache_dir=None, exclude_type_checking_imports=True)
     modules = sorted(graph.modules)
-    top = {m: node(m) for m in modules}
+    # A room is a box only where the tree has it as a package (an older tree's services.llm was a module).
+    rooms = tuple(r for r in ROOMS if (root / r.replace(".", "/")).is_dir())
+    top = {m: node(m, rooms) for m in modules}
     edges: dict[str, set[str]] = {m: set(graph.find_modules_directly_imported_by(m)) for m in modules}
     arrows: dict[tuple[str, str], int] = {}
     for importer, imported in ((a, b) for a in modules for b in edges[a]):
@@ -113,8 +118,10 @@ def house() -> dict[str, Any]:
         if pair[0] != pair[1]:
             arrows[pair] = arrows.get(pair, 0) + 1
     sizes = {}
-    for package in NODES:
-        files = [f for f in (ROOT / package.replace(".", "/")).rglob("*.py") if _in_node(f, package)]
+    for package in (n for n in NODES if n not in ROOMS or n in rooms):
+        files = [
+            f for f in (root / package.replace(".", "/")).rglob("*.py") if _in_node(f, root, package, rooms)
+        ]
         sizes[package] = {
             "modules": len(files),
             "lines": sum(len(f.read_text(encoding="utf-8").splitlines()) for f in files),
@@ -126,10 +133,10 @@ def house() -> dict[str, Any]:
     }
 
 
-def _in_node(path: Path, package: str) -> bool:
+def _in_node(path: Path, root: Path, package: str, rooms: tuple[str, ...]) -> bool:
     """Whether a file of ``package``'s folder is drawn in its box (services' rooms have their own)."""
-    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    return node(module) == package
+    module = ".".join(path.relative_to(root).with_suffix("").parts)
+    return node(module, rooms) == package
 
 
 def structure_drift(data: dict[str, Any]) -> str | None:
@@ -146,7 +153,7 @@ def structure_drift(data: dict[str, Any]) -> str | None:
 
 def layers(data: dict[str, Any]) -> dict[str, int]:
     """Each package's row: one below the lowest of its importers (the arrows form no circle)."""
-    row = dict.fromkeys(NODES, 0)
+    row = dict.fromkeys(data["packages"], 0)
     for _ in NODES:  # longest path, relaxed as often as there are packages
         for a, b, _n in data["arrows"]:
             row[b] = max(row[b], row[a] + 1)
@@ -162,7 +169,8 @@ def draw(data: dict[str, Any], path: Path) -> None:
     row = layers(data)
     by_row: dict[int, list[str]] = {}
     for package in NODES:
-        by_row.setdefault(row[package], []).append(package)
+        if package in data["packages"]:  # not a room the tree does not have yet
+            by_row.setdefault(row[package], []).append(package)
     where = {}
     for r, names in by_row.items():
         for i, name in enumerate(names):
@@ -177,7 +185,7 @@ def draw(data: dict[str, Any], path: Path) -> None:
             arrowprops={"arrowstyle": "->", "color": "0.45", "lw": 0.6 + min(n, 60) / 25},
         )
         ax.text((x0 + x1) / 2, (y0 + y1) / 2, str(n), fontsize=7, color="0.3", ha="center")
-    circled = {node(m) for circle in data["circles"] for m in circle}
+    circled = {node(m, tuple(data["packages"])) for circle in data["circles"] for m in circle}
     for name, (x, y) in where.items():
         size = data["packages"][name]
         colour = "#f4cccc" if name in circled else "#dae8fc"
@@ -199,11 +207,46 @@ def draw(data: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def at_revision(rev: str, out: Path) -> int:
+    """The house of commit ``rev``, drawn from a temporary git worktree by this script's own code (so
+    two commits are drawn alike), into ``out``.json and ``out``.png."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True
+        )
+        try:
+            # A process of its own, started in the worktree: its packages, not this checkout's, import.
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--root",
+                str(tree),
+                "--out",
+                str(out.resolve()),
+            ]
+            return subprocess.run(cmd, cwd=tree, check=False).returncode
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed JSON, write nothing")
+    parser.add_argument("--rev", help="draw the house of this commit instead of the working tree")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--out", type=Path, help="write OUT.json and OUT.png instead of docs/img/architecture.*"
+    )
     args = parser.parse_args(argv)
-    data = house()
+    if args.rev:
+        if args.out is None:
+            parser.error("--rev needs --out (docs/img holds the working tree's house)")
+        return at_revision(args.rev, args.out)
+    data = house(args.root.resolve())
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
     if args.check:
         drift = structure_drift(data)
@@ -212,8 +255,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{where} is not what the code gives ({drift}): run scripts/architecture.py")
             return 1
         return 0
-    OUT_JSON.write_text(text)
-    draw(data, OUT_PNG)
+    out_json, out_png = (
+        (args.out.with_suffix(".json"), args.out.with_suffix(".png")) if args.out else (OUT_JSON, OUT_PNG)
+    )
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(text)
+    draw(data, out_png)
     circles = ", ".join(" <-> ".join(c) for c in data["circles"]) or "none"
     print(f"{len(data['arrows'])} arrows between packages; import circles among modules: {circles}")
     return 0
