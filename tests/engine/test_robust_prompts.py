@@ -11,7 +11,7 @@ from engine.config import DebateConfig
 from engine.context import SingleModel
 from engine.prompts import get_prompts, paper, robust
 from engine.protocols.madke import prompts_for as madke_prompts
-from engine.protocols.madke import robust as madke_robust
+from engine.protocols.madke.robust import ROBUST as madke_robust
 from engine.result import DebateResult
 from engine.runner import run_debate
 from services.knowledge import KnowledgePool

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from engine.protocols.baselines import paper, robust
+from engine.protocols.baselines.paper import PAPER
 from engine.protocols.baselines.prompts import BaselinePrompts
+from engine.protocols.baselines.robust import ROBUST
 from engine.styles import ByStyle
 
-prompts_for: ByStyle[BaselinePrompts] = ByStyle(paper=paper, robust=robust)
+prompts_for: ByStyle[BaselinePrompts] = ByStyle(paper=PAPER, robust=ROBUST)

@@ -2,40 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from engine.prompts import robust
+from engine.protocols.baselines.prompts import BaselinePrompts
+from engine.protocols.madke.robust import ROBUST as MADKE_ROBUST
 
-from engine.prompts.compose import join_blocks, system_user
-from engine.prompts.robust import (
-    ANSWER_INSTRUCTION,
-    DEBATER_ROLE,
-    EXAMPLE,
+ROBUST = BaselinePrompts(
+    ANSWER_SCHEMA=robust.ANSWER_SCHEMA,
+    system=robust.DEBATER_ROLE,
+    standard_blocks=(robust.EXAMPLE, "Question: $question", "Answer directly. " + robust.ANSWER_INSTRUCTION),
+    chain_of_thought_blocks=(
+        robust.EXAMPLE,
+        "Question: $question",
+        "Let's think step by step. " + robust.ANSWER_INSTRUCTION,
+    ),
+    with_knowledge=MADKE_ROBUST.simultaneous,
+    parse_answer=robust.parse_answer,
 )
-
-# Re-exported (``X as X``): part of this protocol's prompt interface.
-from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
-from engine.prompts.robust import parse_answer as parse_answer
-from engine.protocols.madke.robust import simultaneous
-from services.chat_model import ChatMessage
-from services.knowledge import KnowledgeItem
-
-
-def standard(question: str) -> list[ChatMessage]:
-    return system_user(
-        DEBATER_ROLE,
-        join_blocks(
-            EXAMPLE,
-            f"Question: {question}",
-            "Answer directly. " + ANSWER_INSTRUCTION,
-        ),
-    )
-
-
-def chain_of_thought(question: str) -> list[ChatMessage]:
-    return system_user(
-        DEBATER_ROLE,
-        join_blocks(EXAMPLE, f"Question: {question}", "Let's think step by step. " + ANSWER_INSTRUCTION),
-    )
-
-
-def rag(question: str, knowledge: Sequence[KnowledgeItem]) -> list[ChatMessage]:
-    return simultaneous(question, knowledge)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.protocols.kks import paper, robust
+from engine.protocols.kks.paper import PAPER
 from engine.protocols.kks.parsing import (
     ROLES,
     parse_assignment,
@@ -12,9 +12,10 @@ from engine.protocols.kks.parsing import (
     team_answer,
 )
 from engine.protocols.kks.prompts import KksPrompts
+from engine.protocols.kks.robust import ROBUST
 from engine.styles import ByStyle
 
-prompts_for: ByStyle[KksPrompts] = ByStyle(paper=paper, robust=robust)
+prompts_for: ByStyle[KksPrompts] = ByStyle(paper=PAPER, robust=ROBUST)
 
 __all__ = [
     "ROLES",

@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from engine.protocols.kks.prompts import (
-    CONFIDENCE_JSON,
-    CRITICAL_ALL,
-    RULES,
-    SAMPLE,
-    Position,
-    positions_block,
-)
-from services.chat_model import ChatMessage
+from engine.protocols.kks.prompts import CRITICAL_ALL, RULES, SAMPLE, KksPrompts
 
 # The paper asks for its JSON in the prompt and reads free text.
-ASSIGNMENT_SCHEMA: dict[str, Any] | None = None
-ROLE_SCHEMA: dict[str, Any] | None = None
-
-
-def initial(game: str, n_players: int, confidence: bool) -> list[ChatMessage]:
-    conf = CONFIDENCE_JSON if confidence else ""
-    text = (
+PAPER = KksPrompts(
+    ASSIGNMENT_SCHEMA=None,
+    ROLE_SCHEMA=None,
+    initial_template=(
         "You are participating in a multi-agent debate about a Knight-Knave-Spy game. There are "
-        f"{n_players} other players in the game, each assigned a role of knight, knave, or spy. Each "
+        "$n_players other players in the game, each assigned a role of knight, knave, or spy. Each "
         "player will make a statement about themselves and other players. Besides those players, there "
         "is "
         f"also a game manager who will provide you some hints.\n{RULES}\nYour task is to deduce the "
@@ -38,85 +24,52 @@ def initial(game: str, n_players: int, confidence: bool) -> list[ChatMessage]:
         '"player_name", "role": '
         '"role"},\n...\n],\n"explanation": "string"\n}\nThe players array contains '
         "objects with name and role strings. Include one entry for each player. Explanation is a string "
-        f"that contains the argument to derive the result.{conf}\n{SAMPLE}\n{CRITICAL_ALL}\n\nGame "
-        f"info:\n{game}"
-    )
-    return [{"role": "user", "content": text}]
-
-
-def debate(
-    me: str,
-    player: str,
-    game: str,
-    positions: Sequence[Position],
-    earlier: Sequence[Position],
-    others: Sequence[str],
-    confidence: bool,
-) -> list[ChatMessage]:
-    ctx = positions_block("CURRENT AGENT POSITIONS:", positions, me, confidence)
-    prev = positions_block("ARGUMENTS SO FAR IN THIS DEBATE:", earlier, me, confidence) if earlier else ""
-    conf = ',\n"confidence": 1-10' if confidence else ""
-    text = (
-        f"You are {me} participating in a debate about {player}'s role in this Knight-Knaves-Spy game.\n"
-        f"GAME INFORMATION:\n{game}\nCURRENT FOCUS: We are debating the role of "
-        f"{player}.\n{ctx}\n{prev}\n"
-        f"OTHER AVAILABLE AGENTS IN THIS DEBATE: {', '.join(others)}\nYour task is to:\n"
-        f"1. Analyze the other agents positions on {player}'s role from the conversation history\n"
+        f"that contains the argument to derive the result.$conf\n{SAMPLE}\n{CRITICAL_ALL}\n\nGame "
+        "info:\n$game"
+    ),
+    debate_template=(
+        "You are $me participating in a debate about $player's role in this Knight-Knaves-Spy game.\n"
+        "GAME INFORMATION:\n$game\nCURRENT FOCUS: We are debating the role of "
+        "$player.\n$positions\n$earlier\n"
+        "OTHER AVAILABLE AGENTS IN THIS DEBATE: $others\nYour task is to:\n"
+        "1. Analyze the other agents positions on $player's role from the conversation history\n"
         "2. Decide which OTHER agents you agree with and which you disagree with (do NOT include "
         "yourself)\n"
         "3. Provide reasoning for your agreements and disagreements\n"
-        f"4. Make your final decision on {player}'s role\nCRITICAL REQUIREMENTS:\n"
-        f'- You MUST assign {player} one of the three roles: "knight", "knave", or "spy"\n'
+        "4. Make your final decision on $player's role\nCRITICAL REQUIREMENTS:\n"
+        '- You MUST assign $player one of the three roles: "knight", "knave", or "spy"\n'
         '- Do NOT use "unknown" or any other value - you must make a definitive choice\n'
-        f"- Do NOT consider other players roles when making your decision (only consider {player})\n"
-        'Return your response in JSON format:\n{\n"player_role": "' + player + '",\n"role": '
+        "- Do NOT consider other players roles when making your decision (only consider $player)\n"
+        'Return your response in JSON format:\n{\n"player_role": "$player",\n"role": '
         '"knight/knave/spy",\n"agree_with": ["other_agent_name1", '
         '"other_agent_name2"],\n"disagree_with": '
         '["other_agent_name3"],\n"agree_reasoning": "Brief reasoning for '
         'agreements",\n"disagree_reasoning": '
-        f'"Brief reasoning for disagreements"{conf}\n}}'
-    )
-    return [{"role": "user", "content": text}]
-
-
-def adjust(
-    me: str,
-    player: str,
-    game: str,
-    arguments: Sequence[Position],
-    latest: Sequence[Position],
-    confidence: bool,
-) -> list[ChatMessage]:
-    analysis = positions_block("CURRENT DEBATE ANALYSIS:", arguments, me, confidence)
-    sols = positions_block("LATEST COMPLETE SOLUTIONS FROM EACH AGENT:", latest, me, confidence)
-    conf = CONFIDENCE_JSON if confidence else ""
-    text = (
-        f"You are {me}. Based on the debate about {player}'s role, please provide your complete solution "
-        f"for ALL players.\nGAME INFORMATION:\n{game}\nCURRENT FOCUS: We just finished debating "
-        f"{player}'s "
-        f"role.\n{analysis}\n{sols}\nBased on the debate, please provide your self-adjustment solution "
+        '"Brief reasoning for disagreements"$conf\n}'
+    ),
+    role_confidence=',\n"confidence": 1-10',
+    adjust_template=(
+        "You are $me. Based on the debate about $player's role, please provide your complete solution "
+        "for ALL players.\nGAME INFORMATION:\n$game\nCURRENT FOCUS: We just finished debating "
+        "$player's "
+        "role.\n$analysis\n$solutions\nBased on the debate, please provide your self-adjustment solution "
         "on all "
         "players.\nCRITICAL REQUIREMENTS:\n- In this self-adjustment phase, you must provide a complete "
-        f'assignment of roles for all players, not just {player}.\n- Do not use "unknown" or any '
+        'assignment of roles for all players, not just $player.\n- Do not use "unknown" or any '
         'placeholder values - you must make a definitive choice for each player from "knight", '
         '"knave", or '
         '"spy".\nReturn your complete solution in JSON format:\n{\n"players": [\n{"name": "player_name", '
         '"role": "role"},\n{"name": "another_player", "role": "role"},\n...\n],\n"explanation": "Your '
         "reasoning after considering the "
-        f'debate"\n}}{conf}\nREMINDER: Include ALL players in the "players" '
+        'debate"\n}$conf\nREMINDER: Include ALL players in the "players" '
         "array, each with their assigned role."
-    )
-    return [{"role": "user", "content": text}]
-
-
-def final(me: str, game: str, latest: Sequence[Position], confidence: bool) -> list[ChatMessage]:
-    sols = positions_block("LATEST COMPLETE SOLUTIONS FROM EACH AGENT:", latest, me, confidence)
-    text = (
+    ),
+    final_template=(
         "This is the FINAL DISCUSSION phase. You have access to the complete debate history.\n"
-        f"GAME INFORMATION:\n{game}\n{sols}\nNow make your final decision for ALL players. You can "
+        "GAME INFORMATION:\n$game\n$solutions\nNow make your final decision for ALL players. You can "
         "reference the entire conversation history including your own responses and those of other "
         "agents."
         f"\n{CRITICAL_ALL}\nReturn your solution in JSON format:\n"
         '{\n"players": [\n{"name": "player_name", "role": "role"},\n...\n],\n"explanation": "string"\n}'
-    )
-    return [{"role": "user", "content": text}]
+    ),
+)

@@ -1,4 +1,4 @@
-"""What ``kks`` asks of a prompt style, and what both styles share.
+"""``kks``'s prompts, written once over the texts its styles differ in, and what both styles share.
 
 Paper style (``paper.py``): Appendix C.1 (initial proposal), C.2 (debate phase and self-adjustment
 phase, with the agents-context / previous-context blocks) and C.3 (final decision), with the sample
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from engine.prompts.compose import fill
 from services.chat_model import ChatMessage
 
 RULES = (
@@ -92,16 +93,28 @@ def positions_block(title: str, positions: Sequence[Position], me: str, show_con
     return "\n".join(lines)
 
 
-class KksPrompts(Protocol):
+@dataclass(frozen=True)
+class KksPrompts:
+    """One style of ``kks``'s prompts: one user message each, templates with ``$`` slots.
+
+    The slots: ``$game``, ``$n_players``, ``$me``, ``$player``, ``$others`` (the other agents' names),
+    ``$positions``, ``$earlier``, ``$analysis`` and ``$solutions`` (``positions_block``s) and ``$conf``
+    (``CONFIDENCE_JSON`` in the assignment prompts, ``role_confidence`` in the debate's, when asked for).
+    """
+
     # A full assignment and one player's role, as JSON schemas (None: the JSON is asked for in text).
-    @property
-    def ASSIGNMENT_SCHEMA(self) -> dict[str, Any] | None: ...
-    @property
-    def ROLE_SCHEMA(self) -> dict[str, Any] | None: ...
+    ASSIGNMENT_SCHEMA: dict[str, Any] | None
+    ROLE_SCHEMA: dict[str, Any] | None
+    initial_template: str
+    debate_template: str
+    role_confidence: str
+    adjust_template: str
+    final_template: str
 
     def initial(self, game: str, n_players: int, confidence: bool) -> list[ChatMessage]:
         """C.1: each agent's independent proposal for all players."""
-        ...
+        conf = CONFIDENCE_JSON if confidence else ""
+        return _user(fill(self.initial_template, game=game, n_players=n_players, conf=conf))
 
     def debate(
         self,
@@ -114,7 +127,19 @@ class KksPrompts(Protocol):
         confidence: bool,
     ) -> list[ChatMessage]:
         """C.2 debate phase: one agent's argument about one player's role."""
-        ...
+        text = fill(
+            self.debate_template,
+            me=me,
+            player=player,
+            game=game,
+            positions=positions_block("CURRENT AGENT POSITIONS:", positions, me, confidence),
+            earlier=positions_block("ARGUMENTS SO FAR IN THIS DEBATE:", earlier, me, confidence)
+            if earlier
+            else "",
+            others=", ".join(others),
+            conf=self.role_confidence if confidence else "",
+        )
+        return _user(text)
 
     def adjust(
         self,
@@ -126,8 +151,25 @@ class KksPrompts(Protocol):
         confidence: bool,
     ) -> list[ChatMessage]:
         """C.2 self-adjustment phase: the agent's complete solution after the debate about ``player``."""
-        ...
+        text = fill(
+            self.adjust_template,
+            me=me,
+            player=player,
+            game=game,
+            analysis=positions_block("CURRENT DEBATE ANALYSIS:", arguments, me, confidence),
+            solutions=positions_block(LATEST, latest, me, confidence),
+            conf=CONFIDENCE_JSON if confidence else "",
+        )
+        return _user(text)
 
     def final(self, me: str, game: str, latest: Sequence[Position], confidence: bool) -> list[ChatMessage]:
         """C.3: the final decision for all players."""
-        ...
+        solutions = positions_block(LATEST, latest, me, confidence)
+        return _user(fill(self.final_template, me=me, game=game, solutions=solutions))
+
+
+LATEST = "LATEST COMPLETE SOLUTIONS FROM EACH AGENT:"
+
+
+def _user(text: str) -> list[ChatMessage]:
+    return [{"role": "user", "content": text}]

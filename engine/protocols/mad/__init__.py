@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from engine.protocols.mad import paper, robust
+from engine.protocols.mad.paper import PAPER
 from engine.protocols.mad.prompts import MadPrompts
+from engine.protocols.mad.robust import ROBUST
 from engine.protocols.mad.settings import MadSettings
 from engine.styles import ByStyle
 
-prompts_for: ByStyle[MadPrompts] = ByStyle(paper=paper, robust=robust)
+prompts_for: ByStyle[MadPrompts] = ByStyle(paper=PAPER, robust=ROBUST)
 
 __all__ = ["MadSettings", "prompts_for"]

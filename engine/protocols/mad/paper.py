@@ -2,59 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from engine.prompts import paper
+from engine.protocols.mad.prompts import MadPrompts
 
-from engine.prompts.paper import render_knowledge, truncate
-from engine.protocols.mad.prompts import TIT_FOR_TAT, ordinal, with_knowledge
-from services.knowledge import KnowledgeItem
+
+def as_said(text: str) -> str:
+    """The paper quotes the opponent's whole turn, as it was said."""
+    return text
+
 
 # The paper's debaters answer in free text; its verdicts are JSON asked for in the prompt, sent as
 # free text.
-ANSWER_SCHEMA = None
-VERDICT_SCHEMA = None
-FINAL_SCHEMA = None
-
-
-def debater_system(question: str, level: int, side: str) -> str:
-    side_prompt = (
-        "You are affirmative side. Please express your viewpoints."
-        if side == "affirmative"
-        else "You are negative side. You disagree with the affirmative side's points. Provide your reasons "
-        "and answer."
-    )
-    return (
+PAPER = MadPrompts(
+    ANSWER_SCHEMA=None,
+    VERDICT_SCHEMA=None,
+    FINAL_SCHEMA=None,
+    debater_system_template=(
         "You are a debater. Hello and welcome to the debate competition. "
-        f"{TIT_FOR_TAT[level]} The debate topic is stated as follows: {question}\n\n{side_prompt}"
-    )
-
-
-def opening(question: str, knowledge: Sequence[KnowledgeItem]) -> str:
-    return with_knowledge(render_knowledge, question, knowledge)
-
-
-def rebut_first(affirmative: str, knowledge: Sequence[KnowledgeItem]) -> str:
-    text = f"{affirmative}\n\nYou disagree with my answer. Provide your answer and reasons."
-    return with_knowledge(render_knowledge, text, knowledge)
-
-
-def respond(opponent: str, knowledge: Sequence[KnowledgeItem]) -> str:
-    text = f"{opponent}\n\nDo you agree with my perspective? Please provide your reasons and answer."
-    return with_knowledge(render_knowledge, text, knowledge)
-
-
-def moderator_system(question: str) -> str:
-    return (
+        "$tit_for_tat The debate topic is stated as follows: $question\n\n$side_prompt"
+    ),
+    side_prompts={
+        "affirmative": "You are affirmative side. Please express your viewpoints.",
+        "negative": "You are negative side. You disagree with the affirmative side's points. Provide your "
+        "reasons and answer.",
+    },
+    opening_template="$question",
+    rebut_first_template="$opponent\n\nYou disagree with my answer. Provide your answer and reasons.",
+    respond_template="$opponent\n\nDo you agree with my perspective? Please provide your reasons and answer.",
+    moderator_system_template=(
         "You are a moderator. There will be two debaters involved in a debate competition. They will "
-        f"present their answers and discuss their perspectives on the {question}. At the end of each "
+        "present their answers and discuss their perspectives on the $question. At the end of each "
         "round, you will evaluate both sides' answers and decide which one is correct."
-    )
-
-
-def moderator(round: int, affirmative: str, negative: str) -> str:
-    return (
-        f"Now the {ordinal(round)} round of debate for both sides has ended.\n\n"
-        f"Affirmative side arguing:\n{truncate(affirmative)}\n\n"
-        f"Negative side arguing: {truncate(negative)}\n\n"
+    ),
+    moderator_template=(
+        "Now the $ordinal round of debate for both sides has ended.\n\n"
+        "Affirmative side arguing:\n$affirmative\n\n"
+        "Negative side arguing: $negative\n\n"
         "You, as the moderator, will evaluate both sides' answers and determine if there is a clear "
         "preference for an answer candidate. If so, please summarize your reasons for supporting "
         "affirmative/negative side and give the final answer that you think is correct, and the "
@@ -63,21 +46,19 @@ def moderator(round: int, affirmative: str, negative: str) -> str:
         '"Yes or No", "Supported Side": "Affirmative or Negative", "Reason": "", '
         '"debate_answer": ""}. Please strictly output in JSON format, do not output irrelevant '
         "content."
-    )
-
-
-def judge_candidates(affirmative: str, negative: str) -> str:
-    return (
-        f"Affirmative side arguing: {truncate(affirmative)}\n\n"
-        f"Negative side arguing: {truncate(negative)}\n\n"
+    ),
+    judge_candidates_template=(
+        "Affirmative side arguing: $affirmative\n\n"
+        "Negative side arguing: $negative\n\n"
         "Now, what answer candidates do we have? Present them without reasons."
-    )
-
-
-def judge_final(question: str) -> str:
-    return (
-        f"Therefore, {question}\nPlease summarize your reasons and give the final answer that you think "
+    ),
+    judge_final_template=(
+        "Therefore, $question\nPlease summarize your reasons and give the final answer that you think "
         "is correct. Now please output your answer in json format, with the format as follows: "
         '{"Reason": "", "debate_answer": ""}. Please strictly output in JSON format, do not '
         "output irrelevant content."
-    )
+    ),
+    turn_quote=as_said,
+    verdict_quote=paper.truncate,
+    render_knowledge=paper.render_knowledge,
+)

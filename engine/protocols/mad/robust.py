@@ -2,98 +2,68 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from engine.prompts import robust
+from engine.protocols.mad.prompts import MadPrompts
 
-from engine.prompts.robust import (
-    ANSWER_INSTRUCTION,
-    answer_with_reason,
-    render_knowledge,
-)
-from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
-from engine.protocols.mad.prompts import TIT_FOR_TAT, with_knowledge
-from services.knowledge import KnowledgeItem
+ANSWER_TAIL = "\n\n" + robust.ANSWER_INSTRUCTION
 
-VERDICT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "preference": {"type": "boolean"},
-        "supported_side": {"type": "string", "enum": ["affirmative", "negative", "none"]},
-        "reason": {"type": "string"},
-        "debate_answer": {"type": "string"},
+ROBUST = MadPrompts(
+    ANSWER_SCHEMA=robust.ANSWER_SCHEMA,
+    VERDICT_SCHEMA={
+        "type": "object",
+        "properties": {
+            "preference": {"type": "boolean"},
+            "supported_side": {"type": "string", "enum": ["affirmative", "negative", "none"]},
+            "reason": {"type": "string"},
+            "debate_answer": {"type": "string"},
+        },
+        "required": ["preference", "supported_side", "debate_answer"],
+        "additionalProperties": False,
     },
-    "required": ["preference", "supported_side", "debate_answer"],
-    "additionalProperties": False,
-}
-FINAL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"reason": {"type": "string"}, "debate_answer": {"type": "string"}},
-    "required": ["debate_answer"],
-    "additionalProperties": False,
-}
-
-ANSWER_TAIL = "\n\n" + ANSWER_INSTRUCTION
-
-
-def debater_system(question: str, level: int, side: str) -> str:
-    return (
-        f"You are the {side} side in a debate about a factual question. {TIT_FOR_TAT[level]} "
-        f"Question: {question}"
-    )
-
-
-def opening(question: str, knowledge: Sequence[KnowledgeItem]) -> str:
-    return with_knowledge(render_knowledge, f"Question: {question}" + ANSWER_TAIL, knowledge)
-
-
-def rebut_first(affirmative: str, knowledge: Sequence[KnowledgeItem]) -> str:
-    text = (
-        f"The affirmative side says: {answer_with_reason(affirmative)}\n\n"
+    FINAL_SCHEMA={
+        "type": "object",
+        "properties": {"reason": {"type": "string"}, "debate_answer": {"type": "string"}},
+        "required": ["debate_answer"],
+        "additionalProperties": False,
+    },
+    debater_system_template=(
+        "You are the $side side in a debate about a factual question. $tit_for_tat Question: $question"
+    ),
+    side_prompts={},
+    opening_template="Question: $question" + ANSWER_TAIL,
+    rebut_first_template=(
+        "The affirmative side says: $opponent\n\n"
         "You disagree with this answer. Give your own answer and reasons." + ANSWER_TAIL
-    )
-    return with_knowledge(render_knowledge, text, knowledge)
-
-
-def respond(opponent: str, knowledge: Sequence[KnowledgeItem]) -> str:
-    text = (
-        f"The other side says: {answer_with_reason(opponent)}\n\n"
-        "Do you agree? Give your reasons and your answer." + ANSWER_TAIL
-    )
-    return with_knowledge(render_knowledge, text, knowledge)
-
-
-def moderator_system(question: str) -> str:
-    return (
+    ),
+    respond_template=(
+        "The other side says: $opponent\n\nDo you agree? Give your reasons and your answer." + ANSWER_TAIL
+    ),
+    moderator_system_template=(
         "You moderate a debate about a factual question and decide whether one side's answer is clearly "
-        f"correct. Question: {question}"
-    )
-
-
-def moderator(round: int, affirmative: str, negative: str) -> str:
-    return (
-        f"Round {round} has ended.\n"
-        f"- Affirmative: {answer_with_reason(affirmative)}\n"
-        f"- Negative: {answer_with_reason(negative)}\n\n"
+        "correct. Question: $question"
+    ),
+    moderator_template=(
+        "Round $round has ended.\n"
+        "- Affirmative: $affirmative\n"
+        "- Negative: $negative\n\n"
         "Is one side clearly correct? Reply with JSON only: "
         '{"preference": true or false, "supported_side": "affirmative" or "negative" or "none", '
         '"reason": "...", "debate_answer": "..."}\n'
         "reason: one short sentence. debate_answer: the answer you think is correct, only the name, "
         "date, number or few words, or empty when neither side is clearly correct."
-    )
-
-
-def judge_candidates(affirmative: str, negative: str) -> str:
-    return (
-        f"- Affirmative: {answer_with_reason(affirmative)}\n"
-        f"- Negative: {answer_with_reason(negative)}\n\n"
+    ),
+    judge_candidates_template=(
+        "- Affirmative: $affirmative\n"
+        "- Negative: $negative\n\n"
         "List the answer candidates, one per line, without reasons."
-    )
-
-
-def judge_final(question: str) -> str:
-    return (
-        f"Question: {question}\nWhich candidate is correct? Reply with JSON only: "
+    ),
+    judge_final_template=(
+        "Question: $question\nWhich candidate is correct? Reply with JSON only: "
         '{"reason": "...", "debate_answer": "..."}\n'
         "reason: one short sentence. debate_answer: only the name, date, number or few words of the "
         "candidate that answers the question."
-    )
+    ),
+    turn_quote=robust.answer_with_reason,
+    verdict_quote=robust.answer_with_reason,
+    render_knowledge=robust.render_knowledge,
+)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from engine.protocols.madke import paper, robust
+from engine.protocols.madke.paper import PAPER
 from engine.protocols.madke.prompts import MadkePrompts
+from engine.protocols.madke.robust import ROBUST
 from engine.styles import ByStyle
 
-prompts_for: ByStyle[MadkePrompts] = ByStyle(paper=paper, robust=robust)
+prompts_for: ByStyle[MadkePrompts] = ByStyle(paper=PAPER, robust=ROBUST)

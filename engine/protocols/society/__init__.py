@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from engine.protocols.society import paper, robust
+from engine.protocols.society.paper import PAPER
 from engine.protocols.society.prompts import SocietyPrompts
+from engine.protocols.society.robust import ROBUST
 from engine.styles import ByStyle
 
-prompts_for: ByStyle[SocietyPrompts] = ByStyle(paper=paper, robust=robust)
+prompts_for: ByStyle[SocietyPrompts] = ByStyle(paper=PAPER, robust=ROBUST)

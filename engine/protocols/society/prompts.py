@@ -1,4 +1,4 @@
-"""What ``society`` asks of a prompt style, and what both styles share.
+"""``society``'s prompts, written once over the texts its styles differ in, and what both share.
 
 Paper style (``paper.py``): Du et al.'s prompts for open questions, with their multi-turn structure
 (the agent's own earlier replies are assistant turns) and the answer form ``[answer]`` instead of
@@ -9,10 +9,11 @@ short answer and reason, and the answer asked for last.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from engine.prompts.compose import fill, fill_blocks
 from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem
 
@@ -29,12 +30,32 @@ def confidence_note(view: View, show: bool) -> str:
     return f" (confidence {view.confidence}/10)" if show and view.confidence is not None else ""
 
 
-class SocietyPrompts(Protocol):
+@dataclass(frozen=True)
+class SocietyPrompts:
+    """One style of ``society``'s prompts: block templates, how views are shown, the conversation shape.
+
+    The first round's blocks (``first_blocks``) and a later round's (``update_blocks``) have the slots
+    ``$knowledge``, ``$question``, ``$others`` (the views, each a ``view_line`` with ``$i``, ``$answer``
+    and ``$note``, joined by ``view_separator``), ``$own`` (the agent's previous answer) and
+    ``$instruction`` (``answer_instruction``, or ``confidence_instruction`` with confidence on).
+    ``replay_history``: the earlier rounds are replayed as user turns (without knowledge), each
+    followed by the agent's own reply as an assistant turn; else only the current round is asked.
+    """
+
     # An answer's JSON schema, and the same with the stated confidence (None: free text).
-    @property
-    def ANSWER_SCHEMA(self) -> dict[str, Any] | None: ...
-    @property
-    def CONFIDENCE_SCHEMA(self) -> dict[str, Any] | None: ...
+    ANSWER_SCHEMA: dict[str, Any] | None
+    CONFIDENCE_SCHEMA: dict[str, Any] | None
+    role: str
+    persona_template: str  # $persona, after the role
+    first_blocks: tuple[str, ...]
+    update_blocks: tuple[str, ...]
+    view_line: str
+    view_separator: str
+    answer_instruction: str
+    confidence_instruction: str
+    replay_history: bool
+    quote: Callable[[str], str]
+    render_knowledge: Callable[[Sequence[KnowledgeItem]], str]
 
     def messages(
         self,
@@ -50,4 +71,53 @@ class SocietyPrompts(Protocol):
 
         ``others_by_round[k]`` are the views shown before round k+2 (already in the configured order).
         """
-        ...
+        system = self.role + (fill(self.persona_template, persona=persona) if persona else "")
+        msgs: list[ChatMessage] = [{"role": "system", "content": system}] if system else []
+        if self.replay_history:
+            # Only the current round carries knowledge, so old rounds do not repeat the pool text.
+            for r, own in enumerate(own_history):
+                msgs.append(
+                    {
+                        "role": "user",
+                        "content": self._round(question, (), others_by_round, own_history[:r], confidence),
+                    }
+                )
+                msgs.append({"role": "assistant", "content": self.quote(own)})
+        msgs.append(
+            {
+                "role": "user",
+                "content": self._round(question, knowledge, others_by_round, own_history, confidence),
+            }
+        )
+        return msgs
+
+    def _round(
+        self,
+        question: str,
+        knowledge: Sequence[KnowledgeItem],
+        others_by_round: Sequence[Sequence[View]],
+        own_history: Sequence[str],
+        confidence: bool,
+    ) -> str:
+        """The user message of round ``len(own_history) + 1``."""
+        instruction = self.confidence_instruction if confidence else self.answer_instruction
+        if not own_history:
+            return fill_blocks(
+                self.first_blocks,
+                question=question,
+                knowledge=self.render_knowledge(knowledge),
+                instruction=instruction,
+            )
+        views = others_by_round[len(own_history) - 1]
+        others = self.view_separator.join(
+            fill(self.view_line, i=i, answer=self.quote(v.text), note=confidence_note(v, confidence))
+            for i, v in enumerate(views, start=1)
+        )
+        return fill_blocks(
+            self.update_blocks,
+            question=question,
+            knowledge=self.render_knowledge(knowledge),
+            others=others,
+            own=self.quote(own_history[-1]),
+            instruction=instruction,
+        )

@@ -2,61 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from engine.prompts import robust
-from engine.prompts.compose import join_blocks, system_user
-from engine.prompts.robust import ANSWER_SCHEMA as ANSWER_SCHEMA
-from engine.protocols.society.prompts import View, confidence_note
-from services.chat_model import ChatMessage
-from services.knowledge import KnowledgeItem
+from engine.protocols.society.prompts import SocietyPrompts
 
-# With confidence on, the answer's JSON carries it too, so the reply is still one schema-checked object.
-CONFIDENCE_SCHEMA = robust.answer_schema_with("confidence", {"type": "integer"})
-CONFIDENCE_INSTRUCTION = (
-    'Reply with JSON only: {"reason": "...", "answer": "...", "confidence": N}\n'
-    + robust.ANSWER_RULES
-    + " confidence: how sure you are of your answer, from 1 to 10."
-)
-
-
-def messages(
-    question: str,
-    knowledge: Sequence[KnowledgeItem],
-    others_by_round: Sequence[Sequence[View]],
-    own_history: Sequence[str],
-    *,
-    confidence: bool,
-    persona: str | None = None,
-) -> list[ChatMessage]:
-    system = robust.DEBATER_ROLE + (f" Your role: {persona}." if persona else "")
-    instruction = CONFIDENCE_INSTRUCTION if confidence else robust.ANSWER_INSTRUCTION
-    if not own_history:
-        return system_user(
-            system,
-            join_blocks(
-                robust.EXAMPLE, robust.render_knowledge(knowledge), f"Question: {question}", instruction
-            ),
-        )
-    views = others_by_round[len(own_history) - 1]
-    other_block = "Other agents' answers:\n" + "\n".join(
-        f"- Agent {i}: {robust.answer_with_reason(v.text)}{confidence_note(v, confidence)}"
-        for i, v in enumerate(views, start=1)
-    )
-    own = f"Your previous answer: {robust.answer_with_reason(own_history[-1])}"
-    guidance = (
+ROBUST = SocietyPrompts(
+    ANSWER_SCHEMA=robust.ANSWER_SCHEMA,
+    # With confidence on, the answer's JSON carries it too, so the reply is still one schema-checked object.
+    CONFIDENCE_SCHEMA=robust.answer_schema_with("confidence", {"type": "integer"}),
+    role=robust.DEBATER_ROLE,
+    persona_template=" Your role: $persona.",
+    first_blocks=(robust.EXAMPLE, "$knowledge", "Question: $question", "$instruction"),
+    update_blocks=(
+        robust.EXAMPLE,
+        "$knowledge",
+        "Other agents' answers:\n$others",
+        "Your previous answer: $own",
+        "Question: $question",
         "Use the other answers as advice. Keep your answer if the evidence supports it; change it if "
-        "another answer is better supported."
-    )
-    return system_user(
-        system,
-        join_blocks(
-            robust.EXAMPLE,
-            robust.render_knowledge(knowledge),
-            other_block,
-            own,
-            f"Question: {question}",
-            guidance,
-            instruction,
-        ),
-    )
+        "another answer is better supported.",
+        "$instruction",
+    ),
+    view_line="- Agent $i: $answer$note",
+    view_separator="\n",
+    answer_instruction=robust.ANSWER_INSTRUCTION,
+    confidence_instruction=(
+        'Reply with JSON only: {"reason": "...", "answer": "...", "confidence": N}\n'
+        + robust.ANSWER_RULES
+        + " confidence: how sure you are of your answer, from 1 to 10."
+    ),
+    replay_history=False,
+    quote=robust.answer_with_reason,
+    render_knowledge=robust.render_knowledge,
+)
