@@ -35,9 +35,7 @@ import httpx
 
 from bench.harness.cli import add_llm_bench_args, study_parser
 from bench.harness.llm import chat
-from bench.harness.plots import curves
-from bench.harness.reports import write_json, write_markdown
-from bench.harness.retrieval import has_answer, llm_bench_inputs, pool_of, run_facts
+from bench.harness.retrieval import has_answer, llm_bench_inputs, pool_of, run_facts, write_pool_report
 from bench.harness.stats import call_costs, ci_summary
 from bench.pool_quality import CONFIGS, DEPTH, retriever_for
 from evaluation.metrics import paired_bootstrap
@@ -147,9 +145,8 @@ async def measure(
     }
 
 
-def write_reports(out: Path, result: dict[str, Any]) -> None:
-    """``bench.json``, ``bench.md`` and ``answer_in_pool.png`` in ``out``."""
-    write_json(out / "bench.json", result)
+def markdown(result: dict[str, Any]) -> list[str]:
+    """The report's lines: answer-in-pool@k of both orders, their differences, the cost, examples."""
     ks, cfgs = result["ks"], result["configs"]
     llm = cfgs["llm"]
     cost = llm["cost"]
@@ -182,16 +179,7 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
     ]
     for ex in result["examples"]:
         lines.append(f"- **{ex['question']}** reply {ex['reply']!r} → order {[i + 1 for i in ex['order']]}")
-    write_markdown(out / "bench.md", lines)
-    curves(
-        out / "answer_in_pool.png",
-        ks,
-        {name: [row["answer_in_pool"][k] for k in ks] for name, row in cfgs.items()},
-        xlabel="k (pool size)",
-        ylabel="answer-in-pool@k",
-        title=f"LLM listwise rerank of the top {result['candidates']}, {result['questions']} questions",
-        tick_every_x=True,
-    )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -213,8 +201,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     result.update(run_facts("bench.llm_rerank", argv, args))
-    write_reports(args.out, result)
-    print((args.out / "bench.md").read_text(encoding="utf-8"))
+    title = f"LLM listwise rerank of the top {result['candidates']}, {result['questions']} questions"
+    print(write_pool_report(args.out, result, markdown(result), result["ks"], title=title, tick_every_x=True))
 
 
 if __name__ == "__main__":

@@ -43,14 +43,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness.cli import add_question_args, study_parser
-from bench.harness.plots import curves
-from bench.harness.reports import command_line, machine, utc_date, write_json
+from bench.harness.reports import command_line, machine, utc_date
 from bench.harness.retrieval import (
     has_answer,
     load_questions,
     pool_has_answer,
     questions_file,
     retriever_settings,
+    write_pool_report,
 )
 from bench.harness.stats import ci_summary, percentile
 from evaluation.metrics import paired_bootstrap
@@ -275,9 +275,17 @@ async def measure(
         await rt.aclose()
 
 
-def write_reports(out: Path, result: dict[str, Any]) -> None:
-    """``bench.json``, ``bench.md`` and ``answer_in_pool.png`` in ``out``."""
-    write_json(out / "bench.json", result)
+def write_reports(out: Path, result: dict[str, Any]) -> str:
+    """``bench.json``, ``bench.md`` and ``answer_in_pool.png`` in ``out``; the Markdown's text."""
+    title = f"Pool holds a gold answer ({result['questions_file']}, n={result['questions']})"
+    return write_pool_report(
+        out, result, "\n".join(markdown(result)), KS, title=title, xlabel="k (passages in the pool)",
+        log_x=True, figsize=(6.5, 4.2), markersize=3, legend_fontsize=8,
+    )  # fmt: skip
+
+
+def markdown(result: dict[str, Any]) -> list[str]:
+    """The report's lines: answer-in-pool@k, recall@k and latency per configuration."""
     cfgs = result["configs"]
     lines = [
         "# Does the pool hold the answer?",
@@ -345,19 +353,7 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
         "![answer-in-pool@k](answer_in_pool.png)",
         "",
     ]
-    (out / "bench.md").write_text("\n".join(lines), encoding="utf-8")
-    curves(
-        out / "answer_in_pool.png",
-        KS,
-        {name: [c["answer_in_pool"][k] for k in KS] for name, c in cfgs.items()},
-        xlabel="k (passages in the pool)",
-        ylabel="answer-in-pool@k",
-        title=f"Pool holds a gold answer ({result['questions_file']}, n={result['questions']})",
-        log_x=True,
-        figsize=(6.5, 4.2),
-        markersize=3,
-        legend_fontsize=8,
-    )
+    return lines
 
 
 def load_search_texts(path: Path) -> dict[str, str]:
@@ -446,8 +442,7 @@ def main(argv: list[str] | None = None) -> None:
             },
         }
     )
-    write_reports(args.out, result)
-    print((args.out / "bench.md").read_text(encoding="utf-8"))
+    print(write_reports(args.out, result))
 
 
 if __name__ == "__main__":

@@ -33,9 +33,7 @@ import httpx
 
 from bench.harness.cli import add_llm_bench_args, study_parser
 from bench.harness.llm import chat
-from bench.harness.plots import curves
-from bench.harness.reports import write_json, write_markdown
-from bench.harness.retrieval import llm_bench_inputs, pool_has_answer, run_facts
+from bench.harness.retrieval import llm_bench_inputs, pool_has_answer, run_facts, write_pool_report
 from bench.harness.stats import call_costs, ci_summary
 from bench.pool_quality import CONFIGS, KS, retriever_for
 from evaluation.metrics import paired_bootstrap
@@ -116,9 +114,8 @@ async def measure(
     return {"questions": len(questions), "configs": table, "examples": examples}
 
 
-def write_reports(out: Path, result: dict[str, Any]) -> None:
-    """``bench.json``, ``bench.md`` and ``answer_in_pool.png`` in ``out``."""
-    write_json(out / "bench.json", result)
+def markdown(result: dict[str, Any]) -> list[str]:
+    """The report's lines: answer-in-pool@k with and without each rewrite, its cost, examples."""
     cfgs = result["configs"]
     lines = [
         "# LLM query rewrite: answer-in-pool@k",
@@ -150,16 +147,7 @@ def write_reports(out: Path, result: dict[str, Any]) -> None:
     for ex in result["examples"]:
         written = "; ".join(f"{k}: {v!r}" for k, v in ex.items() if k != "question")
         lines.append(f"- **{ex['question']}** {written}")
-    write_markdown(out / "bench.md", lines)
-    curves(
-        out / "answer_in_pool.png",
-        KS,
-        {name: [row["answer_in_pool"][k] for k in KS] for name, row in cfgs.items()},
-        xlabel="k (pool size)",
-        ylabel="answer-in-pool@k",
-        title=f"LLM query rewrite, {result['questions']} questions",
-        log_x=True,
-    )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -173,8 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     settings, questions = llm_bench_inputs(args)
     result = asyncio.run(measure(settings, questions, args.llm_url.rstrip("/"), args.model, kinds))
     result.update(run_facts("bench.query_rewrite", argv, args))
-    write_reports(args.out, result)
-    print((args.out / "bench.md").read_text(encoding="utf-8"))
+    title = f"LLM query rewrite, {result['questions']} questions"
+    print(write_pool_report(args.out, result, markdown(result), KS, title=title, log_x=True))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.harness.reports import command_line, machine, utc_date
+from bench.harness.plots import curves
+from bench.harness.reports import command_line, machine, utc_date, write_json, write_markdown
 from evaluation.metrics import contains_match
 from retriever.pools import _Candidate, dedupe
 from retriever.search import PassageHit
@@ -78,3 +79,19 @@ def run_facts(module: str, argv: Sequence[str] | None, args: argparse.Namespace)
         "machine": machine(),
         "date": utc_date(),
     }
+
+
+def write_pool_report(
+    out: Path, result: dict[str, Any], markdown: str | Sequence[str], ks: Sequence[int], *, title: str,
+    xlabel: str = "k (pool size)", **curve_options: Any,
+) -> str:  # fmt: skip
+    """An answer-in-pool study's three files in ``out``: ``bench.json`` (the result), ``bench.md`` and
+    ``answer_in_pool.png`` (each configuration's answer-in-pool@k over ``ks``); the Markdown's text."""
+    write_json(out / "bench.json", result)
+    text = write_markdown(out / "bench.md", markdown)
+    series: dict[str, Sequence[float]] = {
+        name: [c["answer_in_pool"][k] for k in ks] for name, c in result["configs"].items()
+    }
+    curves(out / "answer_in_pool.png", ks, series, xlabel=xlabel, ylabel="answer-in-pool@k", title=title,
+           **curve_options)  # fmt: skip
+    return text
