@@ -26,13 +26,14 @@ from debate_worker.worker_settings import WorkerSettings
 from services.task_queue import COMMON_CONF, QUEUE_INTERACTIVE, TASK_RUN_DEBATE, queue
 
 if TYPE_CHECKING:
-    from debate_worker.tasks import WorkerRuntime
+    from debate_worker.runtime import WorkerRuntime
     from services.llm import RedisReplicaLoad, ReplicaRegistry
 
 
 def create_worker_app(settings: WorkerSettings, runtime: WorkerRuntime | None = None) -> Celery:
     """The worker's Celery app with the debate task registered against ``runtime``."""
-    from debate_worker.tasks import WorkerRuntime, register_tasks
+    from debate_worker.runtime import WorkerRuntime
+    from debate_worker.tasks import register_tasks
 
     app = Celery("parley-worker", set_as_current=True)
     conf = dict(COMMON_CONF)

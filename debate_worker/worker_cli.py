@@ -48,7 +48,7 @@ def run_worker(
         watch_shutdown_requests,
         worker_starter,
     )
-    from debate_worker.tasks import WorkerRuntime
+    from debate_worker.runtime import WorkerRuntime
     from debate_worker.worker_settings import WorkerSettings
 
     settings = WorkerSettings()

@@ -11,8 +11,8 @@ import asyncio
 
 import pytest
 
+from debate_worker.job_runner import JobRunner
 from debate_worker.pool_timing import PoolTiming
-from debate_worker.tasks import JobRunner
 from services.jobstore import RedisJobStore, new_id
 from services.jobstore.settings import DEFAULT_JOB_TTL_S
 from services.knowledge import KnowledgeItem, KnowledgePool

@@ -15,8 +15,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from debate_worker.job_runner import JobRunner
+from debate_worker.runtime import WorkerRuntime
 from debate_worker.sweeper import JobSweeper
-from debate_worker.tasks import JobRunner, WorkerRuntime
 from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import EVENTS_GRACE_S, BatchRecord, JobRecord, RedisJobStore, new_id
 from services.jobstore.settings import RetentionSettings

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from debate_worker.tasks import JobRunner, WorkerRuntime
+from debate_worker.job_runner import JobRunner
+from debate_worker.runtime import WorkerRuntime
 from debate_worker.worker_settings import WorkerSettings
 from services.chat_model import ChatCompletion, ChatMessage
 from services.jobstore import JobRecord, RedisJobStore, new_id
