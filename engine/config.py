@@ -291,11 +291,29 @@ def require_gold(config: DebateConfig, gold: Sequence[str] | None) -> None:
         raise GoldRequired("ordering: 'truth_last' needs the gold answer (evaluation only)")
 
 
-def validate_question(question: str) -> str:
-    """Strip and bound a question; raises ``ValueError`` with a message fit for users."""
+class Question(str):
+    """A question that passed ``validate_question``: stripped, not empty, within ``MAX_QUESTION_CHARS``.
+
+    Validation happens once, where a question enters (the CLI, the MCP tools, the API's request
+    models); the engine's entry points (``run_debate``, ``write_search_passage``) take a ``Question``
+    as it is and validate only a plain ``str``, from a caller with no boundary of its own (an
+    evaluation dataset, the worker reading the job store, a test)."""
+
+    __slots__ = ()
+
+
+def validate_question(question: str) -> Question:
+    """Strip and bound a question at the boundary where it enters; raises ``ValueError`` with a
+    message fit for users."""
     q = question.strip()
     if not q:
         raise ValueError("question is empty")
     if len(q) > MAX_QUESTION_CHARS:
         raise ValueError(f"question is {len(q)} characters; the limit is {MAX_QUESTION_CHARS}")
-    return q
+    return Question(q)
+
+
+def as_question(question: str) -> Question:
+    """The engine's entry: a ``Question`` validated at the boundary passes unchanged (it is not
+    validated again); a plain ``str`` is validated here (``validate_question``)."""
+    return question if isinstance(question, Question) else validate_question(question)

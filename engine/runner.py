@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from engine.answers import majority_vote
-from engine.config import DebateConfig, require_gold, validate_question
+from engine.config import DebateConfig, as_question, require_gold
 from engine.context import (
     BudgetExhausted,
     DebateContext,
@@ -55,8 +55,9 @@ async def run_debate(
     job), which its budget starts from. ``search`` is the call that wrote the passage the pool was
     searched with (``engine.search_passage``): the transcript starts with it, and the usage and the
     budget count it; a resumed debate's checkpoint holds it already, so it is taken only without one.
+    A ``Question`` (validated where it entered) is taken as it is; a plain ``str`` is validated here.
     """
-    question = validate_question(question)
+    question = as_question(question)
     started = time.perf_counter()
     used_pool = pool_for(config, pool)
     ctx = DebateContext(

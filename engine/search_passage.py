@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config import DebateConfig, validate_question
+from engine.config import DebateConfig, as_question
 from engine.context import BudgetExhausted, DebateContext, EventSink, RoleModels, Spend, UsageSink
 from engine.prompts import get_prompts
 from engine.registry import SEARCH_ROLE
@@ -123,10 +123,11 @@ async def write_search_passage(
     ``on_usage`` and ``spent`` are the debate's (the job's charges so far), so the call counts against
     its budget and is charged like every other; ``on_event`` receives its ``turn.completed``. Never
     raises for the model: an LLM error, a spent budget or an empty reply leave ``text`` None with a
-    warning for the pool."""
+    warning for the pool. A ``Question`` (validated where it entered) is taken as it is; a plain ``str``
+    is validated here."""
     if not config.writes_search_passage:
         return SearchPassage()
-    question = validate_question(question)
+    question = as_question(question)
     settings = config.model_copy(update={"max_tokens": SEARCH_MAX_TOKENS, "seed": _seed(config)})
     ctx = DebateContext(
         question, empty_pool(question), settings, llm, on_event, on_usage=on_usage, spent=spent

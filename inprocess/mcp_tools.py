@@ -17,7 +17,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import ValidationError
 
-from engine.config import DebateConfig, validate_question
+from engine.config import DebateConfig, Question, validate_question
 from engine.result import DebateResult
 from parley_client.mcp_server import BatchItemResult, DebateAnswer, progress_message, tool_config
 from parley_wire.models import BatchView, DebateEvent
@@ -191,7 +191,7 @@ def _local_config(
         raise ToolError(f"invalid debate: {exc}") from exc
 
 
-def _local_question(question: str, what: str = "question") -> str:
+def _local_question(question: str, what: str = "question") -> Question:
     try:
         return validate_question(question)
     except ValueError as exc:
