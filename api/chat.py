@@ -147,26 +147,17 @@ async def finished_result(state: ApiState, owner: str, job_id: str) -> DebateRes
     )
 
 
+@dataclass
 class CompletionEvents:
     """A job's event stream as ``chat.completion.chunk`` dicts for ``EventSourceResponse``."""
 
-    def __init__(
-        self,
-        state: ApiState,
-        owner: str,
-        job_id: str,
-        model: str,
-        created: int,
-        base_url: str,
-        include_usage: bool,
-    ) -> None:
-        self.state = state
-        self.owner = owner
-        self.job_id = job_id
-        self.model = model
-        self.created = created
-        self.base_url = base_url
-        self.include_usage = include_usage
+    state: ApiState
+    owner: str
+    job_id: str
+    model: str
+    created: int
+    base_url: str
+    include_usage: bool
 
     def _data(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, str]:
         return {"data": json.dumps(chunk(self.model, self.job_id, self.created, delta, finish))}

@@ -45,31 +45,27 @@ def request_redis(settings: ApiSettings) -> aioredis.Redis:
     """The pool that serves requests: every call times out after ``redis_timeout_s``, so a hung Redis
     answers 503 instead of holding the request; a burst of requests beyond the pool's size waits (as
     long) for a connection instead of failing at once."""
-    timeout = settings.redis_timeout_s
-    pool: aioredis.BlockingConnectionPool = aioredis.BlockingConnectionPool.from_url(
-        settings.redis_url,
-        max_connections=settings.redis_max_connections,
-        timeout=timeout,
-        decode_responses=True,
-        socket_connect_timeout=timeout,
-        socket_timeout=timeout,
-        health_check_interval=30,
-        retry=_retry_once(),
-    )
-    return aioredis.Redis.from_pool(pool)  # type: ignore[attr-defined]  # stubs predate redis 5
+    return _blocking_redis(settings, settings.redis_max_connections, settings.redis_timeout_s)
 
 
 def stream_redis(settings: ApiSettings) -> aioredis.Redis:
     """The event streams' own pool, one connection per stream up to the per-process cap; its socket
     timeout lies above the blocking read's ``sse_block_ms``."""
+    socket_timeout = settings.sse_block_ms / 1000 + settings.redis_timeout_s
+    return _blocking_redis(settings, settings.max_streams_per_process, socket_timeout)
+
+
+def _blocking_redis(settings: ApiSettings, max_connections: int, socket_timeout: float) -> aioredis.Redis:
+    """A client over a blocking pool of ``max_connections``: waiting for a connection and connecting
+    time out after ``redis_timeout_s``, each call after ``socket_timeout``."""
     timeout = settings.redis_timeout_s
     pool: aioredis.BlockingConnectionPool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url,
-        max_connections=settings.max_streams_per_process,
+        max_connections=max_connections,
         timeout=timeout,
         decode_responses=True,
         socket_connect_timeout=timeout,
-        socket_timeout=settings.sse_block_ms / 1000 + timeout,
+        socket_timeout=socket_timeout,
         health_check_interval=30,
         retry=_retry_once(),
     )

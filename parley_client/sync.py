@@ -8,14 +8,16 @@ client nobody closed does not keep the interpreter from exiting.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from parley_client.aio import AsyncParleyClient, Config, Items, settings_args
+from parley_client.aio import AsyncParleyClient, settings_args
 from parley_wire import models as wire
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 if TYPE_CHECKING:
     from parley_client.settings import ClientSettings
@@ -42,6 +44,33 @@ class _LoopThread:
         self.thread.join(timeout=10)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncParleyClient, P], Awaitable[T]],
+) -> Callable[Concatenate[ParleyClient, P], T]:
+    """``method`` of the async client as a blocking method: awaited on the client's loop thread."""
+
+    @functools.wraps(method)
+    def call(self: ParleyClient, *args: P.args, **kwargs: P.kwargs) -> T:
+        async def run() -> T:
+            return await method(self.aio, *args, **kwargs)
+
+        return self._loop.run(run())
+
+    return call
+
+
+def _blocking_iter(
+    method: Callable[Concatenate[AsyncParleyClient, P], AsyncIterator[T]],
+) -> Callable[Concatenate[ParleyClient, P], Iterator[T]]:
+    """An async generator method of the async client as a blocking iterator over the same items."""
+
+    @functools.wraps(method)
+    def call(self: ParleyClient, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return self._iterate(method(self.aio, *args, **kwargs))
+
+    return call
 
 
 class ParleyClient:
@@ -83,12 +112,6 @@ class ParleyClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-        async def run() -> T:
-            return await fn(*args, **kwargs)
-
-        return self._loop.run(run())
-
     def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         try:
             while True:
@@ -101,87 +124,26 @@ class ParleyClient:
             if aclose is not None and not self._closed:
                 self._loop.run(aclose())
 
-    def submit(
-        self,
-        question: str,
-        config: Config = None,
-        *,
-        answers: list[str] | None = None,
-        pool: list[dict[str, Any]] | None = None,
-        idempotency_key: str | None = None,
-    ) -> wire.Accepted:
-        return self._call(
-            self.aio.submit, question, config, answers=answers, pool=pool, idempotency_key=idempotency_key
-        )
-
-    def get(self, job_id: str) -> wire.JobView:
-        return self._call(self.aio.get, job_id)
-
-    def cancel(self, job_id: str) -> wire.JobView:
-        return self._call(self.aio.cancel, job_id)
-
-    def delete(self, job_id: str) -> wire.DebateDeleted:
-        return self._call(self.aio.delete, job_id)
-
-    def events(self, job_id: str, *, last_event_id: str | None = None) -> Iterator[wire.DebateEvent]:
-        return self._iterate(self.aio.events(job_id, last_event_id=last_event_id))
-
-    def wait(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float | None = None) -> wire.JobView:
-        return self._call(self.aio.wait, job_id, poll_s=poll_s, timeout_s=timeout_s)
-
-    def ask(self, question: str, config: Config = None, *, timeout_s: float | None = None) -> wire.JobView:
-        return self._call(self.aio.ask, question, config, timeout_s=timeout_s)
-
-    def usage(self, days: int = 7) -> wire.UsageView:
-        return self._call(self.aio.usage, days)
-
-    def submit_batch(
-        self, items: Items, config: Config = None, *, idempotency_key: str | None = None
-    ) -> wire.BatchAccepted:
-        return self._call(self.aio.submit_batch, items, config, idempotency_key=idempotency_key)
-
-    def get_batch(self, batch_id: str) -> wire.BatchView:
-        return self._call(self.aio.get_batch, batch_id)
-
-    def cancel_batch(self, batch_id: str) -> wire.BatchView:
-        return self._call(self.aio.cancel_batch, batch_id)
-
-    def delete_batch(self, batch_id: str) -> wire.BatchDeleted:
-        return self._call(self.aio.delete_batch, batch_id)
-
-    def wait_batch(
-        self,
-        batch_id: str,
-        *,
-        poll_s: float = 1.0,
-        on_progress: Callable[[wire.BatchView], None] | None = None,
-        timeout_s: float | None = None,
-    ) -> wire.BatchView:
-        return self._call(
-            self.aio.wait_batch, batch_id, poll_s=poll_s, on_progress=on_progress, timeout_s=timeout_s
-        )
-
-    def iter_results(self, batch_id: str) -> Iterator[wire.BatchResult]:
-        return self._iterate(self.aio.iter_results(batch_id))
+    # Every method is the async client's, awaited on the loop thread: same arguments, same docstring.
+    submit = _blocking(AsyncParleyClient.submit)
+    get = _blocking(AsyncParleyClient.get)
+    cancel = _blocking(AsyncParleyClient.cancel)
+    delete = _blocking(AsyncParleyClient.delete)
+    events = _blocking_iter(AsyncParleyClient.events)
+    wait = _blocking(AsyncParleyClient.wait)
+    ask = _blocking(AsyncParleyClient.ask)
+    usage = _blocking(AsyncParleyClient.usage)
+    submit_batch = _blocking(AsyncParleyClient.submit_batch)
+    get_batch = _blocking(AsyncParleyClient.get_batch)
+    cancel_batch = _blocking(AsyncParleyClient.cancel_batch)
+    delete_batch = _blocking(AsyncParleyClient.delete_batch)
+    wait_batch = _blocking(AsyncParleyClient.wait_batch)
+    iter_results = _blocking_iter(AsyncParleyClient.iter_results)
+    run_batch = _blocking_iter(AsyncParleyClient.run_batch)
 
     def results(self, batch_id: str) -> list[wire.BatchResult]:
+        """The batch's result lines in input order, as a list."""
         return list(self.iter_results(batch_id))
-
-    def run_batch(
-        self,
-        items: Items,
-        config: Config = None,
-        *,
-        chunk_size: int | None = None,
-        progress: bool = True,
-        poll_s: float = 1.0,
-        timeout_s: float | None = None,
-    ) -> Iterator[wire.BatchResult]:
-        return self._iterate(
-            self.aio.run_batch(
-                items, config, chunk_size=chunk_size, progress=progress, poll_s=poll_s, timeout_s=timeout_s
-            )
-        )
 
 
 async def _next(agen: AsyncIterator[T]) -> T:

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from typing_extensions import TypedDict, Unpack
 
 from retriever.bm25 import Bm25Index
 from retriever.embedder import Embedder
@@ -65,6 +66,15 @@ def _from_hit(h: Hit, score: float | None = None) -> PassageHit:
         score=h.score if score is None else score,
         vector=h.vector,
     )
+
+
+class SearchOptions(TypedDict, total=False):
+    """The keyword options of ``WikiRetriever.search``, the same as ``search_and_embed``'s."""
+
+    qvec: np.ndarray | None
+    with_vectors: bool
+    timings: dict[str, float] | None
+    rerank: bool | None
 
 
 class WikiRetriever:
@@ -113,23 +123,10 @@ class WikiRetriever:
         return vecs[0]
 
     async def search(
-        self,
-        query: str,
-        k: int,
-        mode: SearchMode | None = None,
-        *,
-        qvec: np.ndarray | None = None,
-        with_vectors: bool = False,
-        timings: dict[str, float] | None = None,
-        rerank: bool | None = None,
+        self, query: str, k: int, mode: SearchMode | None = None, **options: Unpack[SearchOptions]
     ) -> list[PassageHit]:
-        """Top-k passages for ``query``; ``timings`` (if given) receives per-stage milliseconds.
-
-        ``rerank`` None uses the second stage when one is configured; False skips it; True asks for it
-        (ignored when the deployment has none: the caller reads ``uses_rerank``)."""
-        hits, _ = await self.search_and_embed(
-            query, k, mode, qvec=qvec, with_vectors=with_vectors, timings=timings, rerank=rerank
-        )
+        """Top-k passages for ``query`` (``search_and_embed`` without the query vector)."""
+        hits, _ = await self.search_and_embed(query, k, mode, **options)
         return hits
 
     def uses_rerank(self, rerank: bool | None) -> bool:
@@ -147,8 +144,11 @@ class WikiRetriever:
         timings: dict[str, float] | None = None,
         rerank: bool | None = None,
     ) -> tuple[list[PassageHit], np.ndarray | None]:
-        """``search`` that also returns the query vector it computed (None for pure BM25 or k = 0), so the
-        pool builder can overlap embedding with BM25 and still reuse the vector for dedupe and caching."""
+        """Top-k passages for ``query`` and the query vector computed for them (None for pure BM25 or
+        k = 0), so the pool builder can overlap embedding with BM25 and still reuse the vector for dedupe
+        and caching. ``timings`` (if given) receives per-stage milliseconds. ``rerank`` None uses the
+        second stage when one is configured; False skips it; True asks for it (ignored when the
+        deployment has none: the caller reads ``uses_rerank``)."""
         self.check_ready()
         mode = mode or self.default_mode()
         if mode in ("bm25", "hybrid") and self.bm25 is None:

@@ -64,7 +64,11 @@ def clean_snippet(text: Any) -> str:
 
 
 class _HttpProvider:
+    """One HTTP search API: each provider says how to ask (``_query``), where its result list sits
+    (``_rows``) and which fields are title, snippet and URL; sending, errors and mapping are shared."""
+
     name = "web"
+    fields: tuple[str, str, str] = ("title", "snippet", "url")  # a result's title, snippet and URL keys
 
     def __init__(
         self,
@@ -80,6 +84,21 @@ class _HttpProvider:
     async def aclose(self) -> None:
         if self._own_client:
             await self._client.aclose()
+
+    async def search(self, query: str, k: int) -> list[WebResult]:
+        """The top-k results (title + snippet) for ``query``; a typed ``WebSearchError`` when it fails."""
+        if k <= 0:
+            return []
+        data = await self._send(self._query(query, k))
+        if not isinstance(data, dict):
+            raise WebSearchBadResponse(self.name, "expected a JSON object")
+        return self._results(self._rows(data), k=k)
+
+    def _query(self, query: str, k: int) -> httpx.Request:
+        raise NotImplementedError
+
+    def _rows(self, data: dict[str, Any]) -> Any:
+        raise NotImplementedError
 
     async def _send(self, request: httpx.Request) -> Any:
         try:
@@ -98,9 +117,10 @@ class _HttpProvider:
     def _request(self, method: str, url: str, **kw: Any) -> httpx.Request:
         return self._client.build_request(method, url, timeout=self._timeout, **kw)
 
-    def _results(self, rows: Any, *, title: str, snippet: str, url: str, k: int) -> list[WebResult]:
+    def _results(self, rows: Any, *, k: int) -> list[WebResult]:
         if not isinstance(rows, list):
             raise WebSearchBadResponse(self.name, f"expected a list of results, got {type(rows).__name__}")
+        title, snippet, url = self.fields
         out: list[WebResult] = []
         for row in rows:
             if not isinstance(row, dict):
@@ -119,23 +139,21 @@ class SerperSearch(_HttpProvider):
     """Google SERP through serper.dev, the provider the paper used (``organic[].title/snippet/link``)."""
 
     name = "serper"
+    fields = ("title", "snippet", "link")
 
     def __init__(self, api_key: str, *, url: str = "https://google.serper.dev/search", **kw: Any) -> None:
         super().__init__(**kw)
         self._key = api_key
         self._url = url
 
-    async def search(self, query: str, k: int) -> list[WebResult]:
-        """Top-k organic results; Serper returns 10 by default, ``num`` asks for k."""
-        if k <= 0:
-            return []
-        req = self._request(
+    def _query(self, query: str, k: int) -> httpx.Request:
+        # Serper returns 10 by default; ``num`` asks for k.
+        return self._request(
             "POST", self._url, json={"q": query, "num": max(k, 10)}, headers={"X-API-KEY": self._key}
         )
-        data = await self._send(req)
-        if not isinstance(data, dict):
-            raise WebSearchBadResponse(self.name, "expected a JSON object")
-        return self._results(data.get("organic", []), title="title", snippet="snippet", url="link", k=k)
+
+    def _rows(self, data: dict[str, Any]) -> Any:
+        return data.get("organic", [])
 
 
 class SearxngSearch(_HttpProvider):
@@ -145,25 +163,24 @@ class SearxngSearch(_HttpProvider):
     """
 
     name = "searxng"
+    fields = ("title", "content", "url")
 
     def __init__(self, base_url: str, **kw: Any) -> None:
         super().__init__(**kw)
         self._url = base_url.rstrip("/") + "/search"
 
-    async def search(self, query: str, k: int) -> list[WebResult]:
-        if k <= 0:
-            return []
-        req = self._request("GET", self._url, params={"q": query, "format": "json"})
-        data = await self._send(req)
-        if not isinstance(data, dict):
-            raise WebSearchBadResponse(self.name, "expected a JSON object")
-        return self._results(data.get("results", []), title="title", snippet="content", url="url", k=k)
+    def _query(self, query: str, k: int) -> httpx.Request:
+        return self._request("GET", self._url, params={"q": query, "format": "json"})
+
+    def _rows(self, data: dict[str, Any]) -> Any:
+        return data.get("results", [])
 
 
 class BraveSearch(_HttpProvider):
     """Brave Search API (``web.results[].title/description/url``; token in ``X-Subscription-Token``)."""
 
     name = "brave"
+    fields = ("title", "description", "url")
 
     def __init__(
         self, api_key: str, *, url: str = "https://api.search.brave.com/res/v1/web/search", **kw: Any
@@ -172,19 +189,16 @@ class BraveSearch(_HttpProvider):
         self._key = api_key
         self._url = url
 
-    async def search(self, query: str, k: int) -> list[WebResult]:
-        if k <= 0:
-            return []
-        req = self._request(
+    def _query(self, query: str, k: int) -> httpx.Request:
+        return self._request(
             "GET",
             self._url,
             params={"q": query, "count": min(max(k, 1), 20)},
             headers={"X-Subscription-Token": self._key, "Accept": "application/json"},
         )
-        data = await self._send(req)
-        if not isinstance(data, dict):
-            raise WebSearchBadResponse(self.name, "expected a JSON object")
+
+    def _rows(self, data: dict[str, Any]) -> Any:
         web = data.get("web") or {}
         if not isinstance(web, dict):
             raise WebSearchBadResponse(self.name, "'web' is not an object")
-        return self._results(web.get("results", []), title="title", snippet="description", url="url", k=k)
+        return web.get("results", [])
