@@ -185,7 +185,7 @@ def test_parley_up_answers_a_debate_and_ctrl_c_stops_everything(llm: ScriptedLLM
 
 @pytest.mark.integration
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
-    from parley_cli.up import Component, Stack
+    from parley_cli.processes import Component, Stack
 
     stubborn = Component(
         "stubborn",

@@ -321,7 +321,7 @@ async def test_smollm2_is_served_end_to_end_by_name_and_from_a_local_file(tmp_pa
 
 @pytest.mark.unit
 def test_make_demo_and_parley_up_check_a_local_model_first(tmp_path: Path) -> None:
-    from parley_cli.up import UpError, check_model_file
+    from parley_cli.up_plan import UpError, check_model_file
 
     runner = CliRunner()
     good = runner.invoke(models_app, ["check", str(header(tmp_path / "chat.gguf"))])
