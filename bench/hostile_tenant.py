@@ -39,6 +39,11 @@ class Stack:
         headers = {"Authorization": f"Bearer {KEYS[owner]}"}
         return httpx.Client(base_url=self.api.url, headers=headers, timeout=120)
 
+    def counters(self, c: httpx.Client) -> tuple[int, int, int]:
+        """Tokens the LLM has served, tokens ``c``'s key has been charged today, and calls the LLM has
+        been asked so far: an attack's cost is what they grew by."""
+        return self.llm.tokens_served, charged_today(c), len(self.llm.requests)
+
     def wait(
         self, c: httpx.Client, job_id: str, statuses: set[str], timeout_s: float = 120
     ) -> dict[str, Any]:
@@ -50,15 +55,22 @@ class Stack:
             time.sleep(0.05)
 
 
+def charged_today(c: httpx.Client) -> int:
+    """Tokens charged today to ``c``'s key (``/v1/usage``)."""
+    return int(c.get("/v1/usage").json()["today"]["tokens"])
+
+
+def submit(c: httpx.Client, config: dict[str, Any]) -> str:
+    """The question debated with ``config``; its job id."""
+    return str(c.post("/v1/debates", json={"question": Q, "config": config}).json()["job_id"])
+
+
 def budget_attack(stack: Stack, config: dict[str, Any], budget: int) -> dict[str, Any]:
     with stack.client("alice") as alice:
-        served0, used0 = stack.llm.tokens_served, alice.get("/v1/usage").json()["today"]["tokens"]
-        calls0 = len(stack.llm.requests)
-        job_id = alice.post(
-            "/v1/debates", json={"question": Q, "config": {**config, "budget_tokens": budget}}
-        ).json()["job_id"]
+        served0, used0, calls0 = stack.counters(alice)
+        job_id = submit(alice, {**config, "budget_tokens": budget})
         job = stack.wait(alice, job_id, {"completed", "failed"})
-        used = alice.get("/v1/usage").json()["today"]["tokens"] - used0
+        used = charged_today(alice) - used0
     served = stack.llm.tokens_served - served0
     return {
         "budget_tokens": budget,
@@ -98,15 +110,13 @@ def cancel_attack(stack: Stack) -> dict[str, Any]:
     stack.llm.latency_s = 0.5
     try:
         with stack.client("carol") as carol:
-            served0, used0 = stack.llm.tokens_served, carol.get("/v1/usage").json()["today"]["tokens"]
-            calls0 = len(stack.llm.requests)
-            config = {"agents": 3, "rounds": 3, "knowledge": "none"}
-            job_id = carol.post("/v1/debates", json={"question": Q, "config": config}).json()["job_id"]
+            served0, used0, calls0 = stack.counters(carol)
+            job_id = submit(carol, {"agents": 3, "rounds": 3, "knowledge": "none"})
             while len(stack.llm.requests) - calls0 < 5:
                 time.sleep(0.02)
             carol.delete(f"/v1/debates/{job_id}")
             time.sleep(2.0)
-            used = carol.get("/v1/usage").json()["today"]["tokens"] - used0
+            used = charged_today(carol) - used0
     finally:
         stack.llm.latency_s = 0.02
     return {
@@ -120,16 +130,13 @@ def failed_attack(stack: Stack) -> dict[str, Any]:
     stack.llm.latency_s = 0.2
     try:
         with stack.client("carol") as carol:
-            served0, used0 = stack.llm.tokens_served, carol.get("/v1/usage").json()["today"]["tokens"]
-            calls0 = len(stack.llm.requests)
-            job_id = carol.post("/v1/debates", json={"question": Q, "config": {"knowledge": "none"}}).json()[
-                "job_id"
-            ]
+            served0, used0, calls0 = stack.counters(carol)
+            job_id = submit(carol, {"knowledge": "none"})
             while len(stack.llm.requests) - calls0 < 2:
                 time.sleep(0.01)
             stack.llm.fail_for(30, status=400)
             job = stack.wait(carol, job_id, {"failed", "completed"})
-            used = carol.get("/v1/usage").json()["today"]["tokens"] - used0
+            used = charged_today(carol) - used0
     finally:
         stack.llm.fail_for(0)
         stack.llm.latency_s = 0.02

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import re
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,15 @@ import httpx
 
 from bench.harness.cli import add_llm_bench_args, study_parser
 from bench.harness.llm import chat
-from bench.harness.retrieval import has_answer, llm_bench_inputs, pool_of, run_facts, write_pool_report
+from bench.harness.reports import report_head
+from bench.harness.retrieval import (
+    has_answer,
+    llm_bench_inputs,
+    pool_of,
+    print_progress,
+    run_facts,
+    write_pool_report,
+)
 from bench.harness.stats import call_costs, ci_summary
 from bench.pool_quality import CONFIGS, DEPTH, retriever_for
 from evaluation.metrics import paired_bootstrap
@@ -116,13 +123,7 @@ async def measure(
                         in_pool[name][k].append(float(has_answer([c.text for c in ranked[:k]], q["answers"])))
                 if i < 5:
                     examples.append({"question": q["question"], "reply": reply["text"], "order": order})
-                if (i + 1) % 10 == 0:
-                    print(
-                        f"{i + 1}/{len(questions)} "
-                        + " ".join(f"{n} @1 {statistics.mean(v[1]):.3f}" for n, v in in_pool.items()),
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                print_progress(i + 1, len(questions), in_pool, 1)
     finally:
         await rt.aclose()
     table: dict[str, Any] = {
@@ -151,10 +152,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
     llm = cfgs["llm"]
     cost = llm["cost"]
     lines = [
-        "# The model as a listwise reranker: answer-in-pool@k",
-        "",
-        f"`{result['command']}`",
-        "",
+        *report_head("The model as a listwise reranker: answer-in-pool@k", f"`{result['command']}`"),
         f"{result['questions']} questions of {result['questions_file']}; the first stage's top "
         f"{result['candidates']} (hybrid, as configured) reordered by `{result['model']}` at "
         f"{result['llm_url']}, "

@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness.cli import add_question_args, study_parser
-from bench.harness.reports import command_line, machine, utc_date
+from bench.harness.questions import load_questions
+from bench.harness.reports import command_line, machine, report_head, utc_date
 from bench.harness.retrieval import (
     has_answer,
-    load_questions,
     pool_has_answer,
     questions_file,
     retriever_settings,
@@ -287,22 +287,23 @@ def write_reports(out: Path, result: dict[str, Any]) -> str:
 def markdown(result: dict[str, Any]) -> list[str]:
     """The report's lines: answer-in-pool@k, recall@k and latency per configuration."""
     cfgs = result["configs"]
+    written = (
+        [
+            f"Written passages (the `+passage` configurations, and the questions that have one): "
+            f"`{result['search_texts']}`."
+        ]
+        if result.get("search_texts")
+        else []
+    )
     lines = [
-        "# Does the pool hold the answer?",
-        "",
-        f"Command: `{result['command']}`  ",
-        f"Machine: {result['machine']}; {result['date']}  ",
-        f"Questions: {result['questions']} ({result['questions_file']}); recall@k over the "
-        f"{result['judged_questions']} with an answer-bearing passage in some configuration's top 50.",
-        *(
-            [
-                f"Written passages (the `+passage` configurations, and the questions that have one): "
-                f"`{result['search_texts']}`."
-            ]
-            if result.get("search_texts")
-            else []
+        *report_head(
+            "Does the pool hold the answer?",
+            f"Command: `{result['command']}`  ",
+            f"Machine: {result['machine']}; {result['date']}  ",
+            f"Questions: {result['questions']} ({result['questions_file']}); recall@k over the "
+            f"{result['judged_questions']} with an answer-bearing passage in some configuration's top 50.",
+            *written,
         ),
-        "",
         "## answer-in-pool@k (the pool of k_wiki = k, near-duplicates removed)",
         "",
         "| configuration | " + " | ".join(f"@{k}" for k in KS) + f" | @5 vs {result['baseline']} (95 % CI) |",

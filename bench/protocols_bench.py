@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.harness.questions import load_questions
 from engine.answers import normalize_answer
 from engine.config import DebateConfig
 from engine.context import SingleModel
@@ -32,6 +33,13 @@ from engine.runner import run_debate
 from parley_testing.scripted_llm import ScriptedLLM, request_text
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm import OpenAIChatClient
+
+
+def mallm(decision: str, rounds: int, paradigm: str | None = None) -> dict[str, Any]:
+    """A MALLM configuration of three agents: its decision protocol, rounds and discussion paradigm."""
+    settings = {"decision": decision, **({"paradigm": paradigm} if paradigm else {})}
+    return {"protocol": "mallm", "agents": 3, "rounds": rounds, "mallm": settings}
+
 
 # name -> DebateConfig fields (knowledge "all" everywhere; knowledge-free protocols ignore it)
 PROTOCOLS: dict[str, dict[str, Any]] = {
@@ -44,42 +52,16 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
     "society (3x3)": {"protocol": "society", "agents": 3, "rounds": 3},
     "society madc (3x3)": {"protocol": "society", "agents": 3, "rounds": 3, "ordering": "madc"},
     "mad": {"protocol": "mad", "agents": 2, "rounds": 3},
-    "mallm majority": {"protocol": "mallm", "agents": 3, "rounds": 3, "mallm": {"decision": "majority"}},
-    "mallm supermajority": {
-        "protocol": "mallm",
-        "agents": 3,
-        "rounds": 3,
-        "mallm": {"decision": "supermajority"},
-    },
-    "mallm unanimity": {"protocol": "mallm", "agents": 3, "rounds": 3, "mallm": {"decision": "unanimity"}},
-    "mallm simple vote": {"protocol": "mallm", "agents": 3, "rounds": 5, "mallm": {"decision": "simple"}},
-    "mallm ranked vote": {"protocol": "mallm", "agents": 3, "rounds": 5, "mallm": {"decision": "ranked"}},
-    "mallm cumulative vote": {
-        "protocol": "mallm",
-        "agents": 3,
-        "rounds": 5,
-        "mallm": {"decision": "cumulative"},
-    },
-    "mallm approval vote": {"protocol": "mallm", "agents": 3, "rounds": 5, "mallm": {"decision": "approval"}},
-    "mallm drafting + majority": {
-        "protocol": "mallm",
-        "agents": 3,
-        "rounds": 3,
-        "mallm": {"decision": "majority", "paradigm": "drafting"},
-    },
-    "mallm CI + simple vote": {
-        "protocol": "mallm",
-        "agents": 3,
-        "rounds": 5,
-        "mallm": {"decision": "simple", "paradigm": "collective_improvement"},
-    },
+    "mallm majority": mallm("majority", 3),
+    "mallm supermajority": mallm("supermajority", 3),
+    "mallm unanimity": mallm("unanimity", 3),
+    "mallm simple vote": mallm("simple", 5),
+    "mallm ranked vote": mallm("ranked", 5),
+    "mallm cumulative vote": mallm("cumulative", 5),
+    "mallm approval vote": mallm("approval", 5),
+    "mallm drafting + majority": mallm("majority", 3, "drafting"),
+    "mallm CI + simple vote": mallm("simple", 5, "collective_improvement"),
 }
-
-
-def load_questions(path: Path, n: int) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    return rows[:n]
 
 
 def fixed_pool(question: str, index: int) -> KnowledgePool:
@@ -297,7 +279,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True, help="NQ-open JSONL (question, answers)")
     ap.add_argument("--out", type=Path, default=Path("reports/protocols"))
     args = ap.parse_args()
-    rows = load_questions(args.data, args.questions)
+    rows = load_questions(args.data, limit=args.questions)
     args.out.mkdir(parents=True, exist_ok=True)
     all_rows: dict[str, dict[str, dict[str, Any]]] = {}
     with ScriptedLLM(latency_s=args.latency) as server:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,14 @@ import httpx
 
 from bench.harness.cli import add_llm_bench_args, study_parser
 from bench.harness.llm import chat
-from bench.harness.retrieval import llm_bench_inputs, pool_has_answer, run_facts, write_pool_report
+from bench.harness.reports import report_head
+from bench.harness.retrieval import (
+    llm_bench_inputs,
+    pool_has_answer,
+    print_progress,
+    run_facts,
+    write_pool_report,
+)
 from bench.harness.stats import call_costs, ci_summary
 from bench.pool_quality import CONFIGS, KS, retriever_for
 from evaluation.metrics import paired_bootstrap
@@ -93,13 +99,7 @@ async def measure(
                         )
                 if i < 5:
                     examples.append({"question": q["question"], **{k: costs[k][-1]["text"] for k in kinds}})
-                if (i + 1) % 10 == 0:
-                    print(
-                        f"{i + 1}/{len(questions)} "
-                        + " ".join(f"{n} @5 {statistics.mean(v[5]):.3f}" for n, v in in_pool.items()),
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                print_progress(i + 1, len(questions), in_pool, 5)
     finally:
         await rt.aclose()
     table: dict[str, Any] = {}
@@ -118,10 +118,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
     """The report's lines: answer-in-pool@k with and without each rewrite, its cost, examples."""
     cfgs = result["configs"]
     lines = [
-        "# LLM query rewrite: answer-in-pool@k",
-        "",
-        f"`{result['command']}`",
-        "",
+        *report_head("LLM query rewrite: answer-in-pool@k", f"`{result['command']}`"),
         f"{result['questions']} questions of {result['questions_file']}; model `{result['model']}` at "
         f"{result['llm_url']}; first stage: hybrid as configured; {result['machine']}; {result['date']}.",
         "",

@@ -30,8 +30,9 @@ from typing import Any
 
 from bench.harness.cli import study_parser
 from bench.harness.plots import curves
+from bench.harness.questions import load_questions
 from bench.harness.reports import command_line, machine, utc_date, write_json
-from bench.harness.retrieval import has_answer, load_questions
+from bench.harness.retrieval import has_answer
 from bench.harness.stats import percentile
 from retriever.corpus import read_vital
 from retriever.indexer import build_index, index_stats, make_embedder

@@ -48,9 +48,9 @@ import httpx
 
 from bench.harness.batches import job_times, run_batch
 from bench.harness.cli import study_parser
-from bench.harness.plots import pyplot, save
+from bench.harness.plots import figure, save
 from bench.harness.processes import start_scripted_llm
-from bench.harness.reports import command_line, write_json, write_markdown
+from bench.harness.reports import command_line, report_head, write_json, write_markdown
 from bench.harness.stack import GatewayStack
 from parley_testing.processes import ROOT, WorkerProcess, worker_env
 from parley_testing.scripted_llm import free_port
@@ -283,11 +283,11 @@ def efficiency(rows: list[dict[str, Any]]) -> None:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        "# Scaling with worker processes and LLM replicas",
-        "",
-        f"Scripted LLM of fixed latency {report['latency_s']} s per call; "
-        f"{report['cpu_count']} CPUs ({report['machine']}). Command: `{report['command']}`",
-        "",
+        *report_head(
+            "Scaling with worker processes and LLM replicas",
+            f"Scripted LLM of fixed latency {report['latency_s']} s per call; "
+            f"{report['cpu_count']} CPUs ({report['machine']}). Command: `{report['command']}`",
+        ),
         "| series | worker nodes × debates each | replicas × capacity | debates | wall s | questions/h | "
         "linear | efficiency | calls per replica | replicas busy % | misplaced % | starved % |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -323,8 +323,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = figure((6.5, 4.2))
     for series in dict.fromkeys(r["series"] for r in report["points"]):
         pts = sorted((r for r in report["points"] if r["series"] == series), key=lambda r: r["k"])
         ks = [p["k"] for p in pts]

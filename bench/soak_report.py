@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.harness.plots import pyplot, save
+from bench.harness.plots import figure, save
 from bench.soak_stack import HARNESS
 
 
@@ -103,9 +103,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
 def plot(report: dict[str, Any], latencies: list[tuple[float, float]], path: Path) -> None:
     """Every process's RSS, Redis's memory and every gateway request's latency over the run, a line
     at each fault."""
-    plt = pyplot()
     samples = report["samples"]
-    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    fig, (ax1, ax2, ax3) = figure((10, 9), nrows=3, ncols=1, sharex=True)
     ts = [s["t"] / 60 for s in samples]
     for name in [k for k in (samples[0] if samples else {}) if k not in ("t", "redis_used_mb", "redis_keys")]:
         ax1.plot(ts, [s.get(name) for s in samples], label=name)

@@ -29,7 +29,7 @@ import httpx
 
 from bench.harness.cli import study_parser
 from bench.harness.processes import stop_process, wait_http
-from bench.harness.reports import command_line, table_head, write_json, write_markdown
+from bench.harness.reports import command_line, report_head, table_head, write_json, write_markdown
 from parley_testing.scripted_llm import free_port
 
 PROMPTS = [
@@ -105,12 +105,12 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        "# Speculative decoding on this machine",
-        "",
-        f"{report['model']} (draft {report['draft']}), llama-server `{report['binary']}`, "
-        f"{report['threads']} threads, {report['cpu_count']} CPUs; {len(PROMPTS)} prompts, greedy, one slot. "
-        f"Command: `{report['command']}`",
-        "",
+        *report_head(
+            "Speculative decoding on this machine",
+            f"{report['model']} (draft {report['draft']}), llama-server `{report['binary']}`, "
+            f"{report['threads']} threads, {report['cpu_count']} CPUs; {len(PROMPTS)} prompts, greedy, "
+            f"one slot. Command: `{report['command']}`",
+        ),
         *table_head("variant", "wall s", "× base (speed)", "decode tok/s per prompt", "same text as base"),
     ]
     for s in report["summary"]:

@@ -54,10 +54,10 @@ from typing import Any
 
 from bench.harness.batches import job_times, run_batch
 from bench.harness.cli import study_parser
-from bench.harness.plots import pyplot, save
+from bench.harness.plots import figure, save
 from bench.harness.processes import exit_on_sigterm, start_process, stop_process, wait_http
 from bench.harness.procfs import group_cpu_s, machine_busy
-from bench.harness.reports import command_line, utc_iso, write_json, write_markdown
+from bench.harness.reports import command_line, report_head, utc_iso, write_json, write_markdown
 from bench.harness.stack import GatewayStack
 from evaluation.metrics import contains_match, paired_bootstrap
 from parley_testing.processes import ROOT, WorkerProcess, worker_env
@@ -280,12 +280,12 @@ def compare(rows: list[dict[str, Any]]) -> None:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        "# Batch throughput on one machine",
-        "",
-        f"{report['questions']} questions of `{report['dataset']}`, config `{json.dumps(report['config'])}`, "
-        f"model {report['model']}; {report['cpu_count']} CPUs ({report['machine']}). "
-        f"Command: `{report['command']}`",
-        "",
+        *report_head(
+            "Batch throughput on one machine",
+            f"{report['questions']} questions of `{report['dataset']}`, config "
+            f"`{json.dumps(report['config'])}`, model {report['model']}; {report['cpu_count']} CPUs "
+            f"({report['machine']}). Command: `{report['command']}`",
+        ),
         "| server | W x S | in flight / process | done | wall s | questions/h | × first | prompt tok/s "
         "alone | prompt tok/s (evaluated, cached %) | completion tok/s | server / worker cores | CPU use "
         "| accuracy (95% CI) | Δ accuracy vs first (95% CI) | measured (UTC) |",
@@ -327,10 +327,9 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    plt = pyplot()
     rows = report["rows"]
     labels = [f"{r['server']}\n{r['setting']}" for r in rows]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(rows)), 3.8))
+    fig, ax = figure((max(5.0, 1.3 * len(rows)), 3.8))
     ax.bar(labels, [r["questions_per_hour"] for r in rows], color="#4c72b0")
     ax.set_ylabel("questions per hour")
     ax.set_title("Batch throughput by worker processes x server slots")

@@ -56,3 +56,10 @@ def curves(
     ax.grid(alpha=0.3)
     ax.legend(**({"fontsize": legend_fontsize} if legend_fontsize else {}))
     return save(fig, path)
+
+
+def figure(figsize: tuple[float, float], **subplots: Any) -> tuple[Any, Any]:
+    """A new figure of ``figsize`` inches and its axes (``nrows``/``ncols`` and the like as for
+    ``plt.subplots``)."""
+    fig, axes = pyplot().subplots(figsize=figsize, **subplots)
+    return fig, axes

@@ -55,3 +55,9 @@ def write_markdown(path: Path, lines: str | Sequence[str]) -> str:
 def table_head(*columns: str) -> list[str]:
     """A Markdown table's header row and its separator, one cell per column."""
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def report_head(title: str, *paragraph: str) -> list[str]:
+    """A Markdown report's first lines: its title, then the paragraph that says what was measured and
+    how (the command, the machine), each set off by a blank line."""
+    return [f"# {title}", "", *paragraph, ""]

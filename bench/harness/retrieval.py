@@ -1,15 +1,17 @@
-"""What the retrieval studies share: their question files, whether passages hold a gold answer, the pool
-the service would keep of a ranked list, and the facts their reports carry."""
+"""What the retrieval studies share: whether passages hold a gold answer, the pool the service would
+keep of a ranked list, their settings and inputs, their report files and the facts those carry."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.harness.plots import curves
+from bench.harness.questions import load_questions
 from bench.harness.reports import command_line, machine, utc_date, write_json, write_markdown
 from evaluation.metrics import contains_match
 from retriever.pools import _Candidate, dedupe
@@ -34,18 +36,6 @@ def pool_of(hits: Sequence[PassageHit], k: int, dedupe_cosine: float) -> list[_C
 def pool_has_answer(hits: Sequence[PassageHit], k: int, aliases: list[str], dedupe_cosine: float) -> bool:
     """Whether the pool of ``k_wiki=k`` (top k, near-duplicates removed as the service does) holds it."""
     return has_answer([c.text for c in pool_of(hits, k, dedupe_cosine)], aliases)
-
-
-def load_questions(path: Path, split: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """The JSONL's questions, each checked for a ``question`` and its ``answers``; ``split`` keeps the
-    even or odd lines, ``limit`` the first N of those."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    for i, row in enumerate(rows):
-        if not isinstance(row.get("question"), str) or not isinstance(row.get("answers"), list):
-            raise SystemExit(f"{path}:{i + 1}: each line needs a 'question' string and an 'answers' list")
-    if split is not None:
-        rows = rows[0 if split == "even" else 1 :: 2]
-    return rows[:limit] if limit else rows
 
 
 def retriever_settings(data_dir: Path | None) -> RetrieverSettings:
@@ -95,3 +85,11 @@ def write_pool_report(
     curves(out / "answer_in_pool.png", ks, series, xlabel=xlabel, ylabel="answer-in-pool@k", title=title,
            **curve_options)  # fmt: skip
     return text
+
+
+def print_progress(done: int, total: int, in_pool: dict[str, dict[int, list[float]]], k: int) -> None:
+    """Every tenth question, each configuration's answer-in-pool@``k`` so far, on stderr: an hours-long
+    study shows where it is heading."""
+    if done % 10 == 0:
+        shares = " ".join(f"{name} @{k} {statistics.mean(v[k]):.3f}" for name, v in in_pool.items())
+        print(f"{done}/{total} {shares}", file=sys.stderr, flush=True)
