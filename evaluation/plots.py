@@ -17,6 +17,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Lay the figure out, write it to ``path`` and free it (pyplot keeps every open figure)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def write_plots(report: dict[str, Any], folder: Path) -> list[Path]:
     """Accuracy vs output tokens, accuracy by round, and selection behaviour; returns the files written."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -51,10 +59,7 @@ def published_comparison(report: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"{report.get('benchmark')}: Parley ({', '.join(models) or 'model unknown'}) vs the paper")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def accuracy_vs_tokens(report: dict[str, Any], path: Path) -> Path:
@@ -79,10 +84,7 @@ def accuracy_vs_tokens(report: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel(f"accuracy ({report['primary']}) %")
     ax.set_title("Accuracy against output tokens")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def accuracy_by_round(report: dict[str, Any], path: Path) -> Path:
@@ -105,10 +107,7 @@ def accuracy_by_round(report: dict[str, Any], path: Path) -> Path:
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def selection_behaviour(report: dict[str, Any], path: Path) -> Path:
@@ -157,10 +156,7 @@ def selection_behaviour(report: dict[str, Any], path: Path) -> Path:
         ax.tick_params(axis="x", rotation=30, labelsize=8)
         if sources:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def _slot_key(slot: str) -> tuple[int, int]:
@@ -236,8 +232,5 @@ def cost_accuracy_plot(report: dict[str, Any], path: Path) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     # beside the axes: inside, with nine runs, it covered the low-cost points' error bars
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, dpi=120)
