@@ -126,7 +126,7 @@ class LocalTools:
         if len(questions) > MAX_LOCAL_BATCH_ITEMS:
             raise ToolError(f"invalid batch: {len(questions)} questions, at most {MAX_LOCAL_BATCH_ITEMS}")
         config = _local_config(protocol, budget_tokens, None, None)
-        checked = [_local_question(q, f"question {i}") for i, q in enumerate(questions)]
+        checked: list[str] = [_local_question(q, f"question {i}") for i, q in enumerate(questions)]
         running = sum(1 for b in self.batches.values() if b.task is not None and not b.task.done())
         if running >= MAX_LOCAL_BATCHES:
             raise ToolError(f"{running} batches are still running here; wait for one to finish")
