@@ -309,7 +309,7 @@ def markdown(report: dict[str, Any]) -> str:
             "accuracy (95% CI)",
             "Δ accuracy vs first (95% CI)",
             "measured (UTC)",
-        ),  # fmt: skip
+        ),
     ]
     for r in report["rows"]:
         d = r["accuracy_diff_vs_first"]
