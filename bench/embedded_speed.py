@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bench.harness.plots import pyplot, save
 from engine.config import DebateConfig
 from engine.result import DebateResult
 from engine.runner import run_debate
@@ -276,11 +277,7 @@ def report(summaries: list[dict[str, Any]], paired: dict[str, dict[str, Any]]) -
 
 def plot(runs: list[dict[str, Any]], summaries: list[dict[str, Any]], path: Path) -> None:
     """Seconds per question for each path (paired questions side by side) and the cached share."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / len(runs)
     for k, run in enumerate(runs):
@@ -296,9 +293,7 @@ def plot(runs: list[dict[str, Any]], summaries: list[dict[str, Any]], path: Path
     bx.set_xticklabels([r["path"] for r in runs])
     bx.set_ylabel("prompt tokens served from cache (%)")
     bx.set_ylim(0, 100)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from api.settings import ApiSettings
+from bench.harness.plots import pyplot
 from parley_testing.processes import ROOT, ApiServer, RedisServer, WorkerProcess, worker_env
 from parley_testing.scripted_llm import JUDGE, ScriptedLLM, free_port
 
@@ -124,11 +125,7 @@ def legend(template: str, labels: dict[str, str]) -> str:
 
 
 def render(series: dict[str, list[tuple[str, list[tuple[float, float]]]]], t0: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     units = {"Queue depth": "messages", "Debate time p50 / p95": "seconds", "Tokens by role": "tokens / s"}
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     for ax, title in zip(axes, PANELS, strict=True):

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.harness.plots import pyplot, save
 from bench.harness.retrieval import has_answer
 from engine.config import HONOURED, DebateConfig
 from evaluation import metrics
@@ -290,11 +291,7 @@ def render(report: dict[str, Any], command: str) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (acc_ax, tok_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for protocol in dict.fromkeys(r["protocol"] for r in report["rows"]):
         rows = [r for r in report["rows"] if r["protocol"] == protocol and r["accuracy"] is not None]
@@ -315,9 +312,7 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     for ax in (acc_ax, tok_ax):
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path, dpi=120)
     return path
 
 

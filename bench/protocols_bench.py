@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.harness.plots import pyplot, save
 from bench.harness.questions import load_questions
 from engine.answers import normalize_answer
 from engine.config import DebateConfig
@@ -235,11 +236,7 @@ def madke_vs_society(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def plot(all_rows: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     styles = list(all_rows)
     names = list(next(iter(all_rows.values())))
     fig, axes = plt.subplots(1, 2, figsize=(14, 6))
@@ -266,8 +263,7 @@ def plot(all_rows: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
         ax.legend()
     axes[1].set_yticklabels([])
     fig.suptitle("Protocols on the same 20 questions, pools and (scripted) model")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path, dpi=110)
 
 
 def main() -> None:

@@ -31,23 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from bench.harness.plots import figure, save
+from bench.harness.processes import stop_process
+from bench.harness.procfs import memory_mib
+from bench.harness.stats import interpolated_percentile
 from parley_testing.synthetic_corpus import passage_text, vectors_like, write_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def proc_memory(pid: int | str = "self") -> dict[str, float]:
-    """Peak and current resident memory of a process in MiB (VmHWM, VmRSS, RssAnon, RssFile)."""
-    out: dict[str, float] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
-            out[key] = round(int(rest.split()[0]) / 1024, 1)
-    return out
-
-
-def pct(xs: list[float], p: float) -> float:
-    return round(float(np.percentile(xs, p)), 2) if xs else float("nan")
 
 
 def _settings(data: Path, **kw: Any) -> Any:
@@ -124,7 +114,7 @@ def phase_ingest(data: Path, corpus: Path, shards: Path) -> dict[str, Any]:
         "total_passages_per_s": round(report.passages / total_s, 1),
         "store_disk_mb": round((st["store_disk_bytes"] or 0) / 2**20, 1),
         "bm25_disk_mb": round(st["bm25_disk_bytes"] / 2**20, 1),
-        "memory_mib": proc_memory(),
+        "memory_mib": memory_mib(),
         "peak_mib": peak.stop(),
     }
 
@@ -143,7 +133,7 @@ class _PeakMemory:
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
-            mem = proc_memory()
+            mem = memory_mib()
             for k in self.peak:
                 self.peak[k] = max(self.peak[k], mem.get(k, 0.0))
 
@@ -195,14 +185,20 @@ def phase_serve(data: Path, n: int, real_sample: int, queries: int) -> dict[str,
             e2e_hybrid.append((time.perf_counter() - t) * 1000)
 
     asyncio.run(timed())
-    mem = proc_memory()
+    mem = memory_mib()
     rt.close()
-    lat = {"p50": pct(dense_ms, 50), "p95": pct(dense_ms, 95), "p99": pct(dense_ms, 99)}
+    lat = {
+        "p50": interpolated_percentile(dense_ms, 50),
+        "p95": interpolated_percentile(dense_ms, 95),
+        "p99": interpolated_percentile(dense_ms, 99),
+    }
     return {
         "reopen_first_answer_s": round(reopen_s, 2),
         "dense_store_ms": lat,
-        "dense_with_embedding_ms": {p: pct(e2e_dense, int(p[1:])) for p in ("p50", "p95", "p99")},
-        "hybrid_ms": {p: pct(e2e_hybrid, int(p[1:])) for p in ("p50", "p95", "p99")},
+        "dense_with_embedding_ms": {
+            p: interpolated_percentile(e2e_dense, int(p[1:])) for p in ("p50", "p95", "p99")
+        },
+        "hybrid_ms": {p: interpolated_percentile(e2e_hybrid, int(p[1:])) for p in ("p50", "p95", "p99")},
         "ann_recall_at_10": round(float(np.mean(recall["real"] + recall["synthetic"])), 4),
         "ann_recall_at_10_by_query": {k: round(float(np.mean(v)), 4) for k, v in recall.items() if v},
         "recall_queries": len(recall["real"]) + len(recall["synthetic"]),
@@ -247,16 +243,15 @@ def phase_pools(data: Path, n: int, requests: int) -> dict[str, Any]:
                 r.raise_for_status()
                 for stage, ms in (r.json().get("timings_ms") or {}).items():
                     stages.setdefault(stage, []).append(float(ms))
-        mem = proc_memory(proc.pid)
+        mem = memory_mib(proc.pid)
     finally:
-        proc.terminate()
-        proc.wait(60)
+        stop_process(proc, 60)
     return {
         "requests": len(lat),
-        "p50_ms": pct(lat, 50),
-        "p95_ms": pct(lat, 95),
-        "stage_p50_ms": {k: pct(v, 50) for k, v in stages.items()},
-        "stage_p95_ms": {k: pct(v, 95) for k, v in stages.items()},
+        "p50_ms": interpolated_percentile(lat, 50),
+        "p95_ms": interpolated_percentile(lat, 95),
+        "stage_p50_ms": {k: interpolated_percentile(v, 50) for k, v in stages.items()},
+        "stage_p95_ms": {k: interpolated_percentile(v, 95) for k, v in stages.items()},
         "service_memory_mib": mem,
     }
 
@@ -410,13 +405,9 @@ def write_report(out: Path, result: dict[str, Any]) -> None:
 
 
 def plot(out: Path, sizes: dict[int, dict[str, Any]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Query latency, the service's memory and the ingest rate against the corpus size."""
     ns = sorted(sizes)
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    fig, axes = figure((12, 3.6), nrows=1, ncols=3)
     for key, label in (("dense_store_ms", "dense (store)"), ("hybrid_ms", "hybrid (+ embed, BM25)")):
         axes[0].plot(ns, [sizes[n]["serve"][key]["p95"] for n in ns], marker="o", label=f"{label} p95")
     axes[0].plot(ns, [sizes[n]["pools"]["p95_ms"] for n in ns], marker="o", label="POST /v1/pools p95")
@@ -432,8 +423,7 @@ def plot(out: Path, sizes: dict[int, dict[str, Any]]) -> None:
     axes[2].set_title("ingest, precomputed vectors (passages/s)")
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "scale.png", dpi=110)
+    save(fig, out / "scale.png", dpi=110)
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ from typing import Any, Literal, cast
 
 import httpx
 
+from bench.harness.plots import pyplot, save
 from parley_testing.isolation import REPLY_SCHEMA, Conversation, conversations, judge
 from services.llm import ServerKind, embedded_server
 
@@ -141,11 +142,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     modes = list(report["modes"])
     foreign = [100 * r["foreign"] / r["calls"] for r in report["modes"].values()]
     missing = [100 * r["missing_own"] / r["calls"] for r in report["modes"].values()]
@@ -157,9 +154,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("% of replies")
     ax.set_title("Replies mixed with another request")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -19,6 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.harness.plots import figure, save
+
 ANSWER_SHAPES = ("bare_number", "example_copy", "placeholder")
 MAX_PARSE_ERROR_RATE = 0.02
 MIN_VALID_SELECTION = 0.98
@@ -134,14 +136,9 @@ def table(models: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def plot(models: dict[str, dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = list(dict.fromkeys(r["label"] for m in models.values() for r in m["runs"]))
     width = 0.8 / max(1, len(models))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(labels)), 4.0))
+    fig, ax = figure((max(6.0, 1.1 * len(labels)), 4.0))
     for i, (model, metrics) in enumerate(models.items()):
         by_label = {r["label"]: r for r in metrics["runs"]}
         xs = [j + (i - (len(models) - 1) / 2) * width for j in range(len(labels))]
@@ -160,9 +157,7 @@ def plot(models: dict[str, dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("contains-accuracy %")
     ax.set_title("NQ-open dev: contains-accuracy by run and model")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main() -> None:
