@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -23,7 +23,7 @@ from services.jobstore import EVENTS_GRACE_S, BatchRecord, JobRecord, RedisJobSt
 from services.jobstore.settings import RetentionSettings
 from services.llm.settings import LLMSettings
 from services.settings import RetrieverClientSettings
-from tests.api.support import RedisServer, script_agreeing
+from tests.api.support import RedisServer
 from tests.debate_worker.test_tasks import Models
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -37,13 +37,6 @@ TTL_S = 900
 FINISHED_JOB_BYTES = 9_000
 PASSAGE = ("Paris is the capital and most populous city of France, on the Seine. " * 10)[:700]
 POOL = [{"title": f"Paris {i}", "text": PASSAGE, "source": "wikipedia"} for i in range(3)]
-
-
-@pytest.fixture
-def llm() -> Iterator[ScriptedLLM]:
-    with ScriptedLLM(latency_s=0.01) as server:
-        script_agreeing(server)
-        yield server
 
 
 @pytest.fixture

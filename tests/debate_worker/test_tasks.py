@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +63,6 @@ class Models:
 
     async def aclose(self) -> None:
         await self.client.aclose()
-
-
-@pytest.fixture
-def llm() -> Iterator[ScriptedLLM]:
-    with ScriptedLLM(latency_s=0.01) as server:
-        script_agreeing(server)
-        yield server
 
 
 @pytest.fixture
