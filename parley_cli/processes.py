@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -62,25 +62,18 @@ def popen_launcher(argv: list[str], env: dict[str, str], log: Path) -> subproces
         )
 
 
+@dataclass
 class Stack:
     """Starts components, waits for each readiness check, and stops all of them on a signal."""
 
-    def __init__(
-        self,
-        components: list[Component],
-        *,
-        launcher: Launcher = popen_launcher,
-        echo: Callable[[str], None] = print,
-        grace_s: float = 10.0,
-        ready_timeout_s: float = 600.0,
-    ) -> None:
-        self.components = components
-        self.launcher = launcher
-        self.echo = echo
-        self.grace_s = grace_s
-        self.ready_timeout_s = ready_timeout_s
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.stopping = threading.Event()
+    components: list[Component]
+    _: KW_ONLY
+    launcher: Launcher = popen_launcher
+    echo: Callable[[str], None] = print
+    grace_s: float = 10.0
+    ready_timeout_s: float = 600.0
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
+    stopping: threading.Event = field(default_factory=threading.Event, init=False)
 
     def start(self) -> None:
         """Launch every component, then poll their readiness (all at once: the slow ones overlap)."""
