@@ -3,6 +3,7 @@ Edge shards under ``<data_dir>/edge/``) or on a Qdrant server (one client, two c
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,16 +42,9 @@ class ServerPoolCollection:
 
 
 def layout_of(settings: RetrieverSettings) -> StoreLayout:
-    return StoreLayout(
-        quantization=settings.quantization,
-        on_disk=settings.on_disk,
-        hnsw_m=settings.hnsw_m,
-        hnsw_ef_construct=settings.hnsw_ef_construct,
-        hnsw_ef=settings.hnsw_ef,
-        oversampling=settings.oversampling,
-        shard_number=settings.shard_number,
-        replication_factor=settings.replication_factor,
-    )
+    """The passage collection's layout as the settings ask for it (each ``StoreLayout`` field is the
+    ``RetrieverSettings`` field of the same name)."""
+    return StoreLayout(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(StoreLayout)})
 
 
 def _server(settings: RetrieverSettings) -> VectorStore:
