@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
@@ -15,6 +15,9 @@ from pydantic_settings import SettingsConfigDict
 from services.chat_model import ENDPOINT_NAME as ENDPOINT_NAME
 from services.llm.replicas import split_base_urls
 from services.settings import ParleySettings, Port, RetryAttempts, Seconds, SecondsOrZero, default_data_dir
+
+if TYPE_CHECKING:
+    from services.llm.embedded import ServerOptions
 
 ROLES = ("debater", "judge", "summarizer")
 
@@ -190,6 +193,19 @@ class LLMSettings(ParleySettings):
         if bad:
             raise ValueError(f"endpoint names must match {ENDPOINT_NAME}: {bad}")
         return value
+
+    def embedded_server_options(self) -> ServerOptions:
+        """The embedded server's options (``prepare_server``'s keywords) as ``PARLEY_LLM_EMBEDDED_*`` set
+        them: the one place that says which option each of those variables is."""
+        return {
+            "n_ctx": self.embedded_ctx,
+            "n_threads": self.embedded_threads,
+            "kind": self.embedded_server,
+            "slots": self.embedded_slots,
+            "cache_ram_mib": self.embedded_cache_ram_mib,
+            "cache_reuse": self.embedded_cache_reuse,
+            "binary": self.embedded_server_bin,
+        }
 
 
 @dataclass(frozen=True)
