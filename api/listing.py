@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from api.batches import batch_status
 from api.deps import ApiState
-from services.jobstore import TERMINAL, JobStatus
+from services.jobstore import TERMINAL, JobRecord, JobStatus
 
 
 class DebateSummary(BaseModel):
@@ -29,6 +29,11 @@ class DebateSummary(BaseModel):
     batch_id: str | None = None
     item_id: str | None = None
     error: str | None = None
+
+
+# A summary shows each of these as the job's record stores it, under the same name; only the protocol
+# is read out of the config.
+_SUMMARY_FROM_RECORD = DebateSummary.model_fields.keys() & JobRecord.model_fields.keys()
 
 
 class DebateList(BaseModel):
@@ -59,17 +64,7 @@ async def recent_debates(state: ApiState, owner: str, limit: int, before: str | 
     """The owner's recent debates (single and batch items), newest first, a page of ``limit``."""
     jobs = await state.store.list_jobs(owner, limit, before)
     items = [
-        DebateSummary(
-            job_id=j.job_id,
-            status=j.status,
-            question=j.question,
-            protocol=_protocol(j.config),
-            created_at=j.created_at,
-            finished_at=j.finished_at,
-            batch_id=j.batch_id,
-            item_id=j.item_id,
-            error=j.error,
-        )
+        DebateSummary(**j.model_dump(include=_SUMMARY_FROM_RECORD), protocol=_protocol(j.config))
         for j in jobs
     ]
     return DebateList(items=items, next_before=items[-1].job_id if len(items) == limit else None)

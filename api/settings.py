@@ -9,7 +9,7 @@ from pydantic_settings import SettingsConfigDict
 
 from engine.config import SEARCH_QUERY_MODES, SearchQueryMode
 from services.egress import NetworkList
-from services.settings import ParleySettings
+from services.settings import MetricsPort, ParleySettings, Port, Seconds
 
 
 class ApiSettings(ParleySettings):
@@ -20,7 +20,7 @@ class ApiSettings(ParleySettings):
     )
 
     host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
+    port: Port = 8000
     redis_url: str = Field(default="redis://localhost:6379/0", description="job store")
     broker_url: str | None = Field(default=None, description="Celery broker; unset = redis_url")
     key_prefix: str = "parley"
@@ -35,9 +35,8 @@ class ApiSettings(ParleySettings):
     max_batch_bytes: int = Field(default=32 << 20, ge=1024, description="batch bodies and uploads")
     max_batch_items: int = Field(default=10_000, ge=1)
     max_line_bytes: int = Field(default=16_384, ge=256, description="one JSONL line of a batch upload")
-    body_timeout_s: float = Field(
+    body_timeout_s: Seconds = Field(
         default=30.0,
-        gt=0,
         description="a request body must have arrived this long after the request began (else 408)",
     )
 
@@ -49,10 +48,10 @@ class ApiSettings(ParleySettings):
         "claim left by a crashed request frees the key after this",
     )
     retry_after_s: int = Field(default=5, ge=1, description="Retry-After on 503 (Redis down)")
-    sse_ping_s: float = Field(default=15.0, gt=0)
+    sse_ping_s: Seconds = 15.0
     sse_block_ms: int = Field(default=5000, ge=10)
-    redis_timeout_s: float = Field(
-        default=3.0, gt=0, description="socket timeout of every Redis call of a request (then 503)"
+    redis_timeout_s: Seconds = Field(
+        default=3.0, description="socket timeout of every Redis call of a request (then 503)"
     )
     redis_max_connections: int = Field(
         default=100, ge=1, description="Redis connections serving requests (event streams have their own)"
@@ -61,9 +60,8 @@ class ApiSettings(ParleySettings):
     max_streams_per_process: int = Field(
         default=256, ge=1, description="open event streams per API process (its SSE Redis pool size)"
     )
-    stream_slot_ttl_s: float = Field(
+    stream_slot_ttl_s: Seconds = Field(
         default=60.0,
-        gt=0,
         description="how long a stream's per-key slot lives in Redis unless renewed (every third of "
         "it): the slots of a crashed API process free themselves after this",
     )
@@ -81,8 +79,8 @@ class ApiSettings(ParleySettings):
         description="with a token, /metrics on the API port answers scrapes that send "
         "Authorization: Bearer <token>; without one it is not served there",
     )
-    metrics_port: int = Field(
-        default=9100, ge=0, le=65535, description="separate /metrics port of the gateway; 0 = none"
+    metrics_port: MetricsPort = Field(
+        default=9100, description="separate /metrics port of the gateway; 0 = none"
     )
     metrics_host: str = Field(
         default="127.0.0.1", description="bind address of the separate /metrics port (loopback by default)"

@@ -18,13 +18,14 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import EqualJitterBackoff
+from redis.commands.core import AsyncScript
 from sse_starlette.sse import EventSourceResponse
 from starlette.types import Receive, Scope, Send
 
@@ -91,34 +92,29 @@ class StreamSlot:
     member: str
 
 
+@dataclass(eq=False)
 class StreamSlots:
     """Hands out stream slots; ``acquire`` raises ``TooManyStreams`` (with a wait) past either cap."""
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        prefix: str,
-        *,
-        per_key: int,
-        per_process: int,
-        slot_ttl_s: float,
-        retry_after_s: int,
-    ) -> None:
-        self._redis = redis
-        self._prefix = prefix
-        self.per_key = per_key
-        self.per_process = per_process
-        self.slot_ttl_s = slot_ttl_s
-        self._retry_after = retry_after_s
-        self._acquire = redis.register_script(_ACQUIRE_LUA)
-        self.open = 0
+    redis: aioredis.Redis
+    prefix: str
+    _: KW_ONLY
+    per_key: int
+    per_process: int
+    slot_ttl_s: float
+    retry_after_s: int
+    open: int = field(init=False, default=0)  # the event streams this process holds now
+    _acquire: AsyncScript = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._acquire = self.redis.register_script(_ACQUIRE_LUA)
 
     def _key(self, owner: str) -> str:
-        return f"{self._prefix}:streams:{owner}"
+        return f"{self.prefix}:streams:{owner}"
 
     def _refused(self, detail: str, owner: str) -> TooManyStreams:
         REFUSALS.labels("streams", owner).inc()
-        return TooManyStreams(detail, retry_after_s=self._retry_after)
+        return TooManyStreams(detail, retry_after_s=self.retry_after_s)
 
     async def acquire(self, owner: str) -> StreamSlot:
         if self.open >= self.per_process:
@@ -147,7 +143,7 @@ class StreamSlots:
     async def renew(self, slot: StreamSlot) -> None:
         """Push the slot's lapse time on (and re-add it if it had lapsed while this stream was stuck)."""
         key = self._key(slot.owner)
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zadd(key, {slot.member: time.time() + self.slot_ttl_s})
             pipe.pexpire(key, int(self.slot_ttl_s * 2000))
             await pipe.execute()
@@ -156,7 +152,7 @@ class StreamSlots:
         """Give the slot back; never raises (a slot Redis could not remove lapses by itself)."""
         self.open -= 1
         try:
-            await self._redis.zrem(self._key(slot.owner), slot.member)
+            await self.redis.zrem(self._key(slot.owner), slot.member)
         except Exception as exc:
             log.warning("could not release a stream slot of %s (it lapses by itself): %s", slot.owner, exc)
 
@@ -193,6 +189,7 @@ class SlottedEventSource(EventSourceResponse):
 EVENT_ID_PATTERN = r"^[0-9]{1,19}(-[0-9]{1,19})?$"
 
 
+@dataclass(eq=False)
 class JobEventReader:
     """The one reader of a job's event stream: the SSE route, the OpenAI-compatible stream and its
     blocking wait all follow a job through it (and MCP progress arrives over the SSE route).
@@ -203,24 +200,15 @@ class JobEventReader:
     ``between`` runs after every read (a stream renews its slot there).
     """
 
-    def __init__(
-        self,
-        store: JobStore,
-        job_id: str,
-        start: str = "0-0",
-        *,
-        block_ms: int,
-        disconnected: Callable[[], Awaitable[bool]] | None = None,
-        between: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self.store = store
-        self.job_id = job_id
-        self.start = start
-        self.block_ms = block_ms
-        self.disconnected = disconnected
-        self.between = between
-        self.outcome: str | None = None
-        self.client_left = False
+    store: JobStore
+    job_id: str
+    start: str = "0-0"
+    _: KW_ONLY
+    block_ms: int
+    disconnected: Callable[[], Awaitable[bool]] | None = None
+    between: Callable[[], Awaitable[None]] | None = None
+    outcome: str | None = field(init=False, default=None)
+    client_left: bool = field(init=False, default=False)
 
     async def events(self) -> AsyncIterator[Event]:
         cursor = self.start

@@ -232,20 +232,14 @@ async def open_events(
     return slot, reader.events()
 
 
+# The view shows each of these as the record stores it, under the same name; what it adds is the
+# progress (the record's round and rounds) and the result, which is stored apart.
+_JOB_VIEW_FROM_RECORD = JobView.model_fields.keys() & JobRecord.model_fields.keys()
+
+
 def job_view(job: JobRecord, result: dict[str, Any] | None) -> JobView:
     return JobView(
-        job_id=job.job_id,
-        status=job.status,
-        question=job.question,
-        config=job.config,
+        **job.model_dump(include=_JOB_VIEW_FROM_RECORD),
         progress=Progress(round=job.round, rounds=job.rounds),
-        attempts=job.attempts,
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        batch_id=job.batch_id,
-        item_id=job.item_id,
-        error=job.error,
         result=result,
     )

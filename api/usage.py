@@ -8,6 +8,15 @@ from api.deps import ApiState
 from api.schemas import Limits, UsageView
 from services.jobstore import usage_day
 
+# The limits a key sees exactly as configured, under the settings' own names.
+_LIMITS_AS_CONFIGURED = {
+    "rate_limit_per_minute",
+    "budget_calls_default",
+    "budget_calls_max",
+    "budget_tokens_default",
+    "budget_tokens_max",
+}
+
 
 async def key_usage(state: ApiState, owner: str, days: int) -> UsageView:
     """Token use and reservations of ``owner`` over the last ``days`` UTC days (today first), what it
@@ -25,14 +34,10 @@ async def key_usage(state: ApiState, owner: str, days: int) -> UsageView:
         days=history,
         stored_bytes=stored,
         limits=Limits(
-            rate_limit_per_minute=s.rate_limit_per_minute,
+            **s.model_dump(include=_LIMITS_AS_CONFIGURED),
             max_active_jobs=s.max_active_jobs_per_key,
             active_jobs=await state.store.active_count(owner),
             daily_token_quota=quota,
-            budget_calls_default=s.budget_calls_default,
-            budget_calls_max=s.budget_calls_max,
-            budget_tokens_default=s.budget_tokens_default,
-            budget_tokens_max=s.budget_tokens_max,
             storage_bytes=state.storage_cap,
         ),
     )

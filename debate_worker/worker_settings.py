@@ -15,7 +15,7 @@ from pydantic_settings import SettingsConfigDict
 
 from engine.config import SEARCH_QUERY_MODES, SearchQueryMode
 from services.egress import NetworkList
-from services.settings import ParleySettings
+from services.settings import MetricsPort, ParleySettings, Seconds, SecondsOrZero
 from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE
 
 
@@ -37,16 +37,15 @@ class WorkerSettings(ParleySettings):
     lease_ttl_s: float = Field(default=15.0, gt=0.5)
     # Retriever calls: the client retries ``PARLEY_RETRIEVER_CLIENT_MAX_ATTEMPTS`` times itself;
     # this adds no second retry layer, only the time budget for building one pool.
-    pool_timeout_s: float = Field(
-        default=400.0, gt=0, description="time to build one pool; above the retriever's retry window"
+    pool_timeout_s: Seconds = Field(
+        default=400.0, description="time to build one pool; above the retriever's retry window"
     )
     # Jobs whose worker vanished (hard time limit, OOM kill, lost host) without handing them back:
     # one worker at a time checks every sweep_interval_s and requeues them (or fails them after
     # max_attempts); 0 turns the sweep off.
-    sweep_interval_s: float = Field(default=15.0, ge=0)
-    orphan_after_s: float = Field(
+    sweep_interval_s: SecondsOrZero = 15.0
+    orphan_after_s: Seconds = Field(
         default=40.0,
-        gt=0,
         description="a job queued this long is looked for in the broker (read at most every half of "
         "this); absent on two reads in a row, it is published again (or failed after max_attempts)",
     )
@@ -56,14 +55,13 @@ class WorkerSettings(ParleySettings):
         description="messages per second the orphan check may read from the broker on average: a "
         "long queue is read less often than every orphan_after_s / 2",
     )
-    charge_retry_s: float = Field(
+    charge_retry_s: SecondsOrZero = Field(
         default=30.0,
-        ge=0,
         description="how long an LLM call's charge is retried while the store is unreachable (a Redis "
         "restart) before the attempt stops",
     )
-    store_retry_delay_s: float = Field(
-        default=5.0, ge=0, description="pause before requeueing a job the store refused to update"
+    store_retry_delay_s: SecondsOrZero = Field(
+        default=5.0, description="pause before requeueing a job the store refused to update"
     )
     client_url_networks: NetworkList = Field(
         default_factory=list,
@@ -79,7 +77,7 @@ class WorkerSettings(ParleySettings):
     )
     # Prometheus: the main process serves /metrics for all its pool processes, which write their
     # values to files in metrics_dir (emptied at start); 0 turns the endpoint off.
-    metrics_port: int = Field(default=9101, ge=0, le=65535, description="worker /metrics port; 0 = none")
+    metrics_port: MetricsPort = Field(default=9101, description="worker /metrics port; 0 = none")
     metrics_host: str = Field(
         default="127.0.0.1",
         description="bind address of the worker's /metrics (loopback: metrics name keys; set 0.0.0.0 "
@@ -93,15 +91,13 @@ class WorkerSettings(ParleySettings):
 
     # LLM replicas (an endpoint that lists several base URLs): the worker processes share their calls
     # in flight per replica through redis_url, so each chooses by the load of all of them.
-    replica_load_ttl_s: float = Field(
+    replica_load_ttl_s: SecondsOrZero = Field(
         default=3.0,
-        ge=0,
         description="LLM replicas: how long a process's shared calls-in-flight counts outlive its last "
         "sync (a dead process's lapse after this); 0 = not shared, each process counts its own calls",
     )
-    replica_load_refresh_s: float = Field(
+    replica_load_refresh_s: Seconds = Field(
         default=0.1,
-        gt=0,
         description="LLM replicas: how often an active process re-reads the others' calls in flight "
         "(it also syncs at once when its own counts change)",
     )
@@ -112,19 +108,19 @@ class WorkerSettings(ParleySettings):
     restart_on_failure: int = Field(
         default=5, ge=0, le=100, description="in-place restarts after an unrecoverable Celery error"
     )
-    restart_window_s: float = Field(
-        default=600.0, gt=0, description="the window restart_on_failure counts restarts in"
+    restart_window_s: Seconds = Field(
+        default=600.0, description="the window restart_on_failure counts restarts in"
     )
-    restart_delay_s: float = Field(default=2.0, ge=0, description="pause before such a restart")
+    restart_delay_s: SecondsOrZero = Field(default=2.0, description="pause before such a restart")
 
     # --- Celery, by Celery's names -------------------------------------------------------------
     task_acks_late: bool = True
     task_reject_on_worker_lost: bool = True
     worker_prefetch_multiplier: int = Field(default=1, ge=1)
-    task_soft_time_limit: float = Field(default=1500.0, gt=0)
-    task_time_limit: float = Field(default=1800.0, gt=0)
-    visibility_timeout: float = Field(
-        default=3600.0, gt=0, description="broker_transport_options.visibility_timeout (Redis)"
+    task_soft_time_limit: Seconds = 1500.0
+    task_time_limit: Seconds = 1800.0
+    visibility_timeout: Seconds = Field(
+        default=3600.0, description="broker_transport_options.visibility_timeout (Redis)"
     )
     # How often a worker sweeps Redis for messages of dead workers whose visibility timeout expired:
     # every interval x throttle seconds (kombu's defaults: 10 x 10). Lower both with a low timeout.
@@ -133,7 +129,7 @@ class WorkerSettings(ParleySettings):
     worker_concurrency: int | None = Field(default=None, ge=1, description="None = number of CPUs")
     worker_pool: Literal["prefork", "threads", "solo"] = "prefork"
     worker_max_tasks_per_child: int | None = Field(default=200, ge=1)
-    broker_connection_timeout: float = Field(default=4.0, gt=0)
+    broker_connection_timeout: Seconds = 4.0
 
     @model_validator(mode="after")
     def _limits_below_visibility(self) -> WorkerSettings:

@@ -1,7 +1,8 @@
 """``parley mcp --in-process``: the MCP tools with debates run in this process, no gateway.
 
-``parley_client.mcp_server`` builds the server and offers the same tools through a gateway; here the
-debates run on ``LocalDebater`` (the configured or embedded LLM), batches one item after another.
+``parley_client.mcp_server`` states the tools (``McpTools``), builds the server and offers the same
+tools through a gateway; here the debates run on ``LocalDebater`` (the configured or embedded LLM),
+batches one item after another.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 
 from engine.config import DebateConfig, Question, validate_question
 from engine.result import DebateResult
-from parley_client.mcp_server import BatchItemResult, DebateAnswer, progress_message, tool_config
+from parley_client.mcp_server import BatchItemResult, DebateAnswer, McpTools, debate_answer, report_progress
 from parley_wire.models import BatchView, DebateEvent
 
 
@@ -33,6 +34,9 @@ class Debater(Protocol):
 # and the server keep.
 MAX_LOCAL_BATCH_ITEMS = 1000
 MAX_LOCAL_BATCHES = 20
+
+# What the ``debate`` tool's answer reads of a result: not the transcript, which it would only copy.
+ANSWER_FIELDS = {"answer", "protocol", "rounds", "consensus", "answer_source", "usage"}
 
 
 @dataclass
@@ -65,7 +69,7 @@ class LocalBatch:
         )
 
 
-class LocalTools:
+class LocalTools(McpTools):
     """The tools without a gateway: debates run in this process (the configured or embedded LLM),
     batches one item after another in the background; the last ``keep`` results are kept for the
     transcript resource, the last ``MAX_LOCAL_BATCHES`` batches for their status and results."""
@@ -83,56 +87,31 @@ class LocalTools:
             self.results.popitem(last=False)
         return job_id
 
-    async def debate(
-        self,
-        question: str,
-        ctx: Context,
-        protocol: str = "madke",
-        budget_tokens: int | None = None,
-        rounds: int | None = None,
-        knowledge: str | None = None,
-    ) -> DebateAnswer:
-        """Debate ``question`` and return the answer; progress is reported after each round."""
-        config = _local_config(protocol, budget_tokens, rounds, knowledge)
-        question = _local_question(question)
-        total = float(config.rounds)
+    async def run_debate(self, question: str, config: dict[str, Any], ctx: Context) -> DebateAnswer:
+        checked_config = _local_config(config)
+        checked_question = _local_question(question)
+        total = float(checked_config.rounds)
 
         async def on_event(event: str, data: dict[str, Any]) -> None:
-            message = progress_message(DebateEvent(id="", type=event, data=data))
-            if message is not None:
-                done = float(data.get("round", 0)) if event == "round.completed" else 0.0
-                await ctx.report_progress(done, total, message)
+            await report_progress(ctx, DebateEvent(id="", type=event, data=data), total)
 
-        result = await self.debater.debate(question, config, on_event)
+        result = await self.debater.debate(checked_question, checked_config, on_event)
         job_id = self._keep_result(result)
-        return DebateAnswer(
-            job_id=job_id,
-            status="completed",
-            answer=result.answer,
-            protocol=result.protocol,
-            rounds=result.rounds,
-            consensus=result.consensus,
-            answer_source=result.answer_source,
-            tokens=result.usage.prompt_tokens + result.usage.completion_tokens,
-            transcript=f"parley://debates/{job_id}",
-        )
+        return debate_answer(job_id, "completed", result.model_dump(include=ANSWER_FIELDS))
 
-    async def submit_batch(
-        self, questions: list[str], protocol: str = "madke", budget_tokens: int | None = None
-    ) -> dict[str, Any]:
-        """Queue many questions as one batch; returns its id (follow it with ``batch_status``)."""
+    async def queue_batch(self, questions: list[str], config: dict[str, Any]) -> dict[str, Any]:
         if not questions:
             raise ToolError("invalid batch: no questions")
         if len(questions) > MAX_LOCAL_BATCH_ITEMS:
             raise ToolError(f"invalid batch: {len(questions)} questions, at most {MAX_LOCAL_BATCH_ITEMS}")
-        config = _local_config(protocol, budget_tokens, None, None)
+        checked_config = _local_config(config)
         checked: list[str] = [_local_question(q, f"question {i}") for i, q in enumerate(questions)]
         running = sum(1 for b in self.batches.values() if b.task is not None and not b.task.done())
         if running >= MAX_LOCAL_BATCHES:
             raise ToolError(f"{running} batches are still running here; wait for one to finish")
         batch = LocalBatch(
             batch_id=f"local_batch_{uuid.uuid4().hex}",
-            config=config,
+            config=checked_config,
             questions=checked,
             items=[BatchItemResult(id=str(i), status="queued") for i in range(len(checked))],
         )
@@ -166,27 +145,22 @@ class LocalTools:
             raise ToolError(f"no batch {batch_id!r} in this server's last {MAX_LOCAL_BATCHES}")
         return batch
 
-    async def batch_status(self, batch_id: str) -> dict[str, Any]:
-        """How far a batch is: its item counts by status and the share finished."""
-        return self._batch(batch_id).view().model_dump()
+    async def batch_view(self, batch_id: str) -> BatchView:
+        return self._batch(batch_id).view()
 
-    async def batch_results(self, batch_id: str, limit: int = 100) -> list[BatchItemResult]:
-        """Each item's status and answer, in input order (at most ``limit``)."""
+    async def batch_items(self, batch_id: str, limit: int) -> list[BatchItemResult]:
         return [item.model_copy() for item in self._batch(batch_id).items[: max(0, limit)]]
 
     async def transcript(self, job_id: str) -> str:
-        """The debate's result as JSON, with every LLM call."""
         result = self.results.get(job_id)
         if result is None:
             raise ResourceError(f"no debate {job_id!r} in this server's last {self.keep}")
         return result.model_dump_json()
 
 
-def _local_config(
-    protocol: str, budget_tokens: int | None, rounds: int | None, knowledge: str | None
-) -> DebateConfig:
+def _local_config(config: dict[str, Any]) -> DebateConfig:
     try:
-        return DebateConfig.model_validate(tool_config(protocol, budget_tokens, rounds, knowledge))
+        return DebateConfig.model_validate(config)
     except (ValueError, ValidationError) as exc:
         raise ToolError(f"invalid debate: {exc}") from exc
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from parley_client.errors import ParleyError, error_from
 from parley_wire import models as wire
-from parley_wire.http import RetryPolicy, Unreachable, send_with_retries
+from parley_wire.http import HttpClientHolder, RetryPolicy, Unreachable, send_with_retries
 
 Config = Mapping[str, Any] | BaseModel | None
 Items = Sequence[Mapping[str, Any] | BaseModel] | Path
@@ -66,7 +66,7 @@ def settings_args(settings: ClientSettings | None, url: str | None) -> tuple[str
     return url or settings.url, {"api_key": key, "timeout_s": settings.client_timeout_s}
 
 
-class AsyncParleyClient:
+class AsyncParleyClient(HttpClientHolder):
     """Submit debates and batches, follow them and read their results.
 
     Pass ``transport`` (or a whole ``client``) to control the network. A 429 or 503 answer is
@@ -88,9 +88,8 @@ class AsyncParleyClient:
         on_retry: Callable[[int, float], None] | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._owns = client is None
-        self._client = client or httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
+        super().__init__(
+            client, base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
         )
         if client is not None and api_key:
             self._client.headers.update(headers)
@@ -118,16 +117,6 @@ class AsyncParleyClient:
     @property
     def base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
-
-    async def aclose(self) -> None:
-        if self._owns:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> AsyncParleyClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # -- transport -------------------------------------------------------------------------------
 

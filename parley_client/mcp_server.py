@@ -4,14 +4,16 @@ Built on the official ``mcp`` SDK (``MCPServer``). It is a client of a gateway (
 ``PARLEY_API_KEY``): every tool call goes through ``AsyncParleyClient``, so the key's quotas, budgets
 and limits apply as on the REST API. Tools: ``debate`` (protocol and budget as arguments, a progress
 notification per round), ``submit_batch``, ``batch_status`` and ``batch_results``; each debate's
-transcript is the resource ``parley://debates/{job_id}``. ``inprocess.mcp_tools.LocalTools`` offers
-the same tools with the debates run in the server's own process (``parley mcp --in-process``).
+transcript is the resource ``parley://debates/{job_id}``. ``McpTools`` states the tools once;
+``inprocess.mcp_tools.LocalTools`` runs the same tools with the debates in the server's own process
+(``parley mcp --in-process``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from abc import ABC, abstractmethod
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -19,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from parley_client.aio import AsyncParleyClient
 from parley_client.errors import ParleyError
-from parley_wire.models import DebateEvent
+from parley_wire.models import BatchView, DebateEvent
 
 INSTRUCTIONS = """Parley answers a question by a retrieval-augmented debate between several LLM agents.
 Call `debate` for one question (it reports progress per round and returns the answer, how it was
@@ -72,7 +74,88 @@ def progress_message(event: DebateEvent) -> str | None:
     return None
 
 
-class ParleyTools:
+def debate_answer(job_id: str, status: str, result: dict[str, Any], error: str | None = None) -> DebateAnswer:
+    """The ``debate`` tool's answer from a debate's result as JSON (a gateway job's ``result``, or
+    an in-process ``DebateResult`` dumped)."""
+    usage = result.get("usage") or {}
+    return DebateAnswer(
+        job_id=job_id,
+        status=status,
+        answer=result.get("answer"),
+        protocol=result.get("protocol"),
+        rounds=result.get("rounds"),
+        consensus=result.get("consensus"),
+        answer_source=result.get("answer_source"),
+        tokens=int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)),
+        error=error,
+        transcript=f"parley://debates/{job_id}",
+    )
+
+
+async def report_progress(ctx: Context, event: DebateEvent, total: float | None) -> None:
+    """Tell the MCP client about the events a person follows (``progress_message``); a finished
+    round counts as that many steps of ``total``."""
+    message = progress_message(event)
+    if message is None:
+        return
+    done = float(event.data.get("round", 0)) if event.type == "round.completed" else 0.0
+    await ctx.report_progress(done, total, message)
+
+
+class McpTools(ABC):
+    """Parley's MCP tools as clients see them, stated once: the names (``build_server``), the
+    descriptions (these docstrings) and the parameters (these signatures). A subclass supplies only
+    how they run: ``ParleyTools`` through a gateway, ``inprocess.mcp_tools.LocalTools`` in the
+    server's own process."""
+
+    async def debate(
+        self,
+        question: str,
+        ctx: Context,
+        protocol: str = "madke",
+        budget_tokens: int | None = None,
+        rounds: int | None = None,
+        knowledge: str | None = None,
+    ) -> DebateAnswer:
+        """Debate ``question`` and return the answer; progress is reported after each round."""
+        return await self.run_debate(question, tool_config(protocol, budget_tokens, rounds, knowledge), ctx)
+
+    async def submit_batch(
+        self, questions: list[str], protocol: str = "madke", budget_tokens: int | None = None
+    ) -> dict[str, Any]:
+        """Queue many questions as one batch; returns its id (follow it with ``batch_status``)."""
+        return await self.queue_batch(questions, tool_config(protocol, budget_tokens, None, None))
+
+    async def batch_status(self, batch_id: str) -> dict[str, Any]:
+        """How far a batch is: its item counts by status and the share finished."""
+        return (await self.batch_view(batch_id)).model_dump()
+
+    async def batch_results(self, batch_id: str, limit: int = 100) -> list[BatchItemResult]:
+        """Each item's status and answer, in input order (at most ``limit``)."""
+        return await self.batch_items(batch_id, limit)
+
+    @abstractmethod
+    async def run_debate(self, question: str, config: dict[str, Any], ctx: Context) -> DebateAnswer:
+        """Run one debate with ``config`` (``tool_config``), reporting progress to ``ctx``."""
+
+    @abstractmethod
+    async def queue_batch(self, questions: list[str], config: dict[str, Any]) -> dict[str, Any]:
+        """Queue the questions as one batch; its id, status and size."""
+
+    @abstractmethod
+    async def batch_view(self, batch_id: str) -> BatchView:
+        """The batch's counts by status and share finished."""
+
+    @abstractmethod
+    async def batch_items(self, batch_id: str, limit: int) -> list[BatchItemResult]:
+        """The batch's items in input order, ``limit`` of them."""
+
+    @abstractmethod
+    async def transcript(self, job_id: str) -> str:
+        """The resource ``parley://debates/{job_id}``: the debate as JSON, with every LLM call."""
+
+
+class ParleyTools(McpTools):
     """The tools, bound to one gateway client created on first use (on the server's event loop)."""
 
     def __init__(self, url: str, api_key: str | None, timeout_s: float = 60.0) -> None:
@@ -87,64 +170,32 @@ class ParleyTools:
             self._client = AsyncParleyClient(self.url, api_key=self.api_key, timeout_s=self.timeout_s)
         return self._client
 
-    async def debate(
-        self,
-        question: str,
-        ctx: Context,
-        protocol: str = "madke",
-        budget_tokens: int | None = None,
-        rounds: int | None = None,
-        knowledge: str | None = None,
-    ) -> DebateAnswer:
-        """Debate ``question`` and return the answer; progress is reported after each round."""
-        config = tool_config(protocol, budget_tokens, rounds, knowledge)
+    async def run_debate(self, question: str, config: dict[str, Any], ctx: Context) -> DebateAnswer:
         try:
             accepted = await self.client.submit(question, config)
-            total = float(rounds or 0) or None
+            total = float(config.get("rounds") or 0) or None
             async for event in self.client.events(accepted.job_id):
-                message = progress_message(event)
-                if message is None:
-                    continue
-                done = float(event.data.get("round", 0)) if event.type == "round.completed" else 0.0
-                await ctx.report_progress(done, total, message)
+                await report_progress(ctx, event, total)
             job = await self.client.get(accepted.job_id)
         except ParleyError as exc:
             raise ToolError(f"the Parley gateway refused: {exc}") from exc
-        result = job.result or {}
-        usage = result.get("usage") or {}
-        return DebateAnswer(
-            job_id=job.job_id,
-            status=job.status,
-            answer=result.get("answer"),
-            protocol=result.get("protocol"),
-            rounds=result.get("rounds"),
-            consensus=result.get("consensus"),
-            answer_source=result.get("answer_source"),
-            tokens=int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)),
-            error=job.error,
-            transcript=f"parley://debates/{job.job_id}",
-        )
+        return debate_answer(job.job_id, job.status, job.result or {}, job.error)
 
-    async def submit_batch(
-        self, questions: list[str], protocol: str = "madke", budget_tokens: int | None = None
-    ) -> dict[str, Any]:
-        """Queue many questions as one batch; returns its id (follow it with ``batch_status``)."""
+    async def queue_batch(self, questions: list[str], config: dict[str, Any]) -> dict[str, Any]:
         items = [{"id": str(i), "question": q} for i, q in enumerate(questions)]
         try:
-            accepted = await self.client.submit_batch(items, tool_config(protocol, budget_tokens, None, None))
+            accepted = await self.client.submit_batch(items, config)
         except ParleyError as exc:
             raise ToolError(f"the Parley gateway refused: {exc}") from exc
         return accepted.model_dump()
 
-    async def batch_status(self, batch_id: str) -> dict[str, Any]:
-        """How far a batch is: its item counts by status and the share finished."""
+    async def batch_view(self, batch_id: str) -> BatchView:
         try:
-            return (await self.client.get_batch(batch_id)).model_dump()
+            return await self.client.get_batch(batch_id)
         except ParleyError as exc:
             raise ToolError(str(exc)) from exc
 
-    async def batch_results(self, batch_id: str, limit: int = 100) -> list[BatchItemResult]:
-        """Each item's status and answer, in input order (at most ``limit``)."""
+    async def batch_items(self, batch_id: str, limit: int) -> list[BatchItemResult]:
         out: list[BatchItemResult] = []
         try:
             async for line in self.client.iter_results(batch_id):
@@ -164,7 +215,6 @@ class ParleyTools:
         return out
 
     async def transcript(self, job_id: str) -> str:
-        """The whole job as JSON: status, config and the result with every LLM call."""
         try:
             job = await self.client.get(job_id)
         except ParleyError as exc:
@@ -172,35 +222,10 @@ class ParleyTools:
         return json.dumps(job.model_dump(mode="json"), ensure_ascii=False)
 
 
-class Tools(Protocol):
-    """What ``build_server`` offers: ``ParleyTools`` (through a gateway) or the in-process runner's
-    ``LocalTools`` (``inprocess.mcp_tools``)."""
-
-    async def debate(
-        self,
-        question: str,
-        ctx: Context,
-        protocol: str = "madke",
-        budget_tokens: int | None = None,
-        rounds: int | None = None,
-        knowledge: str | None = None,
-    ) -> DebateAnswer: ...
-
-    async def submit_batch(
-        self, questions: list[str], protocol: str = "madke", budget_tokens: int | None = None
-    ) -> dict[str, Any]: ...
-
-    async def batch_status(self, batch_id: str) -> dict[str, Any]: ...
-
-    async def batch_results(self, batch_id: str, limit: int = 100) -> list[BatchItemResult]: ...
-
-    async def transcript(self, job_id: str) -> str: ...
-
-
-def build_server(tools: Tools) -> MCPServer:
+def build_server(tools: McpTools) -> MCPServer:
     """The MCP server with Parley's tools and the transcript resource."""
     server: MCPServer = MCPServer("parley", instructions=INSTRUCTIONS)
-    server.tool(name="debate", description=(ParleyTools.debate.__doc__ or "").strip())(tools.debate)
+    server.tool(name="debate", description=(McpTools.debate.__doc__ or "").strip())(tools.debate)
     server.tool(name="submit_batch")(tools.submit_batch)
     server.tool(name="batch_status")(tools.batch_status)
     server.tool(name="batch_results")(tools.batch_results)

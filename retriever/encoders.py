@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 TORCH_FREE = "the default encoder (PARLEY_RETRIEVER_ENCODER=onnx-int8, no embedding model set) needs no torch"
 
 
+@dataclass(eq=False)
 class OnnxEmbedder:
     """An ``Embedder`` on ONNX Runtime: tokenizers' Rust tokenizer, the exported graph, mean pooling.
 
@@ -50,31 +52,18 @@ class OnnxEmbedder:
     Batches are sorted by length before they are padded, as sentence-transformers does.
     """
 
-    def __init__(
-        self,
-        model_path: str | None = None,
-        *,
-        cache_dir: Path,
-        precision: Literal["int8", "fp32"] = "int8",
-        name: str = "all-MiniLM-L6-v2",
-        batch_size: int = 64,
-        threads: int | None = None,
-    ) -> None:
-        self._model_path = model_path
-        self._cache_dir = cache_dir
-        self._precision = precision
-        self._name = name
-        self._batch_size = batch_size
-        self._threads = threads
-        self._session: Any = None
-        self._inputs: set[str] = set()
-        self._tokenizer: Any = None
-        self._dim: int | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self._name
+    model_path: str | None = None
+    _: KW_ONLY
+    cache_dir: Path
+    precision: Literal["int8", "fp32"] = "int8"
+    name: str = "all-MiniLM-L6-v2"
+    batch_size: int = 64
+    threads: int | None = None
+    _session: Any = field(init=False, default=None, repr=False)
+    _inputs: set[str] = field(init=False, default_factory=set, repr=False)
+    _tokenizer: Any = field(init=False, default=None, repr=False)
+    _dim: int | None = field(init=False, default=None, repr=False)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
 
     def load(self) -> None:
         """Export the graph if needed, then open the session and tokenizer (once, thread-safe)."""
@@ -88,8 +77,8 @@ class OnnxEmbedder:
             model_path, graph = self._graph()
             tokenizer_file = Path(model_path) / "tokenizer.json"
             options = ort.SessionOptions()
-            if self._threads:
-                options.intra_op_num_threads = self._threads
+            if self.threads:
+                options.intra_op_num_threads = self.threads
                 options.inter_op_num_threads = 1
             tokenizer = Tokenizer.from_file(str(tokenizer_file))
             # The model's own pad token (MPNet pads with id 1, BERT with 0) and its length limit.
@@ -106,19 +95,19 @@ class OnnxEmbedder:
         The bundled model in int8 is the graph that ships inside Parley (no torch needed); any other
         model or precision is exported from its weights once, which needs the torch extra.
         """
-        if self._model_path is None and self._precision == "int8":
+        if self.model_path is None and self.precision == "int8":
             try:
                 folder = bundled_encoder_dir()
             except BundledEncoderError as exc:
                 raise EncoderError(str(exc)) from exc
             return str(folder), folder / GRAPH
         if importlib.util.find_spec("torch") is None:
-            what = self._model_path or f"the bundled model in {self._precision}"
+            what = self.model_path or f"the bundled model in {self.precision}"
             raise EncoderError(
                 f"{what} must first be exported to ONNX, which needs torch (not in the default install): "
                 f"run `make install-torch` (or pip install 'parley[torch]'); {TORCH_FREE}"
             )
-        model_path = self._model_path or bundled_model_path()
+        model_path = self.model_path or bundled_model_path()
         if not (Path(model_path) / "tokenizer.json").exists():
             raise EncoderError(f"{model_path} has no tokenizer.json; use PARLEY_RETRIEVER_ENCODER=torch")
         why = needs_torch(model_path)
@@ -126,7 +115,7 @@ class OnnxEmbedder:
             raise EncoderError(
                 f"{model_path} cannot run on ONNX Runtime ({why}): use PARLEY_RETRIEVER_ENCODER=torch"
             )
-        return model_path, export_onnx(model_path, self._cache_dir, self._precision)
+        return model_path, export_onnx(model_path, self.cache_dir, self.precision)
 
     @property
     def dim(self) -> int:
@@ -141,8 +130,8 @@ class OnnxEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out: np.ndarray | None = None
-        for start in range(0, len(texts), self._batch_size):
-            idx = order[start : start + self._batch_size]
+        for start in range(0, len(texts), self.batch_size):
+            idx = order[start : start + self.batch_size]
             vecs = self._embed_batch([texts[i] for i in idx])
             if out is None:
                 out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -159,47 +159,42 @@ class _Batch:
     lucene: Future[None] | None = None
 
 
+@dataclass(eq=False)
 class IngestRun:
-    """One streaming pass of a corpus into the passage store (and BM25), resumable from its checkpoint."""
+    """One streaming pass of a corpus into the passage store (and BM25), resumable from its checkpoint.
 
-    def __init__(
-        self,
-        settings: RetrieverSettings,
-        source: CorpusSource,
-        store: PassageStore,
-        embedder: Embedder,
-        *,
-        bm25: Bm25Sink | None = None,
-        vectors: VectorShards | None = None,
-        workers: int | None = None,
-        device: str | None = None,
-        progress: bool = True,
-        checkpoint_file: Path | None = None,
-        verify_vectors: bool = True,
-    ) -> None:
-        self.settings = settings
-        self.verify_vectors = verify_vectors
-        self.source = source
-        self.store = store
-        self.embedder = embedder
-        self.bm25 = bm25
-        self.vectors = vectors
-        self.workers = workers or settings.ingest_workers
-        self.device = device
-        self.progress = progress
-        self.checkpoint_file = checkpoint_file or checkpoint_path(settings, source.corpus)
-        self._encode_s = 0.0
-        self._write_s = 0.0
-        self._lucene_submitted = 0
+    ``workers`` defaults to the settings' ``ingest_workers``, ``checkpoint_file`` to the corpus's own
+    checkpoint in the ingest folder (``checkpoint_location``).
+    """
+
+    settings: RetrieverSettings
+    source: CorpusSource
+    store: PassageStore
+    embedder: Embedder
+    _: KW_ONLY
+    bm25: Bm25Sink | None = None
+    vectors: VectorShards | None = None
+    workers: int | None = None
+    device: str | None = None
+    progress: bool = True
+    checkpoint_file: Path | None = None
+    verify_vectors: bool = True
+    _encode_s: float = field(init=False, default=0.0, repr=False)
+    _write_s: float = field(init=False, default=0.0, repr=False)
+    _lucene_submitted: int = field(init=False, default=0, repr=False)
+
+    @property
+    def checkpoint_location(self) -> Path:
+        return self.checkpoint_file or checkpoint_path(self.settings, self.source.corpus)
 
     def load_checkpoint(self) -> Checkpoint:
         """The checkpoint to continue from, or a fresh one; refuses another source's checkpoint."""
-        cp = Checkpoint.load(self.checkpoint_file)
+        cp = Checkpoint.load(self.checkpoint_location)
         if cp is None:
             return Checkpoint(identity=self.source.identity, collection=self.settings.collection)
         if cp.identity != self.source.identity or cp.collection != self.settings.collection:
             raise IngestError(
-                f"{self.checkpoint_file} belongs to another build "
+                f"{self.checkpoint_location} belongs to another build "
                 f"({cp.identity.get('file') or cp.identity}); finish that one, or start over with --restart"
             )
         return cp
@@ -228,7 +223,12 @@ class IngestRun:
         encoder = (
             None
             if self.vectors is not None
-            else BatchEncoder(self.settings, self.embedder, workers=self.workers, device=self.device)
+            else BatchEncoder(
+                self.settings,
+                self.embedder,
+                workers=self.workers or self.settings.ingest_workers,
+                device=self.device,
+            )
         )
         written = 0
         try:
@@ -259,7 +259,7 @@ class IngestRun:
                     "passages: the shards do not match this corpus file"
                 )
             cp.done = True
-            cp.save(self.checkpoint_file)
+            cp.save(self.checkpoint_location)
         finally:
             bar.close()
             if encoder is not None:
@@ -371,7 +371,7 @@ class IngestRun:
         cp.passages += len(batch.passages)
         cp.rejected += len(batch.rejects)
         cp.batches += 1
-        cp.save(self.checkpoint_file)
+        cp.save(self.checkpoint_location)
         self._write_s += time.perf_counter() - t
         bar.update(batch.position - bar.n)
         bar.set_postfix(passages=cp.passages, rejected=cp.rejected, refresh=False)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from typing_extensions import TypedDict, Unpack
@@ -77,24 +77,17 @@ class SearchOptions(TypedDict, total=False):
     rerank: bool | None
 
 
+@dataclass(eq=False)
 class WikiRetriever:
     """Dense, BM25 and hybrid search over the passage collection; the heavy parts load lazily once."""
 
-    def __init__(
-        self,
-        settings: RetrieverSettings,
-        store: PassageStore,
-        embedder: Embedder,
-        bm25: Bm25Index | None,
-        reranker: BiEncoderRescorer | None = None,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.embedder = embedder
-        self.bm25 = bm25
-        self.reranker = reranker
-        self._bm25_opening = asyncio.Lock()
-        self._ready = False
+    settings: RetrieverSettings
+    store: PassageStore
+    embedder: Embedder
+    bm25: Bm25Index | None
+    reranker: BiEncoderRescorer | None = None
+    _bm25_opening: asyncio.Lock = field(init=False, default_factory=asyncio.Lock, repr=False)
+    _ready: bool = field(init=False, default=False, repr=False)  # the dense collection held passages once
 
     @property
     def has_bm25(self) -> bool:

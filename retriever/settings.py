@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from retriever.weights import needs_torch, packaged
-from services.settings import ParleySettings, default_data_dir
+from services.settings import ParleySettings, Port, Seconds, default_data_dir
 
 WebProviderName = Literal["none", "serper", "searxng", "brave"]
 SearchMode = Literal["dense", "bm25", "hybrid"]
@@ -152,13 +152,13 @@ class RetrieverSettings(ParleySettings):
         description="most characters of a pool request's search_text (a passage the debate's model wrote, "
         "searched after the question); longer ones are refused with 422",
     )
-    pool_ttl_s: float = Field(default=24 * 3600.0, gt=0)
-    sweep_interval_s: float = Field(default=600.0, gt=0, description="how often expired pools are deleted")
+    pool_ttl_s: Seconds = 24 * 3600.0
+    sweep_interval_s: Seconds = Field(default=600.0, description="how often expired pools are deleted")
     warmup: bool = Field(default=True, description="load the embedding model and JVM at start-up")
 
     # Web search
     web_provider: WebProviderName = "none"
-    web_timeout_s: float = Field(default=5.0, gt=0)
+    web_timeout_s: Seconds = 5.0
     serper_api_key: SecretStr | None = None
     serper_url: str = "https://google.serper.dev/search"
     searxng_url: str | None = Field(default=None, description="e.g. http://searxng:8080")
@@ -172,7 +172,7 @@ class RetrieverSettings(ParleySettings):
         "internal service; set it wherever its port is reachable by others)",
     )
     host: str = "127.0.0.1"
-    port: int = Field(default=8001, ge=1, le=65535)
+    port: Port = 8001
     log_level: str = "info"
 
     @property

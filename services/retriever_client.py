@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from parley_wire.http import RetryPolicy, Unreachable, read_problem, send_with_retries
+from parley_wire.http import HttpClientHolder, RetryPolicy, Unreachable, read_problem, send_with_retries
 from services.knowledge import KnowledgePool
 from services.problem_details import INDEX_MISSING
 
@@ -38,7 +38,7 @@ class RetrieverBadRequest(RetrieverError):
     """The request was rejected (HTTP 4xx, e.g. 422 for an empty question or k out of range)."""
 
 
-class RetrieverClient:
+class RetrieverClient(HttpClientHolder):
     """``PoolBuilder`` over HTTP: ``await client.build_pool(question)``; close with ``aclose()``."""
 
     def __init__(
@@ -61,20 +61,9 @@ class RetrieverClient:
             backoff_max_s=backoff_max_s,
             window_s=retry_window_s,
         )
-        self._own = client is None
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)), transport=transport
+        super().__init__(
+            client, timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)), transport=transport
         )
-
-    async def aclose(self) -> None:
-        if self._own:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> RetrieverClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def _retryable(self, resp: httpx.Response) -> bool:
         if resp.status_code < 500:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -58,6 +58,9 @@ from services.jobstore.scripts import (
 log = logging.getLogger("parley.jobstore")
 
 _ACTIVE = ",".join(ACTIVE)
+
+# A record an owner's listing index names (``list_jobs``, ``list_batches``).
+_Listed = TypeVar("_Listed", JobRecord, BatchRecord)
 
 
 class RedisJobStore(RedisQuota, RedisRemoval):
@@ -402,47 +405,49 @@ class RedisJobStore(RedisQuota, RedisRemoval):
             start += int(rank) + 1
         return list(await self.redis.zrevrange(key, start, start + limit - 1))
 
-    async def list_jobs(self, owner: str, limit: int, before: str | None = None) -> list[JobRecord]:
-        """The owner's jobs newest first, at most ``limit``, older than job ``before`` when given.
+    async def _owned_page(
+        self,
+        key: str,
+        owner: str,
+        limit: int,
+        before: str | None,
+        fetch: Callable[[list[str]], Awaitable[list[_Listed | None]]],
+    ) -> list[_Listed]:
+        """The owner's records of the listing index ``key`` newest first, at most ``limit``, older than
+        ``before`` when given; ``fetch`` reads the records of some ids (None where one has expired).
 
         Ids whose record has expired are dropped from the index as they are met, so a page is filled
         from the ids after them instead of coming back short.
         """
-        key = self.k_owner_jobs(owner)
-        out: list[JobRecord] = []
+        out: list[_Listed] = []
         offset = 0
         while len(out) < limit:
             ids = await self._newest_ids(key, limit - len(out), before, offset)
             if not ids:
                 return out
-            found = await self.get_jobs(ids)
-            gone = [job_id for job_id, f in zip(ids, found, strict=True) if f is None]
-            out += [f.job for f in found if f is not None and f.job.owner == owner]
+            found = await fetch(ids)
+            gone = [record_id for record_id, record in zip(ids, found, strict=True) if record is None]
+            out += [record for record in found if record is not None and record.owner == owner]
             offset += len(ids) - len(gone)
             if gone:
                 await self.redis.zrem(key, *gone)
         return out
 
+    async def list_jobs(self, owner: str, limit: int, before: str | None = None) -> list[JobRecord]:
+        """The owner's jobs newest first, at most ``limit``, older than job ``before`` when given."""
+
+        async def jobs(ids: list[str]) -> list[JobRecord | None]:
+            return [f.job if f is not None else None for f in await self.get_jobs(ids)]
+
+        return await self._owned_page(self.k_owner_jobs(owner), owner, limit, before, jobs)
+
     async def list_batches(self, owner: str, limit: int, before: str | None = None) -> list[BatchRecord]:
         """The owner's batches newest first, at most ``limit``, older than batch ``before`` when given."""
-        key = self.k_owner_batches(owner)
-        out: list[BatchRecord] = []
-        offset = 0
-        while len(out) < limit:
-            ids = await self._newest_ids(key, limit - len(out), before, offset)
-            if not ids:
-                return out
-            gone = []
-            for batch_id in ids:
-                batch = await self.get_batch(batch_id)
-                if batch is None:
-                    gone.append(batch_id)
-                elif batch.owner == owner:
-                    out.append(batch)
-            offset += len(ids) - len(gone)
-            if gone:
-                await self.redis.zrem(key, *gone)
-        return out
+
+        async def batches(ids: list[str]) -> list[BatchRecord | None]:
+            return [await self.get_batch(batch_id) for batch_id in ids]
+
+        return await self._owned_page(self.k_owner_batches(owner), owner, limit, before, batches)
 
     async def delete_jobs(self, job_ids: Sequence[str], batch_id: str | None = None) -> None:
         """Remove jobs that were stored but could not be queued (the batch is then not accepted); a

@@ -30,9 +30,10 @@ from typing import Any, Literal
 
 import httpx
 
+from parley_wire.http import HttpClientHolder, Unreachable, parse_retry_after, send_with_retries
+
 # RetryPolicy is the shared retry layer's; LLM callers import it from here.
 from parley_wire.http import RetryPolicy as RetryPolicy
-from parley_wire.http import Unreachable, parse_retry_after, send_with_retries
 
 # The port (messages, completions, errors, the ChatModel protocol) lives in services.chat_model; its
 # names are re-exported here for the callers that take them with the client.
@@ -65,7 +66,7 @@ from services.llm.attempt import (
 from services.llm.replicas import REPLICA_HEALTH, ReplicaRegistry, ReplicaSet, affinity_key
 
 
-class OpenAIChatClient:
+class OpenAIChatClient(HttpClientHolder):
     """A ``ChatModel`` over HTTP. Pass ``client`` (or ``transport``) to control the network in tests."""
 
     def __init__(
@@ -119,8 +120,7 @@ class OpenAIChatClient:
         self._context_tokens = context_tokens
         self._sleep = sleep
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(timeout=timeout, transport=transport)
+        super().__init__(client, timeout=timeout, transport=transport)
         self._timeout = timeout
         # The caller's deadline per attempt (from when the request was sent) and how long a request
         # past it keeps running. httpx's own read timeout only backs them up: deadline + grace, and a
@@ -173,14 +173,7 @@ class OpenAIChatClient:
             future.cancel()
         if running:
             await asyncio.wait(running)
-        if self._owns_client:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> OpenAIChatClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        await super().aclose()
 
     async def _check_fits(self, messages: Sequence[ChatMessage], max_tokens: int) -> None:
         """Count the prompt with the server's ``/tokenize`` and refuse it when it cannot fit; a server

@@ -384,16 +384,5 @@ def server_from_settings(
     settings: LLMSettings, progress: Callable[[int, int], None] | None = None, *, host: str = "127.0.0.1"
 ) -> EmbeddedLLMServer:
     """The embedded model assembled and its server configured from settings, not yet started."""
-    return prepare_server(
-        settings.embedded_model,
-        settings.cache_dir,
-        n_ctx=settings.embedded_ctx,
-        n_threads=settings.embedded_threads,
-        progress=progress,
-        kind=settings.embedded_server,
-        slots=settings.embedded_slots,
-        cache_ram_mib=settings.embedded_cache_ram_mib,
-        cache_reuse=settings.embedded_cache_reuse,
-        binary=settings.embedded_server_bin,
-        host=host,
-    )
+    options: ServerOptions = {**settings.embedded_server_options(), "progress": progress, "host": host}
+    return prepare_server(settings.embedded_model, settings.cache_dir, **options)

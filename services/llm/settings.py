@@ -7,14 +7,17 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.chat_model import ENDPOINT_NAME as ENDPOINT_NAME
 from services.llm.replicas import split_base_urls
-from services.settings import ParleySettings, default_data_dir
+from services.settings import ParleySettings, Port, RetryAttempts, Seconds, SecondsOrZero, default_data_dir
+
+if TYPE_CHECKING:
+    from services.llm.embedded import ServerOptions
 
 ROLES = ("debater", "judge", "summarizer")
 
@@ -81,37 +84,33 @@ class LLMSettings(ParleySettings):
     )
     api_key: SecretStr | None = None
     model: str = "local"
-    timeout_s: float = Field(default=120.0, gt=0)
-    connect_timeout_s: float = Field(default=5.0, gt=0)
-    timeout_grace_s: float = Field(
+    timeout_s: Seconds = 120.0
+    connect_timeout_s: Seconds = 5.0
+    timeout_grace_s: Annotated[SecondsOrZero, Field(le=600)] = Field(
         default=10.0,
-        ge=0,
-        le=600,
         description="a call past its timeout fails at once, but its request runs on this long so the "
         "usage the server reports is charged instead of the worst case (0: cut at the timeout; a debate "
         "that has ended waits at most 10 s for such replies)",
     )
-    max_attempts: int = Field(
-        default=100, ge=1, le=10_000, description="attempts per call for connection errors, 429 and 5xx"
+    max_attempts: RetryAttempts = Field(
+        default=100, description="attempts per call for connection errors, 429 and 5xx"
     )
-    retry_window_s: float = Field(
+    retry_window_s: Seconds = Field(
         default=300.0,
-        gt=0,
         description="an LLM server unavailable for longer than this fails the call (shorter: waited out)",
     )
-    backoff_base_s: float = Field(default=0.5, ge=0)
-    backoff_max_s: float = Field(default=20.0, ge=0)
+    backoff_base_s: SecondsOrZero = 0.5
+    backoff_max_s: SecondsOrZero = 20.0
     max_concurrency: int = Field(
         default=4, ge=1, description="in-flight requests per server (each replica) and process"
     )
-    replica_cooldown_s: float = Field(
+    replica_cooldown_s: Seconds = Field(
         default=5.0,
-        gt=0,
         description="a replica that failed a call is out this long, doubled per consecutive failure, "
         "then probed by a real call",
     )
-    replica_cooldown_max_s: float = Field(
-        default=120.0, gt=0, description="the longest a failing replica stays out before it is probed"
+    replica_cooldown_max_s: Seconds = Field(
+        default=120.0, description="the longest a failing replica stays out before it is probed"
     )
     replica_spill_gap: int = Field(
         default=2,
@@ -170,7 +169,7 @@ class LLMSettings(ParleySettings):
     serve_host: str = Field(
         default="127.0.0.1", description="`parley llm serve`: the address it listens on (0.0.0.0: all)"
     )
-    serve_port: int = Field(default=8080, ge=1, le=65535, description="`parley llm serve`: its port")
+    serve_port: Port = Field(default=8080, description="`parley llm serve`: its port")
     cache_dir: Path = Field(default_factory=lambda: default_data_dir() / "models")
 
     _base_urls = field_validator("base_url")(classmethod(lambda cls, v: _check_base_urls(v)))
@@ -194,6 +193,19 @@ class LLMSettings(ParleySettings):
         if bad:
             raise ValueError(f"endpoint names must match {ENDPOINT_NAME}: {bad}")
         return value
+
+    def embedded_server_options(self) -> ServerOptions:
+        """The embedded server's options (``prepare_server``'s keywords) as ``PARLEY_LLM_EMBEDDED_*`` set
+        them: the one place that says which option each of those variables is."""
+        return {
+            "n_ctx": self.embedded_ctx,
+            "n_threads": self.embedded_threads,
+            "kind": self.embedded_server,
+            "slots": self.embedded_slots,
+            "cache_ram_mib": self.embedded_cache_ram_mib,
+            "cache_reuse": self.embedded_cache_reuse,
+            "binary": self.embedded_server_bin,
+        }
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ and the abstention is recorded.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.context import DebateContext
@@ -35,7 +36,7 @@ from engine.protocols.kks.parsing import (
 from engine.protocols.kks.prompts import Position, agent_name
 from engine.protocols.kks.state import KksState
 from engine.result import TranscriptRecord
-from services.chat_model import ChatCompletion
+from services.chat_model import ChatCompletion, ChatMessage
 
 
 def _confidence(data: dict[str, Any], text: str) -> int | None:
@@ -210,25 +211,12 @@ class KksDebate:
     async def player_step(self, r: int, player: str) -> None:
         """The agents argue about one player's role in turn (C.2 debate), then all adjust (C.2)."""
         arguments = await self.argue(r, player)
-        views, keys, gold = self.latest_views(), self.view_keys(), self.gold_text()
-        await self.ctx.gather(
-            [
-                functools.partial(
-                    self.full,
-                    r,
-                    i,
-                    "adjust",
-                    self.prompts.adjust(
-                        self.names[i],
-                        player,
-                        self.game,
-                        arguments,
-                        self.shown(i, views, keys, gold, r),
-                        self.cfg.confidence,
-                    ),
-                )
-                for i in range(self.n)
-            ]
+        await self.all_assign(
+            r,
+            "adjust",
+            lambda i, latest: self.prompts.adjust(
+                self.names[i], player, self.game, arguments, latest, self.cfg.confidence
+            ),
         )
 
     async def argue(self, r: int, player: str) -> list[Position]:
@@ -269,21 +257,21 @@ class KksDebate:
 
     async def final_step(self, r: int) -> None:
         """Every agent decides on its full assignment, seeing the others' latest (C.3)."""
+        await self.all_assign(
+            r,
+            "debater",
+            lambda i, latest: self.prompts.final(self.names[i], self.game, latest, self.cfg.confidence),
+        )
+
+    async def all_assign(
+        self, r: int, role: str, prompt: Callable[[int, Sequence[Position]], list[ChatMessage]]
+    ) -> None:
+        """Every agent gives its full assignment at once; ``prompt`` asks agent i, shown the latest
+        solutions as it may see them (``shown``), all taken before any agent answers."""
         views, keys, gold = self.latest_views(), self.view_keys(), self.gold_text()
         await self.ctx.gather(
             [
-                functools.partial(
-                    self.full,
-                    r,
-                    i,
-                    "debater",
-                    self.prompts.final(
-                        self.names[i],
-                        self.game,
-                        self.shown(i, views, keys, gold, r),
-                        self.cfg.confidence,
-                    ),
-                )
+                functools.partial(self.full, r, i, role, prompt(i, self.shown(i, views, keys, gold, r)))
                 for i in range(self.n)
             ]
         )

@@ -16,9 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.jsontext import first_json_object
+
+# What one agent's vote is under a rule: a candidate, a set of approvals, a ranking, an allocation.
+Ballot = TypeVar("Ballot")
 
 
 @dataclass(frozen=True)
@@ -46,38 +49,50 @@ def _decide(scores: list[float], abstentions: int, notes: list[str]) -> VoteResu
     return VoteResult(scores, leaders[0], False, abstentions, notes)
 
 
-def simple_vote(votes: Sequence[int | None], n: int) -> VoteResult:
-    """One vote per agent (0-based candidate or None = abstained); most votes wins."""
+def _tally(
+    ballots: Sequence[Ballot | None],
+    n: int,
+    read: Callable[[Ballot], tuple[Mapping[int, float], str | None]],
+) -> tuple[list[float], int, list[str]]:
+    """The count every voting rule shares: ``read`` turns a ballot into points per (valid) candidate
+    and a note on what it dropped; a missing ballot, or one without a valid entry, is an abstention.
+    The scores per candidate, the abstentions and the notes."""
     scores = [0.0] * n
     abstentions = 0
     notes: list[str] = []
-    for v in votes:
-        if v is None or not 0 <= v < n:
+    for ballot in ballots:
+        if ballot is None:
             abstentions += 1
-            if v is not None:
-                notes.append(f"vote {v} outside the candidates")
             continue
-        scores[v] += 1
-    return _decide(scores, abstentions, notes)
+        points, note = read(ballot)
+        if note:
+            notes.append(note)
+        if not points:
+            abstentions += 1
+        for c, p in points.items():
+            scores[c] += p
+    return scores, abstentions, notes
+
+
+def simple_vote(votes: Sequence[int | None], n: int) -> VoteResult:
+    """One vote per agent (0-based candidate or None = abstained); most votes wins."""
+
+    def read(v: int) -> tuple[dict[int, float], str | None]:
+        return ({v: 1}, None) if 0 <= v < n else ({}, f"vote {v} outside the candidates")
+
+    return _decide(*_tally(votes, n, read))
 
 
 def approval_vote(approvals: Sequence[Sequence[int] | None], n: int) -> VoteResult:
     """Each agent approves any number of candidates; most approvals wins (ties are common)."""
-    scores = [0.0] * n
-    abstentions = 0
-    notes: list[str] = []
-    for a in approvals:
-        if a is None:
-            abstentions += 1
-            continue
+
+    def read(a: Sequence[int]) -> tuple[dict[int, float], str | None]:
         valid = {c for c in a if 0 <= c < n}
-        if len(valid) < len(set(a)):
-            notes.append(f"ignored approvals outside the candidates: {sorted(set(a) - valid)}")
-        if not valid:
-            abstentions += 1
-        for c in valid:
-            scores[c] += 1
-    return _decide(scores, abstentions, notes)
+        dropped = sorted(set(a) - valid)
+        note = f"ignored approvals outside the candidates: {dropped}" if dropped else None
+        return dict.fromkeys(valid, 1.0), note
+
+    return _decide(*_tally(approvals, n, read))
 
 
 def clean_ranking(ranking: Sequence[int], n: int) -> list[int]:
@@ -94,22 +109,17 @@ def ranked_vote(rankings: Sequence[Sequence[int] | None], n: int) -> VoteResult:
 
     Candidates a voter left out earn nothing from that voter; an empty ranking is an abstention.
     """
-    scores = [0.0] * n
-    abstentions = 0
-    notes: list[str] = []
-    for r in rankings:
-        if r is None:
-            abstentions += 1
-            continue
+
+    def read(r: Sequence[int]) -> tuple[dict[int, float], str | None]:
         valid = clean_ranking(r, n)
-        if len(valid) != len(r):
-            notes.append(f"ranking {list(r)} had invalid or repeated entries; used {valid}")
-        if not valid:
-            abstentions += 1
-            continue
-        for pos, c in enumerate(valid):
-            scores[c] += n - 1 - pos
-    return _decide(scores, abstentions, notes)
+        note = (
+            f"ranking {list(r)} had invalid or repeated entries; used {valid}"
+            if len(valid) != len(r)
+            else None
+        )
+        return {c: n - 1 - pos for pos, c in enumerate(valid)}, note
+
+    return _decide(*_tally(rankings, n, read))
 
 
 def normalise_allocation(
@@ -129,23 +139,8 @@ def normalise_allocation(
 
 def cumulative_vote(allocations: Sequence[Mapping[int, float] | None], n: int, budget: int) -> VoteResult:
     """Each agent spreads up to ``budget`` points; most points wins."""
-    scores = [0.0] * n
-    abstentions = 0
-    notes: list[str] = []
-    for a in allocations:
-        if a is None:
-            abstentions += 1
-            continue
-        valid, note = normalise_allocation(a, n, budget)
-        if note:
-            notes.append(note)
-        if not valid:
-            abstentions += 1
-            continue
-        for c, p in valid.items():
-            scores[c] += p
-    scores = [round(s, 6) for s in scores]
-    return _decide(scores, abstentions, notes)
+    scores, abstentions, notes = _tally(allocations, n, lambda a: normalise_allocation(a, n, budget))
+    return _decide([round(s, 6) for s in scores], abstentions, notes)
 
 
 # -------------------------------------------------------------------------------- consensus rules
