@@ -16,14 +16,21 @@ docs/fuzzing.md records the command and its last summary.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# Run as a script (``python bench/<this file>``, as its committed report and docs write it), Python
+# puts bench/ on the path, not the repository: add the repository so the harness and the test helpers
+# import as they do under ``python -m bench.<this module>``.
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 from api.guards import hash_key
 from api.settings import ApiSettings

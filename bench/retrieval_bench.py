@@ -20,12 +20,20 @@ Writes ``bench.json``, ``bench.md`` and ``recall_at_k.png`` to ``--out``.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# Run as a script (``python bench/<this file>``, as its committed report and docs write it), Python
+# puts bench/ on the path, not the repository: add the repository so the harness and the test helpers
+# import as they do under ``python -m bench.<this module>``.
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import asyncio
 import json
 import shutil
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 from bench.harness.cli import study_parser
