@@ -50,7 +50,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # ClientSettings needs pydantic-settings, which a client given its URL and key does without.
     if name == "ClientSettings":
-        from parley_client.settings import ClientSettings
+        from parley_client.settings import ClientSettings  # lazy: pydantic-settings is optional here
 
         return ClientSettings
     raise AttributeError(f"module 'parley_client' has no attribute {name!r}")

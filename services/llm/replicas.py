@@ -52,6 +52,9 @@ from typing import Literal, Protocol
 
 import httpx
 
+from services.observability.logging_setup import current_job_id
+from services.observability.metrics import LLM_REPLICA_ATTEMPTS, LLM_REPLICA_EJECTIONS, LLM_REPLICA_IN_FLIGHT
+
 Outcome = Literal["ok", "failed", "cancelled"]
 
 log = logging.getLogger("parley.replicas")
@@ -75,7 +78,6 @@ def affinity_key() -> str | None:
     explicit = _affinity.get()
     if explicit is not None:
         return explicit
-    from services.observability.logging_setup import current_job_id
 
     return current_job_id()
 
@@ -438,18 +440,10 @@ class ReplicaSet:
 
 
 def _observe_pick(name: str, index: int) -> None:
-    from services.observability.metrics import LLM_REPLICA_IN_FLIGHT
-
     LLM_REPLICA_IN_FLIGHT.labels(name, str(index)).inc()
 
 
 def _observe_release(name: str, index: int, outcome: Outcome, ejected: bool) -> None:
-    from services.observability.metrics import (
-        LLM_REPLICA_ATTEMPTS,
-        LLM_REPLICA_EJECTIONS,
-        LLM_REPLICA_IN_FLIGHT,
-    )
-
     LLM_REPLICA_IN_FLIGHT.labels(name, str(index)).dec()
     LLM_REPLICA_ATTEMPTS.labels(name, str(index), outcome).inc()
     if ejected:

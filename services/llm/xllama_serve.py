@@ -99,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no model file at {args.model}", file=sys.stderr, flush=True)
         return 2
     try:
+        # lazy: xllamacpp is the optional `embedded` extra; its absence is reported below
         import xllamacpp
     except ImportError:
         print(

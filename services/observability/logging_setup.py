@@ -60,6 +60,7 @@ def job_log_context(job_id: str, batch_id: str | None = None) -> Iterator[None]:
 def bind_celery_task_logs() -> None:
     """Celery's own lines about a task (its result, its errors) carry the job id too: the task's only
     argument is the job id, set as the log context from ``task_prerun`` to ``task_postrun``."""
+    # lazy: every process configures logging here; only the worker may load Celery
     from celery.signals import task_postrun, task_prerun
 
     tokens: dict[str, contextvars.Token[JobLogContext | None]] = {}

@@ -12,6 +12,7 @@ which could carry credentials), model names from the settings, owner names of AP
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import shutil
@@ -391,8 +392,7 @@ def instrument_app(
     ``serve=False`` leaves ``/metrics`` off the app (it is served elsewhere, see ``serve_metrics``);
     with ``token`` a scrape must send ``Authorization: Bearer <token>`` (else 401).
     """
-    import hmac
-
+    # lazy: FastAPI and the instrumentator load only for an HTTP app (the worker has none)
     from fastapi import Request, Response
     from prometheus_fastapi_instrumentator import Instrumentator
     from prometheus_fastapi_instrumentator.metrics import Info

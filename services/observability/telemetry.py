@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 if TYPE_CHECKING:
@@ -60,18 +63,15 @@ def configure_tracing(
     Returns whether tracing is on. Safe to call again: the first provider stays (OpenTelemetry allows
     one per process).
     """
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-
     if _state.provider is not None:
         if exporter is not None:  # a test's exporter joins the provider already in place
             _state.provider.add_span_processor(SimpleSpanProcessor(exporter))
         return True
     if exporter is None and not settings.otlp_endpoint:
         return False
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
 
     if exporter is None:
+        # lazy: the OTLP exporter brings protobuf (~30 ms); loaded only when tracing is on
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         # The variable names the collector's base URL; traces go to its /v1/traces (OTLP/HTTP).
@@ -103,6 +103,7 @@ def instrument_fastapi(app: FastAPI) -> None:
     """Server spans for the app's requests, continuing the caller's trace from its headers."""
     if _state.provider is None or id(app) in _state.instrumented:
         return
+    # lazy: pulls in FastAPI and Starlette; only a traced HTTP app needs it (the worker never does)
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
     # One server span per request; the ASGI receive/send sub-spans would only repeat its timing.
