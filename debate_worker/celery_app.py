@@ -20,21 +20,23 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from celery import Celery
+import redis
+from celery import Celery, signals
 
+from debate_worker.runtime import WorkerRuntime
+from debate_worker.sweeper import start_sweeping
+from debate_worker.tasks import register_tasks
 from debate_worker.worker_settings import WorkerSettings
+from services.jobstore import draining_key
+from services.llm import REPLICA_HEALTH, RedisReplicaLoad
 from services.task_queue import COMMON_CONF, QUEUE_INTERACTIVE, TASK_RUN_DEBATE, queue
 
 if TYPE_CHECKING:
-    from debate_worker.runtime import WorkerRuntime
-    from services.llm import RedisReplicaLoad, ReplicaRegistry
+    from services.llm import ReplicaRegistry
 
 
 def create_worker_app(settings: WorkerSettings, runtime: WorkerRuntime | None = None) -> Celery:
     """The worker's Celery app with the debate task registered against ``runtime``."""
-    from debate_worker.runtime import WorkerRuntime
-    from debate_worker.tasks import register_tasks
-
     app = Celery("parley-worker", set_as_current=True)
     conf = dict(COMMON_CONF)
     conf.update(settings.celery_conf())
@@ -55,8 +57,6 @@ def share_replica_load(
     """Make this process's replica choices see every worker process's LLM calls in flight, shared
     through Redis (``services.llm.replica_load``); with ``replica_load_ttl_s`` 0 each process counts its
     own calls only. Returns the sharing (``RedisReplicaLoad``), or None."""
-    from services.llm import REPLICA_HEALTH, RedisReplicaLoad
-
     target = registry or REPLICA_HEALTH
     if settings.replica_load_ttl_s <= 0:
         target.share(None)
@@ -74,8 +74,6 @@ def share_replica_load(
 def install_replica_load(settings: WorkerSettings) -> None:
     """``share_replica_load`` when the worker starts, in its main process: each pool process starts
     its own sync thread on its first call (after the fork)."""
-    from celery import signals
-
     current: list[RedisReplicaLoad] = []
 
     def on_init(**_: Any) -> None:
@@ -94,19 +92,12 @@ def install_lifecycle(app: Celery, settings: WorkerSettings, ttl_s: int) -> None
     (from ``worker_ready``), and on shutdown (SIGTERM, ``docker compose restart``) a flag that makes
     this node's running jobs hand themselves back to the queue at once, resuming from their last
     checkpoint elsewhere instead of waiting out the stop grace period and the visibility timeout."""
-    from celery import signals
-
-    from debate_worker.sweeper import start_sweeping
-    from services.jobstore import draining_key
-
     stoppers: list[Any] = []
 
     def publish(job_id: str, queue_name: str) -> None:
         app.send_task(TASK_RUN_DEBATE, args=[job_id], queue=queue_name or QUEUE_INTERACTIVE)
 
     def on_ready(sender: Any = None, **_: Any) -> None:
-        import redis
-
         # A node restarted under the same name must not inherit its previous life's drain flag.
         node = getattr(sender, "hostname", None)
         if node:
@@ -124,8 +115,6 @@ def install_lifecycle(app: Celery, settings: WorkerSettings, ttl_s: int) -> None
         stoppers.append(start_sweeping(settings, ttl_s, publish))
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
-        import redis
-
         for stop in stoppers:
             stop.set()
         node = str(sender) if sender else ""

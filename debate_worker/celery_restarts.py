@@ -19,6 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from celery import signals
+from celery.worker import state
+
 log = logging.getLogger("parley.worker")
 
 
@@ -79,8 +82,6 @@ def run_until_stopped(
 def worker_starter(app: CeleryApp, argv: Sequence[str]) -> Callable[[], int]:
     """Starts ``celery worker argv`` and returns its exit code. Celery's ``worker_main`` drops the exit
     code, so it is read from the worker itself as it shuts down (``worker_shutdown``)."""
-    from celery import signals
-
     exit_codes: list[int] = []
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
@@ -98,8 +99,6 @@ def worker_starter(app: CeleryApp, argv: Sequence[str]) -> Callable[[], int]:
 
 def watch_shutdown_requests() -> threading.Event:
     """An event set when Celery starts a shutdown it was asked for (a signal to the main process)."""
-    from celery import signals
-
     requested = threading.Event()
 
     def on_shutting_down(**_: Any) -> None:
@@ -113,6 +112,4 @@ def forget_stale_requests() -> None:
     """Celery's per-process record of reserved and active requests belongs to the stopped worker: its
     unacknowledged messages come back from the broker (visibility timeout, or the sweep of lapsed
     jobs), so the next worker must not count them as its own."""
-    from celery.worker import state
-
     state.reset_state()

@@ -13,11 +13,13 @@ from debate_worker.job_errors import PoolUnavailable
 from debate_worker.pool_timing import PoolTiming
 from debate_worker.worker_settings import WorkerSettings
 from engine.context import RoleModels
+from services.egress import PublicOnlyTransport
 from services.jobstore import RedisJobStore
 from services.jobstore.settings import RetentionSettings
 from services.knowledge import PoolBuilder
-from services.llm import LLMSettings, ServedModel
+from services.llm import LLMSettings, ServedModel, build_role_models
 from services.observability import telemetry
+from services.retriever_client import RetrieverClient
 from services.settings import RetrieverClientSettings
 
 # What a fresh pool is assumed to take before this process has built one (dense + BM25 + web search).
@@ -35,9 +37,6 @@ class ClosablePoolBuilder(PoolBuilder, Protocol):
 def _default_models(
     llm: LLMSettings, served: ServedModel | None, client_url_networks: list[str]
 ) -> ClosableRoleModels:
-    from services.egress import PublicOnlyTransport
-    from services.llm import build_role_models
-
     # A job's config comes from a client: a URL its team gives reaches public addresses only.
     guard = PublicOnlyTransport(client_url_networks)
     return build_role_models(llm, served=served, client_url_transport=guard)
@@ -46,7 +45,6 @@ def _default_models(
 def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBuilder:
     if not retriever.url:
         raise PoolUnavailable("PARLEY_RETRIEVER_URL is not set; workers reach knowledge only through it")
-    from services.retriever_client import RetrieverClient
 
     return RetrieverClient(
         retriever.url,

@@ -11,9 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from services.llm import embedded_from_settings
+from services.observability import telemetry
+from services.observability.logging_setup import bind_celery_task_logs, configure_logging
+from services.observability.metrics import enable_multiprocess, serve_metrics, worker_metrics_dir
+from services.observability.settings import ObservabilitySettings
+
 if TYPE_CHECKING:
     from debate_worker.worker_settings import WorkerSettings
-    from services.observability.settings import ObservabilitySettings
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
 
@@ -41,6 +46,7 @@ def run_worker(
     Without an LLM URL (PARLEY_LLM_BASE_URL or --llm-url) the worker starts the embedded
     llama.cpp server once and every worker process shares it.
     """
+    # lazy: `parley --help` must not load Celery, the worker's runtime and their dependencies
     from debate_worker.celery_app import create_worker_app
     from debate_worker.celery_restarts import (
         RestartBudget,
@@ -57,8 +63,6 @@ def run_worker(
     runtime.llm_base_url = llm_url or runtime.llm.base_url
     embedded = None
     if runtime.llm_base_url is None:
-        from services.llm import embedded_from_settings
-
         embedded = embedded_from_settings(runtime.llm)
         server = embedded.__enter__()
         runtime.served = server.served()
@@ -66,8 +70,6 @@ def run_worker(
         typer.echo(f"embedded LLM ({server.kind}) at {runtime.llm_base_url}")
     celery = create_worker_app(settings, runtime)
     if settings.metrics_port:
-        from services.observability.metrics import serve_metrics
-
         # In the main process, before the pool forks: it stays up while children are recycled.
         try:
             serve_metrics(settings.metrics_port, settings.metrics_host)
@@ -106,17 +108,13 @@ def run_worker(
 def observe_worker(settings: WorkerSettings) -> ObservabilitySettings:
     """Metrics in multiprocess mode (the prefork children write files the main process serves),
     traces when an OTLP endpoint is set, and JSON logs through Celery's own logging hook."""
-    from services.observability import telemetry
-    from services.observability.logging_setup import bind_celery_task_logs, configure_logging
-    from services.observability.metrics import enable_multiprocess, worker_metrics_dir
-    from services.observability.settings import ObservabilitySettings
-
     observability = ObservabilitySettings()
     bind_celery_task_logs()
     if settings.metrics_port:
         enable_multiprocess(settings.metrics_dir or worker_metrics_dir())
     telemetry.configure_tracing(observability, "parley-worker")
     if observability.log_format == "json":
+        # lazy: only the worker command loads Celery
         from celery.signals import setup_logging
 
         def json_logging(loglevel: Any = None, **_: Any) -> None:
