@@ -15,6 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from api.settings import ApiSettings, exposure_error
+from services.observability.logging_setup import configure_logging
+from services.observability.metrics import enable_multiprocess
+from services.observability.settings import ObservabilitySettings
+
 if TYPE_CHECKING:
     from parley_client import AsyncParleyClient, BatchAccepted, BatchResult, BatchView
 
@@ -28,10 +33,8 @@ def serve_api(
     workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
 ) -> None:
     """Serve the API gateway (FastAPI under uvicorn); settings from PARLEY_API_*."""
-    # uvicorn, FastAPI, Redis and Prometheus load when the gateway starts, not for parley --help
+    # lazy: uvicorn loads when the gateway starts, not for `parley --help`
     import uvicorn
-
-    from api.settings import ApiSettings, exposure_error
 
     settings = ApiSettings()
     bind_host = host or settings.host
@@ -42,8 +45,6 @@ def serve_api(
         raise typer.Exit(2)
     logging_kw = _api_logging()
     if workers > 1:
-        from services.observability.metrics import enable_multiprocess
-
         # The worker processes write metric files that any of them sums up for /metrics.
         enable_multiprocess(Path(tempfile.gettempdir()) / f"parley-api-{bind_port}")
         # Each uvicorn worker process builds its own app (and Redis pool) from the environment.
@@ -57,6 +58,7 @@ def serve_api(
             **logging_kw,
         )
         return
+    # lazy: FastAPI, Redis and the gateway's routes load when it starts, not for `parley --help`
     from api.app import create_app
 
     uvicorn.run(create_app(settings), host=bind_host, port=bind_port, proxy_headers=True, **logging_kw)
@@ -64,10 +66,6 @@ def serve_api(
 
 def _api_logging() -> dict[str, Any]:
     """JSON logs when PARLEY_LOG_FORMAT=json: ours for every logger, and uvicorn told to keep out."""
-    # pydantic-settings and the logging setup load when the gateway starts, not for parley --help
-    from services.observability.logging_setup import configure_logging
-    from services.observability.settings import ObservabilitySettings
-
     if ObservabilitySettings().log_format != "json":
         return {}
     configure_logging("json", "INFO", service="api")
@@ -78,7 +76,6 @@ def app_from_env() -> Any:
     """The uvicorn factory for multi-process serving."""
     # loaded in each uvicorn worker process, not when the CLI module is imported
     from api.app import create_app
-    from api.settings import ApiSettings
 
     _api_logging()
     return create_app(ApiSettings())

@@ -14,6 +14,9 @@ from typing import Annotated
 
 import typer
 
+from services.llm.embedded import EmbeddedLLMError, describe_model, server_from_settings
+from services.llm.settings import LLMSettings
+
 llm_app = typer.Typer(help="The embedded LLM server.", no_args_is_help=True)
 
 
@@ -37,9 +40,6 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the embedded model over the OpenAI API until stopped (SIGTERM or Ctrl-C)."""
-    from services.llm.embedded import EmbeddedLLMError, describe_model, server_from_settings
-    from services.llm.settings import LLMSettings
-
     try:
         # The option is validated like the variable: a packaged name, an alias (warned) or a path.
         settings = LLMSettings(embedded_model=model) if model else LLMSettings()

