@@ -7,6 +7,7 @@ command, so ``parley --help`` stays instant.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -16,9 +17,14 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich.console import Console
 
 from evaluation.cli_args import check_choices, csv_list, default_prompt_style, parse_compare, parse_config
 from evaluation.cli_console import print_outcome, print_presets, print_suite, print_summary
+from evaluation.judge import LLMJudge
+from evaluation.settings import EvalSettings
+from services.errors import ParleyError
+from services.llm import OpenAIChatClient
 
 
 @contextlib.contextmanager
@@ -143,12 +149,8 @@ def eval_command(
 
     Interrupted runs resume where they stopped: run the same command again.
     """
-    import asyncio
-
-    from rich.console import Console
-
+    # lazy: `parley --help` must not load the harness and numpy
     from evaluation.harness import EvalRequest, PlanError, rebuild_report
-    from evaluation.settings import EvalSettings
 
     console = Console(stderr=True)
     if list_presets:
@@ -229,11 +231,11 @@ def eval_command(
 @contextlib.contextmanager
 def errors_as_exit(console: Any, out: Path) -> Iterator[None]:
     """What ends an evaluation early, said in one line with its exit status instead of a traceback."""
+    # lazy: `parley --help` must not load the harness and numpy (the errors live beside them)
     from evaluation.datasets import DatasetError
     from evaluation.harness import PlanError
     from evaluation.run_loop import EvalAborted
     from evaluation.store import WorkspaceError
-    from services.errors import ParleyError
 
     try:
         yield
@@ -274,11 +276,10 @@ async def _evaluate(
 ) -> Any:
     """Build the real dependencies (LLM, pools, judge or the API client) and run the harness (or
     ``evaluate_fn``, a suite's two tiers, with the same dependencies)."""
+    # lazy: `parley --help` must not load the harness and numpy
     from evaluation.harness import PlanError, evaluate
 
     evaluate = evaluate_fn or evaluate
-    from evaluation.judge import LLMJudge
-    from services.llm import OpenAIChatClient
 
     judge = None
     judge_client = None
@@ -298,6 +299,7 @@ async def _evaluate(
     try:
         api_url = api or settings.api_url
         if api_url:
+            # lazy: the HTTP client loads only with --api (~10 ms)
             from parley_client import AsyncParleyClient
 
             key = api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
@@ -322,6 +324,7 @@ def _suite_plan(
 ) -> tuple[Any, Any]:
     """The suite's first request (what the in-process runner prepares the LLM and pools for) and the
     function that runs both tiers with those dependencies and writes the suite report."""
+    # lazy: `parley --help` must not load the harness and numpy
     from evaluation.harness import evaluate as harness_evaluate
     from evaluation.suite import get_suite, run_suite, suite_requests
 
@@ -337,6 +340,7 @@ def _suite_plan(
 
 
 def _suite_report_only(name: str, out: Path, samples: int, seed: int, plots: bool) -> dict[str, Any]:
+    # lazy: `parley --help` must not load the harness and numpy
     from evaluation.harness import PlanError
     from evaluation.store import Workspace
     from evaluation.suite import get_suite, write_suite_report

@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from services.llm import ALIASES, MODELS, LLMSettings
+
 
 def csv_list(value: str | None) -> list[str]:
     """``a, b,,c`` → ``["a", "b", "c"]``: the comma lists of ``--protocols``, ``--prompt-styles``."""
@@ -86,7 +88,6 @@ def default_prompt_style(setting: str, *, api: bool) -> str:
     gateway, keep the papers' wording."""
     if setting != "auto":
         return setting
-    from services.llm import ALIASES, MODELS, LLMSettings
 
     if api:
         return "paper"

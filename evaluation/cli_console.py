@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.table import Table
+
+from evaluation.presets import PRESETS
 
 
 def print_outcome(console: Any, outcome: Any, out: Path) -> None:
@@ -27,6 +30,7 @@ def print_outcome(console: Any, outcome: Any, out: Path) -> None:
 
 def print_suite(console: Any, report: dict[str, Any], out: Path) -> None:
     """The suite's runs with their CIs, the verdict and where the report is."""
+    # lazy: report_markdown brings numpy, not needed for `parley --help`
     from evaluation.report_markdown import fmt
 
     table = _table(
@@ -57,8 +61,6 @@ def print_suite(console: Any, report: dict[str, Any], out: Path) -> None:
 
 def print_presets() -> None:
     """``--list-presets``: name, what it runs, the paper and where its settings and figures come from."""
-    from evaluation.presets import PRESETS
-
     for p in PRESETS.values():
         typer.echo(f"{p.name}: {p.summary}")
         typer.echo(f"    paper: {p.paper}")
@@ -72,6 +74,7 @@ def print_presets() -> None:
 def print_summary(console: Any, report: dict[str, Any], out: Path) -> None:
     """Each run's scores, the unparseable-reply warnings and the paired differences, then where the
     report is: what a user reads before opening report.md."""
+    # lazy: report_markdown brings numpy, not needed for `parley --help`
     from evaluation.report_markdown import fmt, unparseable_warnings
 
     table = _table(
@@ -107,8 +110,6 @@ def print_summary(console: Any, report: dict[str, Any], out: Path) -> None:
 
 def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> Any:
     """A Rich table whose first column (the run) is left-aligned and never wrapped, numbers right."""
-    from rich.table import Table
-
     table = Table(title=title)
     for col in columns:
         table.add_column(col, justify="left" if col == columns[0] else "right", no_wrap=col == columns[0])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from engine.protocols.kks import players_from_question
 from evaluation.items import Item, LineError, text_field
 from evaluation.kks import puzzle_question
 
@@ -32,8 +33,6 @@ def load_controlmad_kks(record: dict[str, Any], default_id: str) -> Item:
     ``text_game`` is what debaters see; the solution is read from ``text_solution`` (one
     ``Name is a role.`` line per player) and checked against ``raw_solution`` (1 knight, 2 knave,
     3 spy, in player order), so a file whose two solution fields disagree is reported, not scored."""
-    from engine.protocols.kks import players_from_question
-
     game = text_field(record, "text_game")
     players = players_from_question(game)
     if not players:

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
+from tqdm import tqdm
+
 
 class Progress(Protocol):
     """The part of tqdm's interface the evaluation uses."""
@@ -98,7 +100,6 @@ def make_progress(
     out = stream if stream is not None else sys.stderr
     if enabled and not out.isatty():
         return LineProgress(desc, total, initial, stream=out)
-    from tqdm import tqdm
 
     bar: Progress = tqdm(
         total=total, initial=initial, desc=desc, unit="q", disable=not enabled, dynamic_ncols=True, file=out

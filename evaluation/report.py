@@ -16,6 +16,8 @@ from engine.config import DebateConfig
 from engine.result import DebateResult
 from evaluation import metrics, published
 from evaluation.items import Item
+from evaluation.plots import write_plots
+from evaluation.presets import MADKE, PRESETS
 from evaluation.report_markdown import render_markdown
 from evaluation.run_diagnostics import (
     accuracy_by_round,
@@ -170,8 +172,6 @@ def compare_runs(
 
 
 def _preset(name: str | None) -> Any:
-    from evaluation.presets import PRESETS
-
     return PRESETS.get(name) if name else None
 
 
@@ -227,8 +227,6 @@ def build_report(
     }
     (ws.root / "metrics.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     if plots:
-        from evaluation.plots import write_plots
-
         report["plots"] = [str(p.relative_to(ws.root)) for p in write_plots(report, ws.root / "plots")]
         (ws.root / "metrics.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     (ws.root / "report.md").write_text(render_markdown(report), encoding="utf-8")
@@ -238,8 +236,6 @@ def build_report(
 def run_setting(spec: RunSpec) -> str:
     """Which setting a run used, in words: for MADKE, the paper's published setting (MADKE §4.4 and
     Prompt 3.1: the ``madke`` preset) or each value that differs from it; for the others, the style."""
-    from evaluation.presets import MADKE
-
     cfg = spec.config
     if spec.budget_of:
         return f"self-consistency given {spec.budget_of}'s tokens per question, {spec.prompt_style} prompts"

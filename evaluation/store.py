@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from engine.config import DebateConfig
 from engine.result import DebateResult, TranscriptRecord
 from evaluation.items import Item
 from evaluation.judge import JudgeVerdict
@@ -109,8 +110,6 @@ def _changed_settings(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """The settings that differ between two run configurations. A setting one of them lacks counts
     as the engine's default: a run recorded before a setting existed (which then behaved as its
     default) resumes under a version that records it."""
-    from engine.config import DebateConfig
-
     fields = DebateConfig.model_fields
 
     def value(config: dict[str, Any], key: str) -> Any:

@@ -6,6 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import Progress
+
+from evaluation.kks.dataset import load_kks, write_jsonl
+from evaluation.kks.generator import generate_dataset
+from evaluation.kks.puzzle import solve
 
 kks_app = typer.Typer(name="kks", help="Knight-Knave-Spy puzzles (Wu et al.): generate and check datasets.")
 
@@ -33,11 +38,6 @@ def generate(
     seed: Annotated[int, typer.Option("--seed")] = 0,
 ) -> None:
     """Write puzzles that each have exactly one solution (checked by the exact solver)."""
-    from rich.progress import Progress
-
-    from evaluation.kks.dataset import write_jsonl
-    from evaluation.kks.generator import generate_dataset
-
     size_list = parse_sizes(sizes)
     total = len(size_list) * per_size
     records = []
@@ -53,9 +53,6 @@ def generate(
 @kks_app.command("check")
 def check(path: Annotated[Path, typer.Argument(help="JSONL puzzle file")]) -> None:
     """Re-solve every puzzle of a file and report any without exactly one solution."""
-    from evaluation.kks.dataset import load_kks
-    from evaluation.kks.puzzle import solve
-
     bad = 0
     records = load_kks(path)
     for rec in records:

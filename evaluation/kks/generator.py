@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from evaluation.kks.dataset import puzzle_question
 from evaluation.kks.puzzle import (
     Statement,
     consistent,
@@ -41,8 +42,6 @@ class Puzzle:
 
     def record(self) -> dict[str, Any]:
         """The JSONL record (the evaluation dataset contract: ``question`` + ``solution``)."""
-        from evaluation.kks.dataset import puzzle_question
-
         rec: dict[str, Any] = {
             "id": self.id,
             "size": len(self.players),
