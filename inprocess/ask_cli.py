@@ -22,10 +22,11 @@ from rich.table import Table
 from engine.config import DebateConfig, validate_question
 from engine.prompts import get_prompts
 from engine.result import DebateResult
+from engine.runner import run_debate
 from inprocess.local_debate import build_knowledge, llm_endpoint
 from services.errors import ParleyError
 from services.knowledge import KnowledgePool
-from services.llm import LLMSettings
+from services.llm import LLMSettings, build_role_models
 
 
 class LiveView:
@@ -127,9 +128,6 @@ def render_result(console: Console, result: DebateResult) -> None:
 async def _run(
     question: str, config: DebateConfig, console: Console, live: bool, llm_settings: LLMSettings
 ) -> DebateResult:
-    from engine.runner import run_debate
-    from services.llm import build_role_models
-
     view = LiveView(console) if live else None
     # The model starts first: with search_query=passage it writes what the pool is searched with.
     with llm_endpoint(llm_settings, console) as served:

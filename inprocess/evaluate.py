@@ -2,7 +2,7 @@
 and, where a run needs pools, the retrieval service or the in-process index.
 
 The root command hands ``evaluate_in_process`` to ``parley eval`` (the harness never imports this
-runner, so it never reaches the retriever). Everything loads inside the function, so ``parley --help``
+runner, so it never reaches the retriever). The harness loads inside the function, so ``parley --help``
 stays instant.
 """
 
@@ -11,16 +11,18 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from inprocess.local_debate import llm_endpoint, pool_builder
+from services.llm import LLMSettings, build_role_models
+
 
 async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: Any) -> Any:
     """The configured LLM endpoint (or the embedded model) and, if any run needs a pool the dataset
     does not carry, the retriever (service or in-process index) — the same resolution ``parley ask``
     uses. A dataset with its own pools (``--pool file``) never starts the retriever."""
+    # lazy: `parley --help` must not load the harness and numpy
     from evaluation.datasets import load_dataset
     from evaluation.harness import plan_request, resolve_pool_source
     from evaluation.runner import needs_retriever
-    from inprocess.local_debate import llm_endpoint, pool_builder
-    from services.llm import LLMSettings, build_role_models
 
     specs = plan_request(request)
     dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)

@@ -11,10 +11,11 @@ from rich.console import Console
 from engine.config import DebateConfig
 from engine.context import RoleModels
 from engine.result import DebateResult, TranscriptRecord
-from engine.runner import EventSink
+from engine.runner import EventSink, run_debate
 from engine.search_passage import prepare_knowledge
+from retriever.settings import RetrieverSettings
 from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
-from services.llm import LLMSettings, ServedModel
+from services.llm import LLMSettings, ServedModel, build_role_models, describe_model, embedded_from_settings
 from services.settings import RetrieverClientSettings
 
 
@@ -24,7 +25,6 @@ def llm_endpoint(settings: LLMSettings, console: Console) -> Iterator[ServedMode
     if settings.base_url:
         yield ServedModel(settings.base_url, settings.model)
         return
-    from services.llm import describe_model, embedded_from_settings
 
     with console.status(f"Preparing embedded model {describe_model(settings.embedded_model)} …") as status:
 
@@ -44,6 +44,7 @@ async def pool_builder(console: Console) -> AsyncIterator[PoolBuilder]:
     """The retrieval service's client, or the in-process retriever on the embedded index."""
     client_settings = RetrieverClientSettings()
     if client_settings.url:
+        # lazy: the retrieval client brings FastAPI's models (~120 ms), not for `parley --help`
         from services.retriever_client import RetrieverClient
 
         client = RetrieverClient(
@@ -57,8 +58,8 @@ async def pool_builder(console: Console) -> AsyncIterator[PoolBuilder]:
         finally:
             await client.aclose()
         return
+    # lazy: the in-process index brings Qdrant's engine, numpy and the encoder (~0.7 s)
     from retriever.local import LocalPoolBuilder, ensure_index
-    from retriever.settings import RetrieverSettings
 
     settings = RetrieverSettings()
     ensure_index(settings, progress=True)
@@ -115,9 +116,6 @@ class LocalDebater:
     async def debate(
         self, question: str, config: DebateConfig, on_event: EventSink | None = None
     ) -> DebateResult:
-        from engine.runner import run_debate
-        from services.llm import build_role_models
-
         if self._served is None:
             self._served = self._stack.enter_context(llm_endpoint(self.llm_settings, self.console))
         models = build_role_models(self.llm_settings, served=self._served)
