@@ -17,6 +17,8 @@ HELP = "Retrieval-augmented multi-agent debate: ask questions, run the services,
 
 def build_app() -> typer.Typer:
     """The root command with every package's sub-commands registered (imported here, not at import)."""
+    # lazy: a parley_cli module (up, mcp, probes) imports this package first; it must not load every
+    # package's commands. Only the entry point builds them (`parley --help` needs them all anyway).
     from api.cli import app as gateway_app  # api, submit, hash-key
     from debate_worker.worker_cli import run_worker
     from evaluation.cli import eval_command

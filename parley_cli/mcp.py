@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import typer
+from rich.console import Console
+
+from api.settings import is_loopback
+from inprocess.local_debate import LocalDebater
+from parley_client.settings import ClientSettings
+from services.llm import LLMSettings
 
 
 def mcp_command(
@@ -28,9 +34,8 @@ def mcp_command(
     The key comes from PARLEY_API_KEY, never the command line. Over HTTP the server answers anyone
     who can reach it with that key's quota, so it binds loopback addresses only.
     """
-    from api.settings import is_loopback
+    # lazy: the MCP server brings mcp, starlette and uvicorn (~350 ms), not for `parley --help`
     from parley_client.mcp_server import ParleyTools, build_server
-    from parley_client.settings import ClientSettings
 
     chosen: Literal["stdio", "http"]
     if transport == "stdio":
@@ -61,12 +66,9 @@ def mcp_command(
 
 def _serve_in_process(transport: Literal["stdio", "http"], host: str, port: int) -> None:
     """Debates in this process; progress of model preparation goes to stderr (stdout is MCP's)."""
-    from rich.console import Console
-
-    from inprocess.local_debate import LocalDebater
+    # lazy: the MCP tools and server bring mcp, starlette and uvicorn (~350 ms), not for `parley --help`
     from inprocess.mcp_tools import LocalTools
     from parley_client.mcp_server import build_server
-    from services.llm import LLMSettings
 
     debater = LocalDebater(LLMSettings(), Console(stderr=True))
     server = build_server(LocalTools(debater))

@@ -7,6 +7,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import httpx
+import redis
+
 
 def port_in_use(host: str, port: int) -> bool:
     """Whether ``port`` cannot be bound on ``host``: a part that would fail there is refused first."""
@@ -21,8 +24,6 @@ def port_in_use(host: str, port: int) -> bool:
 
 def http_ok(url: str) -> bool:
     """A readiness probe: 2xx from ``url`` within 2 s."""
-    import httpx
-
     try:
         return httpx.get(url, timeout=2.0).is_success
     except httpx.HTTPError:
@@ -31,8 +32,6 @@ def http_ok(url: str) -> bool:
 
 def redis_ok(url: str) -> bool:
     """A readiness probe: Redis at ``url`` answers PING within 2 s."""
-    import redis
-
     client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
     try:
         return bool(client.ping())
@@ -44,8 +43,6 @@ def redis_ok(url: str) -> bool:
 
 def retriever_at(port: int) -> bool:
     """A Parley retriever already serving on ``port`` (it keeps the store locked: reuse it)."""
-    import httpx
-
     try:
         body = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2.0).json()
     except (httpx.HTTPError, ValueError):
@@ -55,8 +52,6 @@ def retriever_at(port: int) -> bool:
 
 def index_ready(retriever_url: str) -> bool:
     """Whether the retriever reports a built index (``index_ready`` of its ``/healthz``)."""
-    import httpx
-
     try:
         return bool(httpx.get(retriever_url + "/healthz", timeout=5.0).json().get("index_ready"))
     except (httpx.HTTPError, ValueError, AttributeError):

@@ -4,6 +4,7 @@ in use, a local model file that cannot be served) said before anything starts.""
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import sys
@@ -12,19 +13,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from api.settings import ApiSettings
+from api.settings import is_loopback as api_is_loopback
 from parley_cli.probes import celery_ready, http_ok, port_in_use, redis_ok, retriever_at
 from parley_cli.processes import Component, UpError
-from services.llm import batch_defaults
+from services.llm import (
+    EmbeddedLLMError,
+    LLMSettings,
+    batch_defaults,
+    check_servable,
+    is_model_path,
+    read_gguf,
+)
 
 if TYPE_CHECKING:
     from parley_cli.up import UpSettings
-    from services.llm import LLMSettings
 
 
 def is_loopback(host: str) -> bool:
-    """Imported lazily from the gateway's settings so ``parley --help`` stays light."""
-    from api.settings import is_loopback as api_is_loopback
-
+    """The gateway's own loopback test (``api.settings``), under the name ``parley up`` uses."""
     return api_is_loopback(host)
 
 
@@ -57,9 +64,6 @@ def plan(
     redis_binary: str | None = None,
 ) -> Plan:
     """The components and their environments, from the settings; refuses what must not run."""
-    from api.settings import ApiSettings
-    from services.llm import LLMSettings
-
     api = ApiSettings()
     llm = LLMSettings()
     logs = settings.state_dir.resolve() / "logs"
@@ -67,6 +71,7 @@ def plan(
     key: str | None = None
     keys = dict(api.keys)
     if settings.keys == "generate":
+        # lazy: api.guards brings FastAPI and kombu (~140 ms); only a generated key needs it
         from api.guards import hash_key
 
         key = "pk_" + secrets.token_urlsafe(24)
@@ -108,8 +113,6 @@ def plan(
     api_env = dict(base)
     api_env["PARLEY_API_REDIS_URL"] = redis_url
     if key is not None:
-        import json
-
         api_env["PARLEY_API_KEYS"] = json.dumps(keys)
     api_url = f"http://{_client_host(settings.host)}:{settings.port}"
     argv = [*parley, "api", "--host", settings.host, "--port", str(settings.port)]
@@ -137,6 +140,7 @@ def plan(
             "worker", argv, "(Celery, no port)", worker_log, lambda: celery_ready(worker_log), worker_env
         )
     )
+    # lazy: the worker's settings import Celery (~100 ms); only `parley up` with a worker needs them
     from debate_worker.worker_settings import WorkerSettings
 
     worker = WorkerSettings()
@@ -217,11 +221,8 @@ def check_model_file(llm: LLMSettings) -> None:
     """A local GGUF (``PARLEY_LLM_EMBEDDED_MODEL=/path/model.gguf``) is checked here, before anything
     starts: a file that is missing, not a GGUF, not a chat model or too short a context stops
     ``parley up`` with the reason instead of an llm service that never turns healthy."""
-    from services.llm import EmbeddedLLMError, is_model_path
-
     if not is_model_path(llm.embedded_model):
         return
-    from services.llm import check_servable, read_gguf
 
     try:
         check_servable(read_gguf(Path(llm.embedded_model).expanduser()), n_ctx=llm.embedded_ctx)
