@@ -122,7 +122,9 @@ def eval_command(
             "settings (mallm.decision=majority); repeatable",
         ),
     ] = None,
-    primary: Annotated[str, typer.Option(help="accuracy for generative QA: em|contains|judge")] = "em",
+    primary: Annotated[
+        str, typer.Option(help="accuracy for generative QA: em|contains|strict_contains|judge")
+    ] = "em",
     judge: Annotated[
         bool, typer.Option("--judge", help="also grade QA answers with the LLM judge (C.1)")
     ] = False,

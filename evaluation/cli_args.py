@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from evaluation.scoring import PRIMARY_METRICS
 from services.llm import ALIASES, MODELS, LLMSettings
 
 
@@ -100,5 +101,5 @@ def check_choices(*, on_error: str, primary: str) -> None:
     """Refuse an ``--on-error`` or ``--primary`` outside its choices, naming the option, before any work."""
     if on_error not in ("skip", "fail"):
         raise typer.BadParameter("must be skip or fail", param_hint="--on-error")
-    if primary not in ("em", "contains", "judge"):
-        raise typer.BadParameter("must be em, contains or judge", param_hint="--primary")
+    if primary not in PRIMARY_METRICS:
+        raise typer.BadParameter(f"must be one of {', '.join(PRIMARY_METRICS)}", param_hint="--primary")

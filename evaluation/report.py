@@ -87,6 +87,10 @@ def run_metrics(
         "em": avg(s.em for s in scores),
         "f1": avg(s.f1 for s in scores),
         "contains": avg(s.contains for s in scores),
+        # Results scored before the strict contains existed carry none: no figure rather than a wrong one.
+        "strict_contains": avg(strict)
+        if (strict := [s.strict_contains for s in scores if s.strict_contains is not None])
+        else None,
         "judge_accuracy": avg(float(bool(j.verdict)) for j in judged) if judged else None,
         "judge_graded": len(judged),
         "judge_unparseable": sum(1 for j in judged if j.verdict is None),

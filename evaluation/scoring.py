@@ -2,13 +2,14 @@
 
 Every kind gets EM/F1/contains (they are cheap and make runs comparable across kinds); ``correct`` is
 the kind's own accuracy: the chosen primary metric for generative QA (EM by default, or contains, or
-the LLM judge), the label for FEVER, the option for multiple choice, Strict for KKS, and numeric
-equivalence for arithmetic (``math``: ``3/2``, ``1.5`` and ``1.5 m/s`` are one answer).
+the strict contains of ``evaluation.strict_contains``, or the LLM judge), the label for FEVER, the
+option for multiple choice, Strict for KKS, and numeric equivalence for arithmetic (``math``: ``3/2``,
+``1.5`` and ``1.5 m/s`` are one answer).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel
 
@@ -16,8 +17,10 @@ from evaluation import metrics
 from evaluation.equivalence import numeric_match
 from evaluation.items import Item
 from evaluation.kks import score_kks
+from evaluation.strict_contains import strict_contains
 
-PrimaryMetric = Literal["em", "contains", "judge"]
+PrimaryMetric = Literal["em", "contains", "strict_contains", "judge"]
+PRIMARY_METRICS: tuple[PrimaryMetric, ...] = get_args(PrimaryMetric)
 
 
 class Scores(BaseModel):
@@ -25,6 +28,8 @@ class Scores(BaseModel):
     f1: float
     contains: float
     correct: float
+    # Absent from results scored before the metric existed; ``score_answer`` always sets it.
+    strict_contains: float | None = None
     label: str | None = None
     choice: str | None = None
     strict: float | None = None
@@ -62,7 +67,11 @@ def score_answer(
         correct = contains
     else:
         correct = em
-    return Scores(em=em, f1=f1, contains=contains, correct=correct, judge=judge)
+    # Generative QA only: the other kinds have their own accuracy.
+    strict_hit = strict_contains(answer, gold, item.question)
+    if primary == "strict_contains":
+        correct = strict_hit
+    return Scores(em=em, f1=f1, contains=contains, strict_contains=strict_hit, correct=correct, judge=judge)
 
 
 def is_correct(item: Item, answer: str | None, primary: PrimaryMetric = "em") -> bool:
