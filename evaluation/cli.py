@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from evaluation.cli_args import check_choices, csv_list, default_prompt_style, parse_compare, parse_config
-from evaluation.cli_console import print_outcome, print_presets, print_suite, print_summary
+from evaluation.cli_console import print_outcome, print_presets, print_rescore, print_suite, print_summary
 from evaluation.judge import LLMJudge
 from evaluation.settings import EvalSettings
 from services.errors import ParleyError
@@ -123,8 +123,12 @@ def eval_command(
         ),
     ] = None,
     primary: Annotated[
-        str, typer.Option(help="accuracy for generative QA: em|contains|strict_contains|judge")
-    ] = "em",
+        str,
+        typer.Option(
+            help="accuracy for generative QA: strict_contains|em|contains|judge; with --report-only "
+            "--rescore, the metric the stored answers are scored again with"
+        ),
+    ] = "strict_contains",
     judge: Annotated[
         bool, typer.Option("--judge", help="also grade QA answers with the LLM judge (C.1)")
     ] = False,
@@ -143,6 +147,13 @@ def eval_command(
     fresh: Annotated[bool, typer.Option("--fresh", help="delete earlier results in --out first")] = False,
     report_only: Annotated[
         bool, typer.Option("--report-only", help="rebuild metrics, report and plots from --out; run nothing")
+    ] = False,
+    rescore: Annotated[
+        bool,
+        typer.Option(
+            "--rescore",
+            help="with --report-only: score the stored answers again with --primary (no model runs)",
+        ),
     ] = False,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip the PNG plots")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="no progress bars")] = False,
@@ -165,7 +176,12 @@ def eval_command(
     pairs = parse_compare(compare)
     samples = bootstrap_samples or settings.bootstrap_samples
     boot_seed = settings.bootstrap_seed if seed is None else seed
+    if rescore and not report_only:
+        hint = "--rescore"
+        raise typer.BadParameter("goes with --report-only (it rescores stored answers)", param_hint=hint)
     with errors_as_exit(console, out):
+        if rescore:
+            print_rescore(console, _rescore(out, primary))
         if report_only:
             if suite is not None:
                 print_suite(console, _suite_report_only(suite, out, samples, boot_seed, not no_plots), out)
@@ -339,6 +355,16 @@ def _suite_plan(
         return await run_suite(chosen, main, extra, harness_evaluate, plots=plots, **deps)
 
     return main, evaluate_fn
+
+
+def _rescore(out: Path, primary: str) -> Any:
+    # lazy: `parley --help` must not load the store and its models
+    from evaluation.rescore import rescore_workspace
+    from evaluation.store import Workspace, WorkspaceError
+
+    if not (out / "eval.json").exists():
+        raise WorkspaceError(f"{out} holds no evaluation (no eval.json)")
+    return rescore_workspace(Workspace(out), primary)  # type: ignore[arg-type]
 
 
 def _suite_report_only(name: str, out: Path, samples: int, seed: int, plots: bool) -> dict[str, Any]:

@@ -116,3 +116,19 @@ def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) ->
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def print_rescore(console: Any, rescore: Any) -> None:
+    """Each run's accuracy under the metric its answers were scored with and under the new one."""
+    table = Table(title=f"scored again: {rescore.before} → {rescore.after} (no model ran)")
+    for col in ("run", "answers", rescore.before, rescore.after, "credit changed"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for run in rescore.runs:
+        table.add_row(
+            run.label,
+            str(run.scored),
+            f"{run.correct_before:.1%}",
+            f"{run.correct_after:.1%}",
+            str(run.changed),
+        )
+    console.print(table)

@@ -27,7 +27,7 @@ from evaluation.report import build_report
 from evaluation.run_loop import EvalOptions, PoolSource, RunTally, judge_pass
 from evaluation.runner import run_in_process
 from evaluation.same_budget import budget_label, vote_config
-from evaluation.scoring import PrimaryMetric
+from evaluation.scoring import DEFAULT_PRIMARY, PrimaryMetric
 from evaluation.store import Manifest, RunSpec, Workspace, check_label
 from parley_client import AsyncParleyClient
 from services.knowledge import PoolBuilder
@@ -47,7 +47,7 @@ class EvalRequest:
     fmt: str = "auto"
     on_error: OnError = "skip"
     base_config: dict[str, Any] = field(default_factory=dict)
-    primary: PrimaryMetric = "em"
+    primary: PrimaryMetric = DEFAULT_PRIMARY
     compare: list[tuple[str, str]] = field(default_factory=list)
     fresh: bool = False
     concurrency: int = 1

@@ -15,7 +15,7 @@ from evaluation.items import Item
 from evaluation.judge import AnswerJudge, JudgeVerdict
 from evaluation.metrics import is_consistent
 from evaluation.progress import make_progress
-from evaluation.scoring import PrimaryMetric, score_answer
+from evaluation.scoring import DEFAULT_PRIMARY, PrimaryMetric, score_answer
 from evaluation.store import Invocation, ResultRecord, RunSpec, Workspace, now_iso
 
 PoolSource = Literal["file", "retriever"]
@@ -28,7 +28,7 @@ class EvalAborted(RuntimeError):
 @dataclass
 class EvalOptions:
     concurrency: int = 1
-    primary: PrimaryMetric = "em"
+    primary: PrimaryMetric = DEFAULT_PRIMARY
     max_consecutive_failures: int = 10
     progress: bool = True
     pool_source: PoolSource = "file"
@@ -82,7 +82,7 @@ def result_record(
     *,
     result: DebateResult | None = None,
     error: str | None = None,
-    primary: PrimaryMetric = "em",
+    primary: PrimaryMetric = DEFAULT_PRIMARY,
     judge: JudgeVerdict | None = None,
     attempt: int = 1,
 ) -> ResultRecord:

@@ -1,10 +1,10 @@
 """Score one answer against one item, by the item's kind.
 
 Every kind gets EM/F1/contains (they are cheap and make runs comparable across kinds); ``correct`` is
-the kind's own accuracy: the chosen primary metric for generative QA (EM by default, or contains, or
-the strict contains of ``evaluation.strict_contains``, or the LLM judge), the label for FEVER, the
-option for multiple choice, Strict for KKS, and numeric equivalence for arithmetic (``math``: ``3/2``,
-``1.5`` and ``1.5 m/s`` are one answer).
+the kind's own accuracy: the chosen primary metric for generative QA (the strict contains of
+``evaluation.strict_contains`` by default, or EM, or the plain contains, or the LLM judge), the label
+for FEVER, the option for multiple choice, Strict for KKS, and numeric equivalence for arithmetic
+(``math``: ``3/2``, ``1.5`` and ``1.5 m/s`` are one answer).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from evaluation.strict_contains import strict_contains
 
 PrimaryMetric = Literal["em", "contains", "strict_contains", "judge"]
 PRIMARY_METRICS: tuple[PrimaryMetric, ...] = get_args(PrimaryMetric)
+# Generative QA is scored by the strict contains unless a run asks otherwise: EM misses right answers
+# worded in a sentence, and the plain contains credits lists of candidates and echoes of the question.
+DEFAULT_PRIMARY: PrimaryMetric = "strict_contains"
 
 
 class Scores(BaseModel):
@@ -39,7 +42,7 @@ class Scores(BaseModel):
 
 
 def score_answer(
-    item: Item, answer: str | None, *, primary: PrimaryMetric = "em", judge: bool | None = None
+    item: Item, answer: str | None, *, primary: PrimaryMetric = DEFAULT_PRIMARY, judge: bool | None = None
 ) -> Scores:
     """All metrics for ``answer``; ``judge`` is the LLM judge's verdict when one was asked for."""
     gold = item.answers
@@ -74,7 +77,7 @@ def score_answer(
     return Scores(em=em, f1=f1, contains=contains, strict_contains=strict_hit, correct=correct, judge=judge)
 
 
-def is_correct(item: Item, answer: str | None, primary: PrimaryMetric = "em") -> bool:
+def is_correct(item: Item, answer: str | None, primary: PrimaryMetric = DEFAULT_PRIMARY) -> bool:
     """Rule-based correctness of an intermediate answer (per-round curves, Co2); the judge is not
     called for every round, so ``judge`` falls back to contains there."""
     rule: PrimaryMetric = "contains" if primary == "judge" else primary

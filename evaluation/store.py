@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -327,6 +327,11 @@ class Workspace:
         _append(self.results_path(record.run), record.model_dump(mode="json"))
         return record
 
+    def replace_results(self, label: str, records: Sequence[ResultRecord]) -> None:
+        """Rewrite a run's results file with ``records``, one line each (atomic: an interruption leaves
+        the old file whole)."""
+        _atomic_write(self.results_path(label), "".join(r.model_dump_json() + "\n" for r in records))
+
     def load_transcripts(self, label: str) -> dict[str, DebateResult]:
         out: dict[str, DebateResult] = {}
         for obj in _read_lines(self.transcripts_path(label)):
@@ -342,7 +347,7 @@ class Workspace:
         results = self.load_results(label)
         rank = {item_id: i for i, item_id in enumerate(order)}
         ordered = sorted(results.values(), key=lambda r: (rank.get(r.id, len(rank)), r.index))
-        _atomic_write(self.results_path(label), "".join(r.model_dump_json() + "\n" for r in ordered))
+        self.replace_results(label, ordered)
         path = self.transcripts_path(label)
         if path.exists():
             latest: dict[str, dict[str, Any]] = {}
