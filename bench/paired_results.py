@@ -3,7 +3,7 @@
 ``parley eval --compare`` pairs runs inside one folder; this pairs a run of one folder with a run of
 another (two models, two servers, a run before and after a change), on the questions both finished.
 Runs are named ``FOLDER:RUN`` (``RUN`` as in ``FOLDER/results/RUN.jsonl``). Reported per metric
-(contains, F1, exact match): both accuracies, B − A with the harness's paired bootstrap interval, and
+(strict contains, contains, F1, exact match): both accuracies, B − A with the harness's paired bootstrap interval, and
 on how many questions either answered better.
 
     .venv/bin/python -m bench.paired_results reports/evidence-pinned-slots:madke reports/evidence:madke \\
@@ -24,7 +24,7 @@ from typing import Any
 from evaluation.report import PairedMetric, compare_runs
 from evaluation.store import ResultRecord, Workspace
 
-METRICS: tuple[PairedMetric, ...] = ("contains", "f1", "em")
+METRICS: tuple[PairedMetric, ...] = ("strict_contains", "contains", "f1", "em")
 
 
 def load_run(spec: str) -> dict[str, ResultRecord]:

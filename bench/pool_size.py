@@ -15,7 +15,7 @@ evaluation that already exists (the evidence suite's, say) instead of running th
 protocol's configuration is then taken from that folder's run, so every size differs from it in
 ``k_wiki`` only. A reused folder is read, never written.
 
-Reported per protocol and size: accuracy (the evaluation's primary metric, ``contains`` by default) with
+Reported per protocol and size: accuracy (the evaluation's primary metric, ``strict_contains`` by default) with
 its 95 % bootstrap CI, the paired difference against the smallest size over the questions both finished
 (95 % CI; "may be noise" when it contains 0), tokens, calls and seconds per question and the mean number
 of pool items the agents saw, the share of pools that held a gold answer (a SQuAD-normalised alias
@@ -334,7 +334,9 @@ def main(argv: Sequence[str] | None = None, runner: Runner = _subprocess_runner)
     ap.add_argument("--sizes", default="5,10,15", help="pool sizes (k_wiki), comma-separated")
     ap.add_argument("--protocols", default="rag,madke", help="protocols that use the pool, comma-separated")
     ap.add_argument("--limit", type=int, default=200, help="the first N questions")
-    ap.add_argument("--primary", default="contains", help="accuracy metric: em|contains|judge")
+    ap.add_argument(
+        "--primary", default="strict_contains", help="accuracy metric: strict_contains|em|contains|judge"
+    )
     ap.add_argument("--concurrency", type=int, default=2, help="questions debated at once per evaluation")
     ap.add_argument(
         "--reuse", action="append", default=[], help="SIZE=FOLDER: that size's runs exist already"

@@ -2,9 +2,9 @@
 
 Reads the ``metrics.json`` that ``parley eval`` wrote for each model (see the README's "Choosing the
 embedded default" for the eval commands) and writes ``summary.md`` and ``accuracy.png`` under ``--out``:
-per run contains-accuracy, EM, F1, answer-shape shares, parse errors per role, valid selections,
-judge/rule agreement, calls, tokens and seconds per question; madke-robust minus each other run with
-its paired-bootstrap 95 % CI; and each style target with PASS/MISS. Where a folder holds a
+per run accuracy (the primary metric), contains, EM, F1, answer-shape shares, parse errors per role,
+valid selections, judge/rule agreement, calls, tokens and seconds per question; madke-robust minus each
+other run with its paired-bootstrap 95 % CI; and each style target with PASS/MISS. Where a folder holds a
 ``replay/replay.json`` from ``bench.final_step_replay``, the targets are also checked on the replayed
 final steps (recorded debates, current parser and summarizer).
 
@@ -111,9 +111,9 @@ def targets(model: str, runs: dict[str, dict[str, Any]]) -> list[tuple[str, str,
 
 def table(models: dict[str, dict[str, Any]]) -> list[str]:
     head = (
-        "| model | run | n ok | contains % | EM % | F1 % | bare-number % | example-copy % | placeholder % | "
-        "valid selections % | judge = rule % | parse errors (errors/records per role) | rounds | calls/q | "
-        "tokens/q | s/q |"
+        "| model | run | n ok | accuracy % | contains % | EM % | F1 % | bare-number % | example-copy % | "
+        "placeholder % | valid selections % | judge = rule % | parse errors (errors/records per role) | "
+        "rounds | calls/q | tokens/q | s/q |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for model, metrics in models.items():
@@ -129,8 +129,9 @@ def table(models: dict[str, dict[str, Any]]) -> list[str]:
                 f"{r['tokens_per_q']:.0f} | {r['seconds_per_q']:.1f}"
             )
             lines.append(
-                f"| {model} | {r['label']} | {r['ok']} | {pct(r['contains'])} | {pct(r['em'])} | "
-                f"{pct(r['f1'])} | {shapes} | {pct(sel)} | {pct(agree)} | {errors} | {cost} |"
+                f"| {model} | {r['label']} | {r['ok']} | {pct(r['accuracy'])} | {pct(r['contains'])} | "
+                f"{pct(r['em'])} | {pct(r['f1'])} | {shapes} | {pct(sel)} | {pct(agree)} | {errors} | "
+                f"{cost} |"
             )
     return lines
 
@@ -142,7 +143,7 @@ def plot(models: dict[str, dict[str, Any]], path: Path) -> None:
     for i, (model, metrics) in enumerate(models.items()):
         by_label = {r["label"]: r for r in metrics["runs"]}
         xs = [j + (i - (len(models) - 1) / 2) * width for j in range(len(labels))]
-        ys = [100 * (by_label[lab]["contains"] or 0.0) if lab in by_label else 0.0 for lab in labels]
+        ys = [100 * (by_label[lab]["accuracy"] or 0.0) if lab in by_label else 0.0 for lab in labels]
         bars = ax.bar(xs, ys, width, label=model)
         for bar, lab in zip(bars, labels, strict=True):
             n = by_label[lab]["ok"] if lab in by_label else 0
@@ -154,8 +155,9 @@ def plot(models: dict[str, dict[str, Any]], path: Path) -> None:
                 fontsize=7,
             )
     ax.set_xticks(range(len(labels)), labels, rotation=20)
-    ax.set_ylabel("contains-accuracy %")
-    ax.set_title("NQ-open dev: contains-accuracy by run and model")
+    metric = " / ".join(dict.fromkeys(m["primary"] for m in models.values()))
+    ax.set_ylabel(f"accuracy ({metric}) %")
+    ax.set_title(f"NQ-open dev: accuracy ({metric}) by run and model")
     ax.legend()
     save(fig, path)
 
@@ -218,7 +220,7 @@ def main() -> None:
                 )
     args.out.mkdir(parents=True, exist_ok=True)
     plot(models, args.out / "accuracy.png")
-    lines += ["", "![contains-accuracy by run and model](accuracy.png)", ""]
+    lines += ["", "![accuracy by run and model](accuracy.png)", ""]
     (args.out / "summary.md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
 

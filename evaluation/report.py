@@ -32,6 +32,7 @@ from evaluation.run_diagnostics import (
     unparseable_share,
 )
 from evaluation.scoring import PrimaryMetric
+from evaluation.strict_contains import strict_contains
 from evaluation.store import Invocation, Manifest, ResultRecord, RunSpec, Workspace
 
 
@@ -131,7 +132,17 @@ def run_metrics(
 
 
 # The per-question scores two runs can be paired on (every result has each of them).
-PairedMetric = Literal["correct", "contains", "f1", "em"]
+PairedMetric = Literal["correct", "strict_contains", "contains", "f1", "em"]
+
+
+def paired_score(rec: ResultRecord, metric: PairedMetric) -> float:
+    """One finished result's score on ``metric``; a result scored before the strict contains existed
+    gets it from its stored answer (the same function of answer, golds and question)."""
+    assert rec.scores is not None
+    value = getattr(rec.scores, metric)
+    if value is None and metric == "strict_contains":
+        value = strict_contains(rec.answer, rec.gold, rec.question)
+    return float(value)
 
 
 def compare_runs(
@@ -146,17 +157,17 @@ def compare_runs(
 ) -> dict[str, Any]:
     """Paired bootstrap 95% CI of accuracy(b) − accuracy(a) over items finished in both runs, and how
     many of those items each run answered better (the discordant pairs the difference comes from).
-    ``metric``: the score compared (``correct``, the primary metric, by default; ``contains``, ``f1``
-    or ``em``)."""
+    ``metric``: the score compared (``correct``, the primary metric, by default; ``strict_contains``,
+    ``contains``, ``f1`` or ``em``)."""
     ra, rb = results.get(a, {}), results.get(b, {})
     va: list[float] = []
     vb: list[float] = []
     for i in order:
-        sa = ra[i].scores if i in ra and ra[i].status == "ok" else None
-        sb = rb[i].scores if i in rb and rb[i].status == "ok" else None
+        sa = ra[i] if i in ra and ra[i].status == "ok" and ra[i].scores is not None else None
+        sb = rb[i] if i in rb and rb[i].status == "ok" and rb[i].scores is not None else None
         if sa is not None and sb is not None:
-            va.append(getattr(sa, metric))
-            vb.append(getattr(sb, metric))
+            va.append(paired_score(sa, metric))
+            vb.append(paired_score(sb, metric))
     ci = metrics.paired_bootstrap(va, vb, samples=samples, seed=seed)
     return {
         "a": a,

@@ -4,8 +4,9 @@
     .venv/bin/python scripts/model_figures.py --check    # exit 1 when the file differs from the reports
 
 For each measured run a model names (``{"run": "madke", "report": "reports/evidence"}``) it reads
-``<report>/results/<run>.jsonl`` and keeps the questions that finished: their number, the mean
-contains-accuracy with the evaluation harness's percentile bootstrap 95 % CI (10,000 resamples, seed 0)
+``<report>/results/<run>.jsonl`` and keeps the questions that finished: their number, the mean accuracy
+under the report's primary metric (``eval.json``; each result's ``scores.correct``) with the evaluation
+harness's percentile bootstrap 95 % CI (10,000 resamples, seed 0)
 and the mean wall seconds of one debate (each item's own ``seconds``: a debate's time, however many ran
 at once beside it). tests/services/llm/test_registry.py runs the same check.
 """
@@ -24,7 +25,7 @@ SAMPLES, SEED = 10_000, 0
 
 
 def figures(report: str, run: str) -> dict[str, Any]:
-    """What one run's stored results say: questions, contains with its CI, seconds per debate."""
+    """What one run's stored results say: questions, accuracy with its CI, seconds per debate."""
     sys.path.insert(0, str(ROOT))
     from evaluation.suite_report import accuracy_ci
 
@@ -33,13 +34,15 @@ def figures(report: str, run: str) -> dict[str, Any]:
     done = [r for r in rows if r["status"] == "ok"]
     if not done:
         raise SystemExit(f"{path}: no finished question")
-    scores = [float(r["scores"]["contains"]) for r in done]
-    contains, low, high = accuracy_ci(scores, samples=SAMPLES, seed=SEED)
-    assert contains is not None
+    metric = json.loads((ROOT / report / "eval.json").read_text(encoding="utf-8"))["primary"]
+    scores = [float(r["scores"]["correct"]) for r in done]
+    accuracy, low, high = accuracy_ci(scores, samples=SAMPLES, seed=SEED)
+    assert accuracy is not None
     return {
         "questions": len(done),
-        "contains": round(contains, 4),
-        "contains_ci": [round(low, 4), round(high, 4)],
+        "metric": metric,
+        "accuracy": round(accuracy, 4),
+        "accuracy_ci": [round(low, 4), round(high, 4)],
         "seconds_per_debate": round(sum(float(r["seconds"]) for r in done) / len(done), 1),
     }
 

@@ -65,13 +65,14 @@ def models(ctx: typer.Context) -> None:
             typer.echo(f"    not installed: `{model.install}` adds it")
         if model.measured:
             typer.echo(
-                f"    measured on {DEV_SET} (robust prompts, contains-accuracy with its 95 % CI, "
-                "seconds per debate, 2 CPU cores):"
+                f"    measured on {DEV_SET} (robust prompts, accuracy with its 95 % CI, seconds per "
+                "debate, 2 CPU cores):"
             )
             for m in model.measured:
-                low, high = m.contains_ci
+                low, high = m.accuracy_ci
                 typer.echo(
-                    f"      {m.run:<17} {100 * m.contains:5.1f} % [{100 * low:.1f}, {100 * high:.1f}] on "
+                    f"      {m.run:<17} {100 * m.accuracy:5.1f} % [{100 * low:.1f}, {100 * high:.1f}] "
+                    f"{m.metric} on "
                     f"{m.questions} questions, {m.seconds_per_debate:5.1f} s per debate  ({m.source})"
                 )
         else:

@@ -45,8 +45,9 @@ class Measurement:
     run: str  # the evaluation's run label (the protocol, or e.g. the budget-matched vote)
     report: str  # the report folder
     questions: int
-    contains: float  # contains-accuracy, 0..1
-    contains_ci: tuple[float, float]  # percentile bootstrap 95 % CI
+    metric: str  # the report's primary metric (``strict_contains``, …): what ``accuracy`` measures
+    accuracy: float  # 0..1
+    accuracy_ci: tuple[float, float]  # percentile bootstrap 95 % CI
     seconds_per_debate: float  # mean wall time of one debate, whatever ran beside it
 
     @property

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.unit
 N = 30
 
 
-def write_folder(root: Path, *, size: int, runs: dict[str, list[float]], primary: str = "contains") -> None:
+def write_folder(root: Path, *, size: int, runs: dict[str, list[float]], primary: str = "strict_contains") -> None:
     """An evaluation folder as ``parley eval`` leaves it: manifest, items, one results file per run."""
     ws = Workspace(root)
     specs = [
@@ -49,7 +49,7 @@ def write_folder(root: Path, *, size: int, runs: dict[str, list[float]], primary
                     status="ok",
                     question=f"question {i}",
                     gold=["x"],
-                    scores=Scores(em=v, f1=v, contains=v, correct=v),
+                    scores=Scores(em=v, f1=v, contains=v, strict_contains=v, correct=v),
                     prompt_tokens=100 * size,
                     completion_tokens=10,
                     seconds=2.0,
@@ -148,8 +148,8 @@ def test_the_study_runs_what_is_missing_like_the_reused_run_and_reports_paired_c
 @pytest.mark.parametrize(
     ("reuse_size", "primary", "says"),
     [
-        (10, "contains", "used k_wiki 5, not 10"),
-        (5, "em", "measured contains, this study em"),
+        (10, "strict_contains", "used k_wiki 5, not 10"),
+        (5, "em", "measured strict_contains, this study em"),
     ],
 )
 def test_a_reused_folder_that_does_not_fit_is_refused_before_anything_runs(

@@ -83,7 +83,8 @@ def test_models_are_named_for_what_they_are_with_their_provenance() -> None:
 @pytest.mark.unit
 def test_the_measured_figures_are_those_of_the_report_folders_they_name() -> None:
     """`parley models` shows each model's dev-set figures: they must be what the named run's results
-    hold (questions finished, mean contains and its bootstrap CI, seconds per debate), as
+    hold (questions finished, the report's primary metric, its mean and bootstrap CI, seconds per
+    debate), as
     scripts/model_figures.py computes them, so a rerun that changes the results changes the registry."""
     root = Path(__file__).parents[3]
     checked = 0
@@ -93,14 +94,15 @@ def test_the_measured_figures_are_those_of_the_report_folders_they_name() -> Non
             done = [r for r in rows if r["status"] == "ok"]
             assert m.run == done[0]["run"], m
             assert m.questions == len(done), m
-            assert m.contains == pytest.approx(
-                sum(r["scores"]["contains"] for r in done) / len(done), abs=5e-4
+            assert m.metric == json.loads((root / m.report / "eval.json").read_text())["primary"]
+            assert m.accuracy == pytest.approx(
+                sum(r["scores"]["correct"] for r in done) / len(done), abs=5e-4
             )
             # One debate's own time, not the batch's wall time per question (two ran at once).
             assert m.seconds_per_debate == pytest.approx(
                 sum(r["seconds"] for r in done) / len(done), abs=0.05
             )
-            assert m.contains_ci[0] < m.contains < m.contains_ci[1], m
+            assert m.accuracy_ci[0] < m.accuracy < m.accuracy_ci[1], m
             checked += 1
     assert checked >= 3
     assert load_script("model_figures").main(["--check"]) == 0, (
@@ -230,7 +232,8 @@ def test_parley_models_lists_and_inspects(tmp_path: Path) -> None:
         assert name in listing.output
     figure = MODELS[DEFAULT_MODEL].measured[0]
     assert re.search(
-        rf"{figure.run} +{100 * figure.contains:.1f} % \[[0-9.]+, [0-9.]+\] on {figure.questions} questions, "
+        rf"{figure.run} +{100 * figure.accuracy:.1f} % \[[0-9.]+, [0-9.]+\] {figure.metric} on "
+        rf"{figure.questions} questions, "
         rf"+{figure.seconds_per_debate:.1f} s per debate",
         listing.output,
     )
