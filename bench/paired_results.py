@@ -3,8 +3,8 @@
 ``parley eval --compare`` pairs runs inside one folder; this pairs a run of one folder with a run of
 another (two models, two servers, a run before and after a change), on the questions both finished.
 Runs are named ``FOLDER:RUN`` (``RUN`` as in ``FOLDER/results/RUN.jsonl``). Reported per metric
-(strict contains, contains, F1, exact match): both accuracies, B − A with the harness's paired bootstrap interval, and
-on how many questions either answered better.
+(strict contains, contains, F1, exact match): both accuracies, B − A with the harness's paired bootstrap
+interval, and on how many questions either answered better.
 
     .venv/bin/python -m bench.paired_results reports/evidence-pinned-slots:madke reports/evidence:madke \\
         --out reports/evidence/paired-pinned-slots.md

@@ -15,13 +15,13 @@ evaluation that already exists (the evidence suite's, say) instead of running th
 protocol's configuration is then taken from that folder's run, so every size differs from it in
 ``k_wiki`` only. A reused folder is read, never written.
 
-Reported per protocol and size: accuracy (the evaluation's primary metric, ``strict_contains`` by default) with
-its 95 % bootstrap CI, the paired difference against the smallest size over the questions both finished
-(95 % CI; "may be noise" when it contains 0), tokens, calls and seconds per question and the mean number
-of pool items the agents saw, the share of pools that held a gold answer (a SQuAD-normalised alias
-occurs in a pool item: what the agents could have found) and the accuracy on those questions (how
-well the model reads what it was given). Writes ``pool_size.json``, ``pool_size.md``
-and ``pool_size.png``.
+Reported per protocol and size: accuracy (the evaluation's primary metric, ``strict_contains`` by
+default) with its 95 % bootstrap CI, the paired difference against the smallest size over the questions
+both finished (95 % CI; "may be noise" when it contains 0), tokens, calls and seconds per question and
+the mean number of pool items the agents saw, the share of pools that held a gold answer (a
+SQuAD-normalised alias occurs in a pool item: what the agents could have found) and the accuracy on
+those questions (how well the model reads what it was given). Writes ``pool_size.json``,
+``pool_size.md`` and ``pool_size.png``.
 """
 
 from __future__ import annotations

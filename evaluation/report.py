@@ -32,8 +32,8 @@ from evaluation.run_diagnostics import (
     unparseable_share,
 )
 from evaluation.scoring import PrimaryMetric
-from evaluation.strict_contains import strict_contains
 from evaluation.store import Invocation, Manifest, ResultRecord, RunSpec, Workspace
+from evaluation.strict_contains import strict_contains
 
 
 def questions_per_hour(invocations: Sequence[Invocation]) -> float | None:

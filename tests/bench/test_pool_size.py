@@ -23,7 +23,9 @@ pytestmark = pytest.mark.unit
 N = 30
 
 
-def write_folder(root: Path, *, size: int, runs: dict[str, list[float]], primary: str = "strict_contains") -> None:
+def write_folder(
+    root: Path, *, size: int, runs: dict[str, list[float]], primary: str = "strict_contains"
+) -> None:
     """An evaluation folder as ``parley eval`` leaves it: manifest, items, one results file per run."""
     ws = Workspace(root)
     specs = [
