@@ -102,6 +102,36 @@ class AgentSpec(BaseModel):
         return self
 
 
+class DebateSearchSettings(BaseModel):
+    """Searches during the debate (``engine.pool_search``): after a round that did not end the debate,
+    each debater may write one search, whose new items join the shared pool every agent selects from.
+
+    Bounded per debate: searches per agent, items one search adds, the pool's size in all. Each search
+    is one LLM call charged to the debate's budget and one retrieval; a retriever that cannot be
+    reached ends the searching, never the debate."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    per_agent: int = Field(
+        default=0, ge=0, le=5, description="searches each debater may write during the debate; 0 = none"
+    )
+    items_per_search: int = Field(
+        default=3, ge=1, le=10, description="most new items one search adds to the pool"
+    )
+    max_pool_items: int = Field(
+        default=20, ge=1, le=60, description="the shared pool grows to at most this many items"
+    )
+    before_first_round: bool = Field(
+        default=False,
+        description="a debater whose first selection finds nothing it can use searches before it "
+        "speaks (one of its searches)",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.per_agent > 0
+
+
 class DebateConfig(BaseModel):
     """Everything that decides how a question is debated. Defaults are the MADKE paper's (§4.4)."""
 
@@ -123,6 +153,10 @@ class DebateConfig(BaseModel):
         "= the question followed by two or three sentences the debate's model writes first (one more "
         "LLM call, role 'search', charged to the debate; none is written when the pool has no Wikipedia "
         "items: knowledge web or none, k_wiki 0)",
+    )
+    debate_search: DebateSearchSettings = Field(
+        default_factory=DebateSearchSettings,
+        description="searches the debaters write during the debate when the pool lacks what they need",
     )
     samples: int = Field(default=5, ge=1, le=20, description="self_consistency: reasoning paths sampled")
     prompt_style: PromptStyle = "paper"

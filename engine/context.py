@@ -12,7 +12,7 @@ import inspect
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.budget import (
     DEFAULT_REPLY_TOKENS,
@@ -28,6 +28,9 @@ from services.chat_model import ChatCompletion, ChatMessage, ChatModel, LateRepl
 from services.knowledge import KnowledgePool
 from services.observability.metrics import observe_late_settlement, observe_llm_call, observe_llm_error
 from services.observability.telemetry import RoundSpans
+
+if TYPE_CHECKING:
+    from engine.pool_search import DebateSearches
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
 
@@ -113,6 +116,8 @@ class DebateContext:
         self._order: dict[int, int] = {id(r): i for i, r in enumerate(self.transcript)}
         # Trace spans per round (no-ops unless tracing is configured), under the caller's span.
         self._spans = RoundSpans()
+        # The debate's searches (``engine.pool_search``), set by ``run_debate``; None: none.
+        self.searches: DebateSearches | None = None
 
     async def emit(self, event: str, data: dict[str, Any]) -> None:
         if event == "round.completed":

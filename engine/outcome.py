@@ -47,7 +47,12 @@ class ProtocolRun:
     async def checkpoint(self, ctx: DebateContext, round: int, state: Mapping[str, Any]) -> None:
         if self.on_checkpoint is not None:
             await self.on_checkpoint(
-                Checkpoint(round=round, transcript=list(ctx.transcript), state=dict(state))
+                Checkpoint(
+                    round=round,
+                    transcript=list(ctx.transcript),
+                    state=dict(state),
+                    pool_added=[it for it in ctx.pool.items if it.found_by is not None],
+                )
             )
 
 

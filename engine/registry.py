@@ -42,12 +42,15 @@ COMMON_SETTINGS = frozenset(
 )
 # How the pool is built (k_wiki, k_web, search_query) is a setting of every protocol that reads one.
 POOL_SETTINGS = frozenset({"knowledge", "k_wiki", "k_web", "search_query"})
-KNOWLEDGE_SETTINGS = POOL_SETTINGS | {"selection", "max_selected"}
+# Protocols whose agents select from the pool each round may also search it during the debate.
+KNOWLEDGE_SETTINGS = POOL_SETTINGS | {"selection", "max_selected", "debate_search"}
 
 DEBATER, JUDGE, SUMMARIZER = "debater", "judge", "summarizer"  # the configured endpoints
 # Roles recorded before any protocol runs, for every protocol that reads a pool: "search" writes the
 # passage the pool is searched with (``search_query="passage"``), played by the debaters' endpoint.
 SEARCH_ROLE = "search"
+# The debater's call that writes a search during the debate (``engine.pool_search``).
+QUERY_ROLE = "query"
 PRE_DEBATE_ROLES = {SEARCH_ROLE: DEBATER}
 
 
@@ -104,7 +107,7 @@ class ProtocolSpec:
         return self.max_agents == 1
 
 
-_SELECT = {"select": DEBATER}
+_SELECT = {"select": DEBATER, QUERY_ROLE: DEBATER}
 
 
 def _baseline(

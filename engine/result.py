@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from services.knowledge import KnowledgePool
+from services.knowledge import KnowledgeItem, KnowledgePool
 
 
 class TranscriptRecord(BaseModel):
@@ -74,3 +74,6 @@ class Checkpoint(BaseModel):
     round: int
     transcript: list[TranscriptRecord]
     state: dict[str, Any] = Field(default_factory=dict)
+    pool_added: list[KnowledgeItem] = Field(
+        default_factory=list, description="items the debaters' searches added to the pool so far"
+    )

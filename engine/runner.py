@@ -16,9 +16,10 @@ from engine.context import (
 )
 from engine.models import with_team
 from engine.outcome import CheckpointSink, Outcome, ProtocolRun
+from engine.pool_search import DebateSearches
 from engine.registry import SEARCH_ROLE, spec_for
 from engine.result import Checkpoint, DebateResult, TranscriptRecord
-from services.knowledge import KnowledgePool, empty_pool
+from services.knowledge import KnowledgePool, PoolBuilder, empty_pool
 
 # How long a stopped debate waits for its calls in flight to end so they are charged what they served;
 # below the worker's lease (15 s by default), so a worker handing a job back still holds it meanwhile.
@@ -45,6 +46,7 @@ async def run_debate(
     on_usage: UsageSink | None = None,
     spent: Spend | None = None,
     search: TranscriptRecord | None = None,
+    searcher: PoolBuilder | None = None,
 ) -> DebateResult:
     """Debate ``question`` over ``pool`` with ``config.protocol`` and return the full record.
 
@@ -56,10 +58,17 @@ async def run_debate(
     searched with (``engine.search_passage``): the transcript starts with it, and the usage and the
     budget count it; a resumed debate's checkpoint holds it already, so it is taken only without one.
     A ``Question`` (validated where it entered) is taken as it is; a plain ``str`` is validated here.
+    ``searcher`` is the retrieval the pool was built with, for the searches the debaters write during
+    the debate (``config.debate_search``; ``engine.pool_search``); a resumed debate's checkpoint holds
+    the items they added so far.
     """
     question = as_question(question)
     started = time.perf_counter()
     used_pool = pool_for(config, pool)
+    if resume is not None and resume.pool_added:
+        used_pool = used_pool.model_copy(update={"items": [*used_pool.items, *resume.pool_added]})
+    # The debate's own warnings list: a pool shared by several debates (an evaluation's) stays as it was.
+    used_pool = used_pool.model_copy(update={"warnings": list(used_pool.warnings)})
     ctx = DebateContext(
         question,
         used_pool,
@@ -70,6 +79,8 @@ async def run_debate(
         on_usage=on_usage,
         spent=spent,
     )
+    if config.debate_search.enabled:
+        ctx.searches = DebateSearches.resumed(searcher, config.k_wiki, config.k_web, ctx.transcript)
     # Set-up every protocol shares, done once here so no protocol can skip it.
     require_gold(config, gold)
     ctx.models = with_team(ctx.models, config.team)
@@ -90,7 +101,7 @@ async def run_debate(
         answer_source=outcome.answer_source,
         rounds=outcome.rounds,
         consensus=outcome.consensus,
-        pool=used_pool,
+        pool=ctx.pool,
         transcript=_search_first(ctx.ordered_transcript()),
         usage=usage,
         usage_by_role=by_role,

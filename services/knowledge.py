@@ -13,6 +13,14 @@ from pydantic import BaseModel, Field
 KnowledgeSource = Literal["wikipedia", "web"]
 
 
+class SearchProvenance(BaseModel):
+    """Who added an item to a pool during a debate, when, and with what search."""
+
+    agent: int = Field(ge=0, description="0-based agent whose search found the item")
+    round: int = Field(ge=0, description="the round after which it searched (0: before the first)")
+    query: str = Field(description="the search the agent wrote")
+
+
 class KnowledgeItem(BaseModel):
     n: int = Field(ge=1, description="1-based number shown to agents")
     source: KnowledgeSource
@@ -20,6 +28,9 @@ class KnowledgeItem(BaseModel):
     text: str
     url: str | None = None
     score: float = 0.0
+    found_by: SearchProvenance | None = Field(
+        default=None, description="set on items a debater's search added during the debate"
+    )
 
 
 class KnowledgePool(BaseModel):
@@ -38,6 +49,11 @@ class KnowledgePool(BaseModel):
 
     def by_number(self) -> dict[int, KnowledgeItem]:
         return {it.n: it for it in self.items}
+
+    @property
+    def first_items(self) -> list[KnowledgeItem]:
+        """The items the pool held before the debate (none added by a debater's search)."""
+        return [it for it in self.items if it.found_by is None]
 
     def limited(self, k_wiki: int, k_web: int) -> KnowledgePool:
         """The first ``k_wiki`` Wikipedia and ``k_web`` web items, renumbered from 1 (wiki first).

@@ -47,6 +47,7 @@ NON_DEFAULT: dict[str, Any] = {
     "mallm": {"decision": "unanimity"},
     "budget_calls": 10,
     "budget_tokens": 1000,
+    "debate_search": {"per_agent": 1},
 }
 
 

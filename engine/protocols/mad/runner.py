@@ -16,6 +16,7 @@ from typing import Any
 from engine.answers import answers_agree
 from engine.context import DebateContext
 from engine.outcome import Outcome, ProtocolRun
+from engine.pool_search import search_after_round, search_before_first
 from engine.prompts import get_prompts
 from engine.protocols.common import answer_parser, call_with_reasks, select_knowledge
 from engine.protocols.mad import prompts_for
@@ -47,6 +48,8 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     async def debater(r: int, side: str, agent: int, user_for: Any, turns: list[list[str]]) -> Any:
         previous = turns[-1][1] if turns else None
         knowledge = await select_knowledge(ctx, style, r, agent, previous)
+        if r == 1 and not knowledge and await search_before_first(ctx, agent):
+            knowledge = await select_knowledge(ctx, style, r, agent, previous)
         user = user_for(knowledge)
         record = await ctx.call(
             round=r,
@@ -119,6 +122,8 @@ async def run_mad(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         )
         ended = bool(verdict_state["preference"]) and settings.adaptive_break
         await ctx.emit("round.completed", {"round": r, "answers": answers[-1], "consensus": ended})
+        if not ended and r < cfg.rounds:
+            await search_after_round(ctx, r, answers[-1])
         await run.checkpoint(
             ctx,
             r,

@@ -15,6 +15,7 @@ from engine.answers import answers_agree, majority_vote
 from engine.context import DebateContext
 from engine.outcome import Outcome, ProtocolRun
 from engine.parsing import parse_verdict_json
+from engine.pool_search import search_after_round, search_before_first
 from engine.prompts import get_prompts
 from engine.protocols.common import (
     answer_parser,
@@ -117,6 +118,8 @@ async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     async def speak(r: int, i: int) -> TranscriptRecord:
         previous = responses[-1][i] if r > 1 else None
         knowledge = await select_knowledge(ctx, style, r, i, previous)
+        if r == 1 and not knowledge and await search_before_first(ctx, i):
+            knowledge = await select_knowledge(ctx, style, r, i, previous)
         if r == 1:
             messages = prompts.simultaneous(ctx.question, knowledge)
         else:
@@ -149,6 +152,8 @@ async def run_madke(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         answers.append([rec.answer for rec in records])
         consensus = await judge_round(ctx, prompts, r, responses[-1], answers[-1])
         await ctx.emit("round.completed", {"round": r, "answers": answers[-1], "consensus": consensus})
+        if not consensus and r < cfg.rounds:
+            await search_after_round(ctx, r, answers[-1])
         await run.checkpoint(ctx, r, {"responses": responses, "answers": answers, "consensus": consensus})
     answer, source = await final_answer(ctx, prompts, r, responses[-1], answers[-1])
     return Outcome(

@@ -25,6 +25,7 @@ from typing import Any
 from engine.answers import majority_vote, normalize_answer
 from engine.context import DebateContext
 from engine.outcome import Outcome, ProtocolRun
+from engine.pool_search import search_after_round, search_before_first
 from engine.prompts import get_prompts
 from engine.protocols.common import (
     AnswerReader,
@@ -133,6 +134,9 @@ class MallmDebate:
             await self.ctx.emit(
                 "round.completed", {"round": t, "answers": answers_now, "consensus": self.decided is not None}
             )
+            if self.decided is None and t < self.cfg.rounds:
+                latest = [(self.latest(i) or {}).get("answer") for i in range(self.cfg.agents)]
+                await search_after_round(self.ctx, t, latest)
             await self.run_info.checkpoint(self.ctx, t, self.state())
         return self.outcome(t)
 
@@ -216,6 +220,8 @@ class MallmDebate:
         ctx, cfg = self.ctx, self.cfg
         own = self.latest(i)
         knowledge = await select_knowledge(ctx, self.style, t, i, own["text"] if own else None)
+        if t == 1 and not knowledge and await search_before_first(ctx, i):
+            knowledge = await select_knowledge(ctx, self.style, t, i, None)
         return await ctx.call(
             round=t,
             role="debater",

@@ -13,6 +13,7 @@ import functools
 from engine.answers import answers_agree, majority_vote
 from engine.context import DebateContext
 from engine.outcome import Outcome, ProtocolRun
+from engine.pool_search import search_after_round, search_before_first
 from engine.prompts import get_prompts
 from engine.protocols.common import (
     answer_parser,
@@ -63,6 +64,8 @@ async def run_society(ctx: DebateContext, run: ProtocolRun) -> Outcome:
     async def speak(r: int, i: int) -> TranscriptRecord:
         own = [h[i] for h in responses]
         knowledge = await select_knowledge(ctx, style, r, i, own[-1] if own else None)
+        if r == 1 and not knowledge and await search_before_first(ctx, i):
+            knowledge = await select_knowledge(ctx, style, r, i, None)
         others_by_round = [
             views_for(ctx, run, i, k + 1, responses[k], answers[k], confidences[k])
             for k in range(len(responses))
@@ -102,6 +105,8 @@ async def run_society(ctx: DebateContext, run: ProtocolRun) -> Outcome:
         await ctx.emit(
             "round.completed", {"round": r, "answers": answers[-1], "consensus": answers_agree(answers[-1])}
         )
+        if r < cfg.rounds:
+            await search_after_round(ctx, r, answers[-1])
         await run.checkpoint(ctx, r, {"responses": responses, "answers": answers, "confidences": confidences})
     final = answers[-1] if answers else []
     answer, votes = majority_vote(final)

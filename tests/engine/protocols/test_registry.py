@@ -51,8 +51,9 @@ def test_derived_sets() -> None:
         "vote",
         "extract",
         "search",  # the search passage, written before any protocol runs (registry.PRE_DEBATE_ROLES)
+        "query",  # a search a debater writes during the debate (engine.pool_search)
     }
-    assert registry.role_endpoints()["search"] == registry.DEBATER
+    assert registry.role_endpoints()["search"] == registry.DEBATER == registry.role_endpoints()["query"]
     assert DebateConfig(protocol="kks", knowledge="all").needs_pool is False
     assert DebateConfig(protocol="rag").needs_pool is True
 
