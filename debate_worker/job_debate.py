@@ -29,6 +29,29 @@ from services.observability.metrics import observe_debate
 log = logging.getLogger("parley.worker")
 
 
+class _JobSearches:
+    """The retrieval a job's debaters search with during the debate (``DebateConfig.debate_search``):
+    the worker's retriever client, one per search, bounded by the pool timeout. Its errors reach the
+    engine, which ends the searching with a note and goes on with the pool it has."""
+
+    def __init__(self, runtime: WorkerRuntime) -> None:
+        self.rt = runtime
+
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, search_text: str | None = None
+    ) -> KnowledgePool:
+        builder = self.rt.pool_builder()
+        try:
+            async with asyncio.timeout(self.rt.settings.pool_timeout_s):
+                with telemetry.span("parley.pool_search", k_wiki=k_wiki):
+                    return await builder.build_pool(
+                        question, k_wiki=k_wiki, k_web=k_web, search_text=search_text
+                    )
+        finally:
+            with contextlib.suppress(Exception):
+                await builder.aclose()
+
+
 class JobDebate:
     """Runs a job's debate (its lease held, its status ``retrieving``) to ``completed``; cancellation
     by the user surfaces as ``JobCancelled``, a missing retriever as ``PoolUnavailable``."""
@@ -89,6 +112,8 @@ class JobDebate:
                 on_usage=on_usage,
                 spent=Spend(spent_tokens, 0, spent_calls),
                 search=search,
+                # A pool the client brought is the knowledge it chose: its debate searches nothing.
+                searcher=_JobSearches(self.rt) if job.pool is None else None,
             )
         finally:
             await models.aclose()

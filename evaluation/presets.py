@@ -87,6 +87,27 @@ MADKE = Preset(
     ),
 )
 
+# Parley's own setting, not a paper's: MADKE whose debaters search again during the debate when the pool
+# lacks what they need (engine/pool_search.py). Later work on debate (Tool-MAD, 2026) retrieves at every
+# round with agent-specific queries; none of the compared frameworks lets agents grow a shared pool.
+MADKE_SEARCH = Preset(
+    name="madke-search",
+    paper="MADKE with searches during the debate (Parley)",
+    source="MADKE §4.4's setting (the madke preset) plus debate_search: after each round that did not "
+    "end the debate, each debater may write one search whose new items join the shared pool",
+    summary="MADKE (2 debaters, up to 3 rounds, selection of ≤3 items) whose debaters each search once "
+    "during the debate, adding up to 3 new items to the shared pool",
+    config={
+        **MADKE.config,
+        "debate_search": {"per_agent": 1, "items_per_search": 3, "max_pool_items": 20},
+    },
+    primary="strict_contains",
+    metric="strict contains; answer-in-pool of the first and the final pool",
+    benchmarks=("nq",),
+    baselines=("madke", "rag", "single"),
+    deviations=("not a paper's setting: no published figure to compare with",),
+)
+
 MAD_CIAR = Preset(
     name="mad-ciar",
     paper="Liang et al., MAD (divergent thinking through multi-agent debate)",
@@ -210,7 +231,8 @@ def mallm_preset(decision: MallmDecision) -> Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    p.name: p for p in (MADKE, MAD_CIAR, KKS_WU, *(mallm_preset(d) for d in MALLM_DECISIONS), MADC)
+    p.name: p
+    for p in (MADKE, MADKE_SEARCH, MAD_CIAR, KKS_WU, *(mallm_preset(d) for d in MALLM_DECISIONS), MADC)
 }
 
 
@@ -229,7 +251,9 @@ def honoured_fields(protocol: str) -> frozenset[str] | None:
     return None
 
 
-KNOWLEDGE_FIELDS = frozenset({"knowledge", "selection", "max_selected", "k_wiki", "k_web", "search_query"})
+KNOWLEDGE_FIELDS = frozenset(
+    {"knowledge", "selection", "max_selected", "k_wiki", "k_web", "search_query", "debate_search"}
+)
 KNOWLEDGE_BASELINES = frozenset({"rag", "madke"})
 
 
@@ -237,7 +261,9 @@ def shared_settings(config: dict[str, Any], protocol: str) -> dict[str, Any]:
     """The part of a preset's configuration another protocol (a baseline run next to the preset's)
     can take: the same temperature, prompt style, knowledge and agents, minus what it does not use."""
     honoured = honoured_fields(protocol)
-    out = {k: v for k, v in config.items() if k != "protocol"}
+    # The searches during the debate are what a preset like madke-search compares against its
+    # baselines: a baseline (madke itself included) never inherits them.
+    out = {k: v for k, v in config.items() if k not in ("protocol", "debate_search")}
     if protocol not in KNOWLEDGE_BASELINES:
         # The papers' baselines other than RAG answer without knowledge (MADKE Table 2's "MAD" is Du
         # et al.'s debate), so a baseline next to a knowledge preset does not inherit its pool.

@@ -17,6 +17,7 @@ from engine.result import DebateResult
 from evaluation import metrics, published
 from evaluation.items import Item
 from evaluation.plots import write_plots
+from evaluation.pool_growth import pool_growth
 from evaluation.presets import MADKE, PRESETS
 from evaluation.report_markdown import render_markdown
 from evaluation.run_diagnostics import (
@@ -114,6 +115,7 @@ def run_metrics(
         "unparseable": unparseable_share(rates),
         "selection": selection_stats(trans.values()),
         "selection_hits": selection_hits(trans, {r.id: r.gold for r in ok}),
+        "pool_growth": pool_growth(trans, {r.id: r.gold for r in ok}),
         "judge_rule": judge_rule_agreement(trans.values()),
         "accuracy_by_round": accuracy_by_round(by_id, trans, primary),
         "failures": [{"id": r.id, "error": r.error, "attempt": r.attempt} for r in failed],

@@ -99,6 +99,35 @@ def _diagnostic_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _pool_growth_lines(report: dict[str, Any]) -> list[str]:
+    """The searches during the debate, for the runs that made them (``evaluation.pool_growth``)."""
+    grown = [(r["label"], r["pool_growth"]) for r in report["runs"] if r.get("pool_growth")]
+    if not grown:
+        return []
+    lines = [
+        "",
+        "## Searches during the debate",
+        "",
+        "Answer in pool: a gold answer string in the pool's passages, the first pool (built before the "
+        "debate) and the final one (with what the debaters' searches added).",
+        "",
+        "| run | debates | searches/q | items added/q | answer in first pool % | answer in final pool % "
+        "| added items selected % | selected by another agent | added by source | search tokens/q "
+        "| retriever outages |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, g in grown:
+        sources = ", ".join(f"{k} {v}" for k, v in g["added_by_source"].items()) or "–"
+        lines.append(
+            f"| {label} | {g['debates']} | {fmt(g['searches_per_q'], digits=2)} "
+            f"| {fmt(g['items_added_per_q'], digits=2)} | {fmt(g['answer_in_first_pool'], True)} "
+            f"| {fmt(g['answer_in_final_pool'], True)} | {fmt(g['added_items_selected'], True)} "
+            f"| {g['selections_of_added_by_other_agents']} | {sources} "
+            f"| {fmt(g['query_tokens_per_q'], digits=0)} | {g['debates_with_retriever_outage']} |"
+        )
+    return lines
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The human-readable report: results, comparisons with CIs, prompt diagnostics, failures."""
     lines = [
@@ -133,6 +162,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += _budget_lines(report)
     lines += _published_lines(report)
     lines += _comparison_lines(report)
+    lines += _pool_growth_lines(report)
     lines += _diagnostic_lines(report)
     if report.get("plots"):
         lines += ["", "## Plots", ""]

@@ -71,7 +71,9 @@ async def run_in_process(
         if spec.budget_of is not None:
             tallies.append(await run_same_budget(ws, items, spec, models, judge, opts))
             continue
-        tallies.append(await _run_one(ws, items, spec, models, built, needs_pool(spec), judge, opts, own))
+        tallies.append(
+            await _run_one(ws, items, spec, models, built, needs_pool(spec), judge, opts, own, pool_builder)
+        )
     return tallies
 
 
@@ -85,6 +87,7 @@ async def _run_one(
     judge: AnswerJudge | None,
     opts: EvalOptions,
     own: set[str] | None = None,
+    searcher: PoolBuilder | None = None,
 ) -> RunTally:
     config = DebateConfig.model_validate(spec.config)
     own_ids = own or set()
@@ -100,7 +103,16 @@ async def _run_one(
         # An item's own pool was not searched: no passage was written for it.
         search = searches.get(item.id) if uses_pool and item.id not in own_ids else None
         try:
-            result = await run_debate(item.question, pool, config, models, gold=item.answers, search=search)
+            result = await run_debate(
+                item.question,
+                pool,
+                config,
+                models,
+                gold=item.answers,
+                search=search,
+                # The debaters search what the pool was built from; a dataset's own pool is not searched.
+                searcher=searcher if uses_pool and item.id not in own_ids else None,
+            )
             return result, None, {}
         except Exception as exc:  # recorded with its reason and retried on resume
             return None, describe_error(exc), {}

@@ -23,7 +23,7 @@ from engine.config import DebateConfig, validate_question
 from engine.prompts import get_prompts
 from engine.result import DebateResult
 from engine.runner import run_debate
-from inprocess.local_debate import build_knowledge, llm_endpoint
+from inprocess.local_debate import build_knowledge, knowledge_source, llm_endpoint
 from services.errors import ParleyError
 from services.knowledge import KnowledgePool
 from services.llm import LLMSettings, build_role_models
@@ -48,8 +48,8 @@ class LiveView:
                 shown = ", ".join(f"[{n}]" for n in sel) if sel else "[No Found] / none"
                 note = f"  [yellow]({data['parse_error']})[/yellow]" if data.get("parse_error") else ""
                 self.console.print(f"  R{data['round']} {who} selects {shown}{note}")
-            elif role == "judge":
-                pass  # reported by judge.verdict
+            elif role in ("judge", "query"):
+                pass  # reported by judge.verdict and pool.search
             else:
                 label = {"summarizer": "Summarizer", "moderator": "Moderator"}.get(role, who or role)
                 note = f"  [yellow]({data['parse_error']})[/yellow]" if data.get("parse_error") else ""
@@ -60,6 +60,17 @@ class LiveView:
             verdict = "[green][Yes] consensus[/green]" if data["consensus"] else "[red][No] continue[/red]"
             detail = f"llm={data.get('llm')} rule={data.get('rule')}"
             self.console.print(f"  R{data['round']} Judge: {verdict}  [dim]({detail})[/dim]")
+        elif event == "pool.search":
+            if data.get("error"):
+                self.console.print(
+                    f"  R{data['round']} {who} searches [italic]{data['query']}[/italic]: "
+                    f"[yellow]retriever unreachable ({data['error']})[/yellow]"
+                )
+            else:
+                found = ", ".join(f"[{a['n']}] {a['title']}" for a in data.get("added", [])) or "nothing new"
+                self.console.print(
+                    f"  R{data['round']} {who} searches [italic]{data['query']}[/italic]: {found}"
+                )
         elif event == "round.completed":
             self.console.rule(f"round {data['round']} done", style="dim")
 
@@ -133,11 +144,14 @@ async def _run(
     with llm_endpoint(llm_settings, console) as served:
         models = build_role_models(llm_settings, served=served)
         try:
-            pool, search = await build_knowledge(question, config, models, console, view, status=True)
-            if live:
-                render_pool(console, pool)
-                console.rule(f"{config.protocol} · {config.agents} agents · ≤{config.rounds} rounds")
-            return await run_debate(question, pool, config, models, view, search=search)
+            async with knowledge_source(config, console) as builder:
+                pool, search = await build_knowledge(
+                    question, config, models, builder, console, view, status=True
+                )
+                if live:
+                    render_pool(console, pool)
+                    console.rule(f"{config.protocol} · {config.agents} agents · ≤{config.rounds} rounds")
+                return await run_debate(question, pool, config, models, view, search=search, searcher=builder)
         finally:
             await models.aclose()
 
@@ -178,6 +192,20 @@ def ask(
             "writes two or three sentences answering the question, searched after it; one more call)"
         ),
     ] = "question",
+    searches: Annotated[
+        int,
+        typer.Option(
+            help="searches each debater may write during the debate when the pool lacks what it needs "
+            "(0: none); the new items join the shared pool"
+        ),
+    ] = 0,
+    search_items: Annotated[int, typer.Option(help="most new items one search adds")] = 3,
+    search_first: Annotated[
+        bool,
+        typer.Option(
+            "--search-first", help="a debater whose first selection finds nothing searches before it speaks"
+        ),
+    ] = False,
     team: Annotated[
         str | None,
         typer.Option(
@@ -211,6 +239,17 @@ def ask(
                 "k_web": k_web,
                 "seed": seed,
                 "search_query": search_query,
+                **(
+                    {
+                        "debate_search": {
+                            "per_agent": searches,
+                            "items_per_search": search_items,
+                            "before_first_round": search_first,
+                        }
+                    }
+                    if searches
+                    else {}
+                ),
                 **({"team": json.loads(team)} if team else {}),
             }
         )

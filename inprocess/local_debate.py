@@ -72,10 +72,22 @@ async def pool_builder(console: Console) -> AsyncIterator[PoolBuilder]:
             close()
 
 
+@contextlib.asynccontextmanager
+async def knowledge_source(config: DebateConfig, console: Console) -> AsyncIterator[PoolBuilder | None]:
+    """The retrieval a debate builds its pool with and, with ``debate_search``, searches during the
+    debate: open for the whole debate; None when the protocol reads no pool."""
+    if not config.needs_pool:
+        yield None
+        return
+    async with pool_builder(console) as builder:
+        yield builder
+
+
 async def build_knowledge(
     question: str,
     config: DebateConfig,
     models: RoleModels,
+    builder: PoolBuilder | None,
     console: Console,
     on_event: EventSink | None = None,
     *,
@@ -83,18 +95,19 @@ async def build_knowledge(
 ) -> tuple[KnowledgePool, TranscriptRecord | None]:
     """The debate's pool and, with ``search_query="passage"``, the call that wrote the passage it was
     searched with (for ``run_debate(search=...)``, which counts it in the usage and the budget). A
-    passage that could not be written leaves the question alone searched, with a warning on the pool."""
-    if not config.needs_pool:
+    passage that could not be written leaves the question alone searched, with a warning on the pool.
+    ``builder`` is ``knowledge_source``'s (None: no pool)."""
+    if builder is None or not config.needs_pool:
         return empty_pool(question), None
+    source = builder
 
     async def build(search_text: str | None) -> KnowledgePool:
-        async with pool_builder(console) as builder:
-            with contextlib.ExitStack() as shown:
-                if status:
-                    shown.enter_context(console.status("Building the knowledge pool …"))
-                return await builder.build_pool(
-                    question, k_wiki=config.k_wiki, k_web=config.k_web, search_text=search_text
-                )
+        with contextlib.ExitStack() as shown:
+            if status:
+                shown.enter_context(console.status("Building the knowledge pool …"))
+            return await source.build_pool(
+                question, k_wiki=config.k_wiki, k_web=config.k_web, search_text=search_text
+            )
 
     return await prepare_knowledge(question, config, models, build, on_event=on_event)
 
@@ -120,7 +133,12 @@ class LocalDebater:
             self._served = self._stack.enter_context(llm_endpoint(self.llm_settings, self.console))
         models = build_role_models(self.llm_settings, served=self._served)
         try:
-            pool, search = await build_knowledge(question, config, models, self.console, on_event)
-            return await run_debate(question, pool, config, models, on_event, search=search)
+            async with knowledge_source(config, self.console) as builder:
+                pool, search = await build_knowledge(
+                    question, config, models, builder, self.console, on_event
+                )
+                return await run_debate(
+                    question, pool, config, models, on_event, search=search, searcher=builder
+                )
         finally:
             await models.aclose()
