@@ -426,6 +426,16 @@ def progress_text(event: str, data: dict[str, Any]) -> str | None:
         if role == "judge" or data.get("answer") is None:
             return None
         return f"Round {r}, {_who(data)} ({role}): {data.get('answer')}\n"
+    if event == "pool.search":
+        if data.get("error"):
+            return (
+                f"Round {r}, {_who(data)} searched for {data.get('query')!r}: the retriever could not be "
+                "reached; the debate goes on with the pool it has.\n"
+            )
+        added = (
+            ", ".join(f"[{a.get('n')}] {a.get('title')}" for a in data.get("added") or []) or "nothing new"
+        )
+        return f"Round {r}, {_who(data)} searched for {data.get('query')!r}: {added}.\n"
     if event == "judge.verdict":
         return f"Round {r}, judge: {'consensus' if data.get('consensus') else 'no consensus yet'}.\n"
     if event == "round.completed":

@@ -417,7 +417,7 @@
     }
 
     function roundOf(r) {
-      if (!state.rounds.has(r)) state.rounds.set(r, { agents: new Map(), judges: [], others: [], verdict: null, done: null });
+      if (!state.rounds.has(r)) state.rounds.set(r, { agents: new Map(), judges: [], others: [], searches: [], verdict: null, done: null });
       return state.rounds.get(r);
     }
 
@@ -445,11 +445,12 @@
             break;
           }
           if (ACTIVE.has(state.status)) state.status = "debating";
-          if (!data.round) {
+          if (!data.round && data.role !== "query") {
             state.finals.push(data);
             break;
           }
-          const round = roundOf(data.round);
+          // A search written before the first round (round 0) is shown with the first round.
+          const round = roundOf(data.round || 1);
           if (JUDGE_ROLES.has(data.role)) round.judges.push(data);
           else if (data.agent === null || data.agent === undefined) round.others.push(data);
           else {
@@ -457,6 +458,17 @@
             const agent = round.agents.get(data.agent);
             if (data.role === "select") agent.select = data;
             else agent.turns.push(data);
+          }
+          break;
+        }
+        case "pool.search": {
+          // A debater's search during the debate: its new items join the shared pool.
+          roundOf(data.round || 1).searches.push(data);
+          const known = new Set(state.pool.map((it) => it.n));
+          for (const item of data.added || []) {
+            if (!known.has(item.n)) {
+              state.pool.push({ ...item, text: "", found_by: { agent: data.agent, round: data.round, query: data.query } });
+            }
           }
           break;
         }
@@ -524,6 +536,9 @@
               agents.map((a) => el("span", { class: "pick", text: `A${a}` })),
             ),
             el("h4", {}, url ? el("a", { href: url, target: "_blank", rel: "noopener noreferrer", text: item.title }) : item.title),
+            item.found_by
+              ? el("p", { class: "found-by muted", text: `found by A${item.found_by.agent + 1}'s search after round ${item.found_by.round}: ${item.found_by.query}` })
+              : null,
             el("p", { class: "snippet", text: item.text }),
           );
         }),
@@ -591,6 +606,14 @@
               }),
             ),
             round.others.map((t) => callBox(t)),
+            round.searches.map((s) =>
+              el("div", { class: `pool-search${s.error ? " warning" : ""}`, dataset: { agent: s.agent } },
+                el("span", { class: "label", text: `Agent ${s.agent + 1} searched ` }),
+                el("em", { text: s.query }),
+                s.error
+                  ? el("span", { text: ` — retriever unreachable (${s.error}): the debate goes on with the pool it has` })
+                  : el("span", { text: (s.added || []).length ? ` — added ${(s.added || []).map((a) => `[${a.n}] ${a.title}`).join(", ")}` : " — nothing new" }),
+              )),
             round.judges.map((t) => el("div", { class: "judge" }, callBox(t))),
             verdict
               ? el("div", { class: `verdict ${verdict.consensus ? "yes" : "no"}`, text: `Judge (${verdict.mode}): LLM ${yn(verdict.llm)} · rule ${yn(verdict.rule)} → ${verdict.consensus ? "consensus, stop" : "no consensus, continue"}` })
@@ -685,7 +708,10 @@
       jsonLink.hidden = false;
       if (doc.result) {
         state.result = doc.result;
-        if (!state.pool.length && doc.result.pool) state.pool = doc.result.pool.items || [];
+        // The stored result's pool is the final one, with the items the debaters' searches added.
+        const items = (doc.result.pool && doc.result.pool.items) || [];
+        if (items.length >= state.pool.length) state.pool = items;
+        if (doc.result.pool && doc.result.pool.warnings) state.poolWarnings = doc.result.pool.warnings;
       }
       renderAll();
       renderRecords();

@@ -141,6 +141,14 @@ def test_progress_lines() -> None:
         progress_text("judge.verdict", {"round": 1, "consensus": False})
         == "Round 1, judge: no consensus yet.\n"
     )
+    found = {"round": 1, "agent": 0, "query": "river of Paris", "added": [{"n": 5, "title": "Seine"}]}
+    assert (
+        progress_text("pool.search", found) == "Round 1, agent 1 searched for 'river of Paris': [5] Seine.\n"
+    )
+    down = {"round": 2, "agent": 1, "query": "x", "added": [], "error": "ConnectError"}
+    assert "could not be reached; the debate goes on with the pool it has" in str(
+        progress_text("pool.search", down)
+    )
 
 
 def test_problems_become_openai_errors_with_the_same_status_and_headers() -> None:

@@ -115,7 +115,14 @@ def scripted_retriever_app() -> FastAPI:
 
     @app.post("/v1/pools", response_model=KnowledgePool)
     async def pools(body: dict[str, Any]) -> KnowledgePool:
-        return scripted_pool(str(body["question"]))
+        pool = scripted_pool(str(body["question"]))
+        if body.get("search_text"):
+            # A debater's search finds one passage the question's pool lacks.
+            found = KnowledgeItem(
+                n=5, source="wikipedia", title="Seine", text="The Seine flows through Paris to the sea."
+            )
+            pool.items.insert(2, found)
+        return pool
 
     return app
 
@@ -300,9 +307,14 @@ def set_field(driver: Any, form: str, name: str, value: str) -> None:
     )
 
 
-def script_debate(llm: ScriptedLLM, verdicts: list[str], answer: str = "Paris") -> None:
-    """MADKE in the paper's prompts: picks [1] and [2], answers ``answer``, the judge says ``verdicts``."""
+def script_debate(
+    llm: ScriptedLLM, verdicts: list[str], answer: str = "Paris", searches: list[str] | None = None
+) -> None:
+    """MADKE in the paper's prompts: picks [1] and [2], answers ``answer``, the judge says ``verdicts``;
+    ``searches`` are the debaters' searches during the debate, in the order they are asked."""
     llm.reset()
+    if searches is not None:
+        llm.on("write one search for it", searches)
     llm.on(SELECT, "The most helpful knowledge is [1] and [2].")
     llm.on(JUDGE, verdicts)
     llm.on(SUMMARY, f"All agents agree. The final answer is [{answer}].")
@@ -498,6 +510,26 @@ def test_open_a_finished_debate_from_the_list_and_by_id(
     page.find_element(By.CSS_SELECTOR, "#open-debate input").send_keys(job_id)
     page.find_element(By.CSS_SELECTOR, "#open-debate button").click()
     wait_for(page, lambda: text_of(page, "#final .final-answer") == "Paris", "the debate opened by id")
+
+
+def test_a_debaters_search_shows_on_the_pool_and_in_its_round(
+    page: Any, scripted: ScriptedLLM, alice: httpx.Client
+) -> None:
+    script_debate(scripted, ["[No]", "[Yes]"], searches=['{"search": "river of Paris"}', '{"search": ""}'])
+    config = {"rounds": 2, "sequential": True, "debate_search": {"per_agent": 1, "items_per_search": 1}}
+    job_id = alice.post(
+        "/v1/debates", json={"question": "Which river flows through Paris?", "config": config}
+    ).json()["job_id"]
+    job = wait_status(alice, job_id, {"completed"})
+    assert [it["title"] for it in job["result"]["pool"]["items"]][-1] == "Seine"
+    enter_key(page, KEY_A)
+    page.get(page.current_url.split("#")[0] + f"#/debate/{job_id}")
+    wait_for(page, lambda: count(page, "#pool .card") == 5, "the grown pool")
+    assert "found by A1's search after round 1: river of Paris" in text_of(
+        page, '#pool .card[data-n="5"] .found-by'
+    )
+    search = text_of(page, '.round[data-round="1"] .pool-search')
+    assert "Agent 1 searched" in search and "[5] Seine" in search
 
 
 def test_markup_from_the_model_and_the_web_renders_as_text(

@@ -69,6 +69,45 @@ def test_debate_uses_the_pool_built_by_the_retriever(
     assert "event: pool.ready" in events and '"items": ' in events
 
 
+def test_a_debaters_search_grows_the_pool_through_the_real_retriever(
+    knowledge_worker: WorkerProcess, alice: httpx.Client, scripted: ScriptedLLM
+) -> None:
+    """``debate_search`` through the gateway, the Celery worker and the retriever over HTTP: after a
+    round without consensus agent 1 searches, the retriever's new items join the pool with their
+    provenance, and the event stream says what was added."""
+    scripted.reset()
+    scripted.on(
+        "write one search for it",
+        ['{"search": "Leonardo da Vinci Italian polymath painter"}', '{"search": ""}'],
+    )
+    scripted.on(SELECT, "The most helpful knowledge is [1].")
+    scripted.on("respond with [Yes]", ["[No]", "[Yes]"])
+    scripted.on("summarize the final answer", "The final answer is [Leonardo da Vinci].")
+    scripted.on("Question:", "The answer is [Leonardo da Vinci].")
+    cfg = {
+        "knowledge": "wikipedia",
+        "k_wiki": 1,
+        "k_web": 0,
+        "sequential": True,
+        "debate_search": {"per_agent": 1, "items_per_search": 2},
+    }
+    job_id = alice.post("/v1/debates", json={"question": QUESTION, "config": cfg}).json()["job_id"]
+    job = wait_status(alice, job_id, {"completed", "failed"}, timeout_s=120)
+    assert job["status"] == "completed", job
+    items = job["result"]["pool"]["items"]
+    first = [it for it in items if it["found_by"] is None]
+    added = [it for it in items if it["found_by"] is not None]
+    assert len(first) == 1 and 1 <= len(added) <= 2
+    assert {it["title"] for it in added}.isdisjoint({first[0]["title"]})
+    assert all(
+        it["found_by"] == {"agent": 0, "round": 1, "query": "Leonardo da Vinci Italian polymath painter"}
+        for it in added
+    )
+    assert [it["n"] for it in items] == list(range(1, len(items) + 1))
+    events = alice.get(f"/v1/debates/{job_id}/events", timeout=30).text
+    assert "event: pool.search" in events and added[0]["title"] in events
+
+
 def test_openai_route_cites_the_wikipedia_pages_the_agents_selected(
     knowledge_worker: WorkerProcess, alice: httpx.Client, scripted: ScriptedLLM
 ) -> None:
