@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.llm import embedded_from_settings
+from services.llm import ModelNotServed, check_models_served, embedded_from_settings
 from services.observability import telemetry
 from services.observability.logging_setup import bind_celery_task_logs, configure_logging
 from services.observability.metrics import enable_multiprocess, serve_metrics, worker_metrics_dir
@@ -62,6 +62,13 @@ def run_worker(
     runtime = WorkerRuntime.from_env(settings)
     runtime.llm_base_url = llm_url or runtime.llm.base_url
     embedded = None
+    if runtime.llm_base_url is not None:
+        # A model name the server does not serve stops the worker here, not at its first debate.
+        try:
+            check_models_served(runtime.llm.model_copy(update={"base_url": runtime.llm_base_url}))
+        except ModelNotServed as exc:
+            typer.echo(f"ModelNotServed: {exc}", err=True)
+            raise typer.Exit(2) from None
     if runtime.llm_base_url is None:
         embedded = embedded_from_settings(runtime.llm)
         server = embedded.__enter__()

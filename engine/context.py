@@ -22,7 +22,7 @@ from engine.budget import (
     prompt_token_bound,
 )
 from engine.config import DebateConfig
-from engine.models import RoleModels, SingleModel, endpoint_for
+from engine.models import RoleModels, SingleModel, endpoint_for, fallback_model
 from engine.result import TranscriptRecord, Usage
 from services.chat_model import ChatCompletion, ChatMessage, ChatModel, LateReply, LLMError, LLMTimeout
 from services.knowledge import KnowledgePool
@@ -169,19 +169,47 @@ class DebateContext:
             prompt_token_bound(messages), reply_tokens or DEFAULT_REPLY_TOKENS
         )
         # Metrics and the call's span are labelled with the endpoint's name, never its URL.
+        degraded: str | None = None
         with self._spans.llm_call(round, role, agent, model.model, endpoint, messages) as span:
-            completion = await self._complete(
-                model,
-                endpoint,
-                role,
-                messages,
-                reservation,
-                seq,
-                reply_tokens,
-                temperature,
-                json_schema,
-                agent,
-            )
+            try:
+                completion = await self._complete(
+                    model,
+                    endpoint,
+                    role,
+                    messages,
+                    reservation,
+                    seq,
+                    reply_tokens,
+                    temperature,
+                    json_schema,
+                    agent,
+                )
+            except LLMError as exc:
+                # The operator's fallback for this role (judge, summarizer) answers instead, and the
+                # step says so: a verdict from another model must never pass for the judge's own.
+                fallback = fallback_model(self.models, endpoint)
+                if fallback is None:
+                    raise
+                degraded = (
+                    f"the {endpoint} endpoint failed ({type(exc).__name__}); answered by the fallback "
+                    f"endpoint's model {fallback.model}"
+                )
+                model = fallback
+                reservation = await self.budget.acquire(
+                    prompt_token_bound(messages), reply_tokens or DEFAULT_REPLY_TOKENS
+                )
+                completion = await self._complete(
+                    model,
+                    endpoint,
+                    role,
+                    messages,
+                    reservation,
+                    seq,
+                    reply_tokens,
+                    temperature,
+                    json_schema,
+                    agent,
+                )
             observe_llm_call(
                 role,
                 model.model,
@@ -211,6 +239,7 @@ class DebateContext:
             cached_tokens=completion.cached_tokens,
             latency_ms=round_ms(completion.latency_ms),
             messages=[{"role": m["role"], "content": m["content"]} for m in messages],
+            degraded=degraded,
             **fields,
         )
         self._order[id(record)] = seq
@@ -225,6 +254,7 @@ class DebateContext:
                 "selected": record.selected,
                 "verdict": record.verdict,
                 "parse_error": record.parse_error,
+                "degraded": record.degraded,
                 # What a live view shows of the call, the reply cut so a long-winded model cannot
                 # bloat the event stream; the transcript keeps the whole text.
                 "text": record.text[:2000],

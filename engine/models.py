@@ -28,6 +28,13 @@ class RoleModels(Protocol):
     def for_role(self, role: str, agent: int | None = None) -> ChatModel: ...
 
 
+def fallback_model(models: RoleModels, endpoint: str) -> ChatModel | None:
+    """The model that answers a call ``endpoint`` failed, when the role models offer one
+    (``fallback_for``: the operator's judge and summarizer fallbacks); None otherwise."""
+    fallback_for = getattr(models, "fallback_for", None)
+    return fallback_for(endpoint) if fallback_for is not None else None
+
+
 class SingleModel:
     """Every role played by one model: the common case and the test default."""
 
@@ -88,6 +95,9 @@ class TeamModels:
                 role, endpoint=spec.endpoint, base_url=spec.base_url, model=spec.model
             )
         return self._cache[key]
+
+    def fallback_for(self, role: str) -> ChatModel | None:
+        return fallback_model(self._base, role)
 
 
 def _routes_elsewhere(spec: Any) -> bool:

@@ -33,6 +33,11 @@ class TranscriptRecord(BaseModel):
         default=None, description="the prompt messages sent ({role, content}); for inspecting a call"
     )
     extra: dict[str, Any] = Field(default_factory=dict)
+    degraded: str | None = Field(
+        default=None,
+        description="why this step's outcome is not what its endpoint would have given: a fallback "
+        "endpoint answered, or its reply was unreadable and a default was used",
+    )
 
 
 class Usage(BaseModel):
@@ -66,6 +71,11 @@ class DebateResult(BaseModel):
     )
     wall_ms: float = 0.0
     config: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def degraded(self) -> list[str]:
+        """Each degraded step of the debate (``TranscriptRecord.degraded``), as one line."""
+        return [f"round {r.round} {r.role}: {r.degraded}" for r in self.transcript if r.degraded is not None]
 
 
 class Checkpoint(BaseModel):

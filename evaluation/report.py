@@ -116,6 +116,7 @@ def run_metrics(
         "selection": selection_stats(trans.values()),
         "selection_hits": selection_hits(trans, {r.id: r.gold for r in ok}),
         "pool_growth": pool_growth(trans, {r.id: r.gold for r in ok}),
+        "degraded": degraded_steps(ok),
         "judge_rule": judge_rule_agreement(trans.values()),
         "accuracy_by_round": accuracy_by_round(by_id, trans, primary),
         "failures": [{"id": r.id, "error": r.error, "attempt": r.attempt} for r in failed],
@@ -248,6 +249,17 @@ def build_report(
         (ws.root / "metrics.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     (ws.root / "report.md").write_text(render_markdown(report), encoding="utf-8")
     return report
+
+
+def degraded_steps(ok: Sequence[ResultRecord]) -> dict[str, Any]:
+    """How many debates had a degraded step, and the steps by kind (the reason without its round)."""
+    kinds: dict[str, int] = {}
+    for rec in ok:
+        for line in rec.degraded:
+            _, _, reason = line.partition(": ")
+            kind = "fallback endpoint" if "fallback" in reason else reason.split(":")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return {"debates": sum(1 for rec in ok if rec.degraded), "steps": dict(sorted(kinds.items()))}
 
 
 def run_setting(spec: RunSpec) -> str:

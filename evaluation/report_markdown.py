@@ -99,6 +99,24 @@ def _diagnostic_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _degraded_lines(report: dict[str, Any]) -> list[str]:
+    """Debates whose verdict or summary did not come from its own endpoint's readable reply."""
+    rows = [(r["label"], r["degraded"]) for r in report["runs"] if (r.get("degraded") or {}).get("debates")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Degraded steps",
+        "",
+        "| run | debates with a degraded step | steps by kind |",
+        "|---|---|---|",
+    ]
+    for label, d in rows:
+        kinds = "; ".join(f"{k}: {v}" for k, v in d["steps"].items())
+        lines.append(f"| {label} | {d['debates']} | {kinds} |")
+    return lines
+
+
 def _pool_growth_lines(report: dict[str, Any]) -> list[str]:
     """The searches during the debate, for the runs that made them (``evaluation.pool_growth``)."""
     grown = [(r["label"], r["pool_growth"]) for r in report["runs"] if r.get("pool_growth")]
@@ -163,6 +181,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += _published_lines(report)
     lines += _comparison_lines(report)
     lines += _pool_growth_lines(report)
+    lines += _degraded_lines(report)
     lines += _diagnostic_lines(report)
     if report.get("plots"):
         lines += ["", "## Plots", ""]

@@ -117,6 +117,7 @@ def result_record(
         prompt_tokens=result.usage.prompt_tokens,
         completion_tokens=result.usage.completion_tokens,
         seconds=round(seconds, 3),
+        degraded=result.degraded,
         **base,
     )
 

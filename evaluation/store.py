@@ -102,6 +102,11 @@ class ResultRecord(BaseModel):
     budget_tokens: int | None = Field(default=None, description="same-budget runs: the debate's tokens")
     samples: int | None = Field(default=None, description="same-budget runs: votes sampled")
     transcript_ref: str | None = None
+    degraded: list[str] = Field(
+        default_factory=list,
+        description="the debate's degraded steps: a fallback endpoint answered, or a judge's or "
+        "summarizer's reply was unreadable",
+    )
     attempt: int = 1
     finished_at: str = Field(default_factory=lambda: now_iso())
 

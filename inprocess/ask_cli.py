@@ -26,7 +26,7 @@ from engine.runner import run_debate
 from inprocess.local_debate import build_knowledge, knowledge_source, llm_endpoint
 from services.errors import ParleyError
 from services.knowledge import KnowledgePool
-from services.llm import LLMSettings, build_role_models
+from services.llm import LLMSettings, build_role_models, check_models_served
 
 
 class LiveView:
@@ -141,6 +141,8 @@ async def _run(
 ) -> DebateResult:
     view = LiveView(console) if live else None
     # The model starts first: with search_query=passage it writes what the pool is searched with.
+    if llm_settings.base_url:
+        check_models_served(llm_settings)  # a model the server does not serve: refused before any work
     with llm_endpoint(llm_settings, console) as served:
         models = build_role_models(llm_settings, served=served)
         try:

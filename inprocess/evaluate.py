@@ -12,7 +12,7 @@ import contextlib
 from typing import Any
 
 from inprocess.local_debate import llm_endpoint, pool_builder
-from services.llm import LLMSettings, build_role_models
+from services.llm import LLMSettings, build_role_models, check_models_served
 
 
 async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: Any) -> Any:
@@ -28,6 +28,8 @@ async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: 
     dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
     pool_source = resolve_pool_source(request.pool, dataset)
     llm_settings = LLMSettings()
+    if llm_settings.base_url:
+        check_models_served(llm_settings)  # a model the server does not serve: refused before any work
     async with contextlib.AsyncExitStack() as stack:
         builder = None
         if needs_retriever(specs, dataset.items, pool_source):

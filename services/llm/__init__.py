@@ -36,6 +36,7 @@ from services.llm.registry import (
 )
 from services.llm.replica_load import RedisReplicaLoad
 from services.llm.replicas import REPLICA_HEALTH, ReplicaRegistry, split_base_urls
+from services.llm.served_models import ModelNotServed, check_models_served
 from services.llm.settings import ROLES, LLMSettings, batch_defaults
 from services.llm.weights import assemble_gguf
 
@@ -47,6 +48,7 @@ __all__ = [
     "EmbeddedLLMError",
     "GGUFModel",
     "LLMSettings",
+    "ModelNotServed",
     "OpenAIChatClient",
     "RedisReplicaLoad",
     "ReplicaRegistry",
@@ -57,6 +59,7 @@ __all__ = [
     "assemble_gguf",
     "batch_defaults",
     "build_role_models",
+    "check_models_served",
     "check_servable",
     "describe_model",
     "embedded_from_settings",

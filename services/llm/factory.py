@@ -144,6 +144,16 @@ class RoleModelsFromSettings:
     def for_role(self, role: str, agent: int | None = None) -> ChatModel:
         return self._by_role.get(role, self._by_role["debater"])
 
+    def fallback_for(self, role: str) -> ChatModel | None:
+        """The model that answers a call ``role``'s endpoint failed (``PARLEY_LLM_JUDGE__FALLBACK``, …):
+        a named endpoint with its own URL, model and key; None when the role has none."""
+        override = getattr(self._settings, role, None)
+        name = getattr(override, "fallback", None)
+        if name is None:
+            return None
+        named = self._named[name]  # the settings refused an unknown name when they loaded
+        return self.client_for(named)
+
     @property
     def endpoint_names(self) -> frozenset[str]:
         return frozenset(self._named)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.chat_model import ENDPOINT_NAME as ENDPOINT_NAME
@@ -43,6 +43,11 @@ class EndpointOverride(ParleySettings):
     )
     api_key: SecretStr | None = None
     model: str | None = None
+    fallback: str | None = Field(
+        default=None,
+        description="judge and summarizer: the name of a configured endpoint (PARLEY_LLM_ENDPOINTS) "
+        "that answers a call this role's endpoint failed; the result marks the step degraded",
+    )
 
     _base_urls = field_validator("base_url")(classmethod(lambda cls, v: _check_base_urls(v)))
 
@@ -193,6 +198,24 @@ class LLMSettings(ParleySettings):
         if bad:
             raise ValueError(f"endpoint names must match {ENDPOINT_NAME}: {bad}")
         return value
+
+    @model_validator(mode="after")
+    def _fallbacks_are_configured(self) -> LLMSettings:
+        # Checked where the settings load (the worker's start, parley ask, parley eval), not when a
+        # judge first fails in the middle of a debate.
+        if self.debater.fallback is not None:
+            raise ValueError(
+                "debater.fallback: only the judge and the summarizer take a fallback endpoint (a "
+                "debater's answer from another model would change the debate, not its verdict)"
+            )
+        for role in ("judge", "summarizer"):
+            name = getattr(self, role).fallback
+            if name is not None and name not in self.endpoints:
+                known = ", ".join(sorted(self.endpoints)) or "none configured"
+                raise ValueError(
+                    f"{role}.fallback: no endpoint named {name!r} in PARLEY_LLM_ENDPOINTS (known: {known})"
+                )
+        return self
 
     def embedded_server_options(self) -> ServerOptions:
         """The embedded server's options (``prepare_server``'s keywords) as ``PARLEY_LLM_EMBEDDED_*`` set

@@ -55,6 +55,8 @@ async def judge_round(
         )
         # An unreadable verdict never ends the debate: continuing costs a round, stopping could
         # freeze a disagreement into the answer.
+        if record.verdict is None:
+            record.degraded = record.degraded or "the judge's reply was unreadable: no consensus was assumed"
         llm_verdict = bool(record.verdict)
     consensus = rule if mode == "rule" else (llm_verdict and rule if mode == "both" else bool(llm_verdict))
     await ctx.emit(
@@ -78,7 +80,12 @@ async def summarize(
         json_schema=prompts.ANSWER_SCHEMA,
     )
     if record.answer:
+        if record.parse_error:
+            record.degraded = (
+                record.degraded or f"the summary was not in the answer format ({record.parse_error})"
+            )
         return record.answer, "summarizer"
+    record.degraded = record.degraded or "the summary was unreadable: the majority of the final answers"
     vote, _ = majority_vote(answers)
     return vote, "majority of final answers (summary unparseable)"
 
