@@ -170,20 +170,15 @@ class DebateContext:
         )
         # Metrics and the call's span are labelled with the endpoint's name, never its URL.
         degraded: str | None = None
+
+        async def send(to: ChatModel, held: Reservation) -> ChatCompletion:
+            return await self._complete(
+                to, endpoint, role, messages, held, seq, reply_tokens, temperature, json_schema, agent
+            )
+
         with self._spans.llm_call(round, role, agent, model.model, endpoint, messages) as span:
             try:
-                completion = await self._complete(
-                    model,
-                    endpoint,
-                    role,
-                    messages,
-                    reservation,
-                    seq,
-                    reply_tokens,
-                    temperature,
-                    json_schema,
-                    agent,
-                )
+                completion = await send(model, reservation)
             except LLMError as exc:
                 # The operator's fallback for this role (judge, summarizer) answers instead, and the
                 # step says so: a verdict from another model must never pass for the judge's own.
@@ -198,18 +193,7 @@ class DebateContext:
                 reservation = await self.budget.acquire(
                     prompt_token_bound(messages), reply_tokens or DEFAULT_REPLY_TOKENS
                 )
-                completion = await self._complete(
-                    model,
-                    endpoint,
-                    role,
-                    messages,
-                    reservation,
-                    seq,
-                    reply_tokens,
-                    temperature,
-                    json_schema,
-                    agent,
-                )
+                completion = await send(model, reservation)
             observe_llm_call(
                 role,
                 model.model,

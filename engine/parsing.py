@@ -161,3 +161,11 @@ def parse_verdict_json(text: str) -> ParsedVerdict:
             fallback.verdict,
             f"invalid JSON verdict ({exc.__class__.__name__}); {fallback.parse_error or 'parsed as text'}",
         )
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at its last word boundary (a single word: cut)."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    return cut.rsplit(" ", 1)[0] if " " in cut else cut

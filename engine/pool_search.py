@@ -24,6 +24,7 @@ from typing import Any
 
 from engine.context import BudgetExhausted, DebateContext
 from engine.jsontext import first_json_object
+from engine.parsing import cut_at_word
 from engine.prompts.untrusted import MAX_TITLE_CHARS, quote
 from engine.registry import QUERY_ROLE
 from engine.result import TranscriptRecord
@@ -72,10 +73,7 @@ def clean_query(text: str) -> str | None:
     flat = " ".join(raw.split()).strip().strip('"')
     if flat.lower().rstrip(".") in _NONE_WORDS:
         return None
-    if len(flat) > MAX_QUERY_CHARS:
-        cut = flat[:MAX_QUERY_CHARS]
-        flat = cut.rsplit(" ", 1)[0] if " " in cut else cut
-    return flat
+    return cut_at_word(flat, MAX_QUERY_CHARS)
 
 
 def _parse(completion: ChatCompletion) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from engine.config import DebateConfig, as_question
 from engine.context import BudgetExhausted, DebateContext, EventSink, RoleModels, Spend, UsageSink
+from engine.parsing import cut_at_word
 from engine.prompts import get_prompts
 from engine.registry import SEARCH_ROLE
 from engine.result import TranscriptRecord
@@ -95,10 +96,7 @@ def clean_passage(text: str) -> str:
     for label in _LABELS:
         if flat.lower().startswith(label):
             flat = flat[len(label) :].lstrip()
-    if len(flat) > SEARCH_TEXT_MAX_CHARS:
-        cut = flat[:SEARCH_TEXT_MAX_CHARS]
-        flat = cut.rsplit(" ", 1)[0] if " " in cut else cut
-    return flat
+    return cut_at_word(flat, SEARCH_TEXT_MAX_CHARS)
 
 
 def _parse(completion: ChatCompletion) -> dict[str, Any]:
