@@ -22,7 +22,7 @@ from engine.budget import (
     prompt_token_bound,
 )
 from engine.config import DebateConfig
-from engine.models import RoleModels, SingleModel, endpoint_for, fallback_model
+from engine.models import RoleModels, SingleModel, cache_key, endpoint_for, fallback_model
 from engine.result import TranscriptRecord, Usage
 from services.chat_model import ChatCompletion, ChatMessage, ChatModel, LateReply, LLMError, LLMTimeout
 from services.knowledge import KnowledgePool
@@ -221,7 +221,7 @@ class DebateContext:
             prompt_tokens=completion.prompt_tokens,
             completion_tokens=completion.completion_tokens,
             cached_tokens=completion.cached_tokens,
-            latency_ms=round_ms(completion.latency_ms),
+            latency_ms=float(f"{completion.latency_ms:.1f}"),  # "round" is the debate round here
             messages=[{"role": m["role"], "content": m["content"]} for m in messages],
             degraded=degraded,
             **fields,
@@ -489,21 +489,3 @@ class DebateContext:
             total.add(rec)
             by_role.setdefault(rec.role, Usage()).add(rec)
         return total, by_role
-
-
-def cache_key(role: str, agent: int | None) -> str:
-    """The prompt family a call belongs to: on a server with KV-cache slots the call asks for its
-    prompt to be cached, and the server gives it the slot holding the longest shared prefix.
-
-    Every agent's selection prompt starts with the same role line and the whole pool, so selections
-    share one family (the second agent's is then almost entirely cached); each agent's own turns
-    form a family (its next turn starts with the same example and, often, the same chosen items);
-    calls without an agent (judge, summarizer, moderator) form the panel's.
-    """
-    if role == "select":
-        return "select"
-    return "panel" if agent is None else f"agent/{agent}"
-
-
-def round_ms(ms: float) -> float:
-    return float(f"{ms:.1f}")

@@ -110,3 +110,17 @@ def with_team(models: RoleModels, team: Sequence[Any] | None) -> RoleModels:
     if team and not isinstance(models, TeamModels):
         return TeamModels(models, team)
     return models
+
+
+def cache_key(role: str, agent: int | None) -> str:
+    """The prompt family a call belongs to: on a server with KV-cache slots the call asks for its
+    prompt to be cached, and the server gives it the slot holding the longest shared prefix.
+
+    Every agent's selection prompt starts with the same role line and the whole pool, so selections
+    share one family (the second agent's is then almost entirely cached); each agent's own turns
+    form a family (its next turn starts with the same example and, often, the same chosen items);
+    calls without an agent (judge, summarizer, moderator) form the panel's.
+    """
+    if role == "select":
+        return "select"
+    return "panel" if agent is None else f"agent/{agent}"
