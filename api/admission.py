@@ -78,6 +78,13 @@ def admit_config(config: DebateConfig, settings: ApiSettings, *, field: str = "c
             f"search_query {config.search_query!r} is not enabled on this deployment (enabled: "
             f"{', '.join(settings.search_query_modes)})",
         )
+    asked_searches = config.debate_search.per_agent
+    if asked_searches > settings.max_debate_searches:
+        raise refused(
+            f"{field}.debate_search.per_agent",
+            f"{asked_searches} searches per debater is above this deployment's limit of "
+            f"{settings.max_debate_searches}",
+        )
     update: dict[str, Any] = {}
     for name, default, limit in (
         ("budget_calls", settings.budget_calls_default, settings.budget_calls_max),

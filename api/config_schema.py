@@ -41,6 +41,7 @@ def exact_schemas(openapi: dict[str, Any], settings: ApiSettings) -> dict[str, A
         return openapi
     _budgets(schemas["DebateConfig"], settings)
     _search_query(schemas["DebateConfig"], settings)
+    _debate_search(schemas["DebateSearchSettings"], settings)
     _by_protocol(schemas["DebateConfig"])
     _mallm_rules(schemas["MallmSettings"])
     _agent_spec(schemas["AgentSpec"], settings)
@@ -67,6 +68,13 @@ def _search_query(schema: dict[str, Any], settings: ApiSettings) -> None:
     prop = schema["properties"]["search_query"]
     prop["enum"] = [m for m in prop["enum"] if m in settings.search_query_modes]
     prop["description"] += f"; enabled on this deployment: {', '.join(prop['enum'])}"
+
+
+def _debate_search(schema: dict[str, Any], settings: ApiSettings) -> None:
+    """Searches during the debate up to the operator's limit per debater."""
+    prop = schema["properties"]["per_agent"]
+    prop["maximum"] = min(settings.max_debate_searches, prop.get("maximum", settings.max_debate_searches))
+    prop["description"] += f"; at most {settings.max_debate_searches} on this deployment"
 
 
 def _agent_spec(schema: dict[str, Any], settings: ApiSettings) -> None:

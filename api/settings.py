@@ -114,6 +114,13 @@ class ApiSettings(ParleySettings):
         "search passage before retrieval (one more call, charged to the job); 'question' must stay. List "
         "the same as PARLEY_WORKER_SEARCH_QUERY_MODES",
     )
+    max_debate_searches: int = Field(
+        default=1,
+        ge=0,
+        le=5,
+        description="most searches each debater of a job may write during the debate (debate_search."
+        "per_agent; each is one LLM call and one retrieval, charged to the job); 0 refuses them",
+    )
     budget_calls_default: int = Field(default=200, ge=1, description="LLM calls per job unless asked less")
     budget_calls_max: int = Field(default=1000, ge=1, description="most LLM calls a client may ask for")
     budget_tokens_default: int = Field(

@@ -302,6 +302,30 @@ def test_a_search_query_mode_the_operator_did_not_enable_is_refused(redis_server
         assert httpx.post(f"{server.url}/v1/debates", json=asked, headers=headers).status_code == 202
 
 
+def test_searches_during_the_debate_are_bounded_by_the_operator(redis_server: RedisServer) -> None:
+    """PARLEY_API_MAX_DEBATE_SEARCHES caps debate_search.per_agent: above it a 422 naming the field at
+    submission (nothing queued), the schema's maximum says it, and within it the job is accepted."""
+    settings = api_settings(redis_server.url, max_debate_searches=1, key_prefix="searchcap")
+    many = {"question": "Who painted the Mona Lisa?", "config": {"debate_search": {"per_agent": 3}}}
+    with ApiServer(settings) as server:
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        before = queued_messages(redis_server)
+        body = assert_problem(httpx.post(f"{server.url}/v1/debates", json=many, headers=headers), 422)
+        assert body["detail"] == (
+            "config.debate_search.per_agent: 3 searches per debater is above this deployment's limit of 1"
+        )
+        assert queued_messages(redis_server) == before
+        spec = httpx.get(f"{server.url}/openapi.json").json()
+        assert (
+            spec["components"]["schemas"]["DebateSearchSettings"]["properties"]["per_agent"]["maximum"] == 1
+        )
+        one = {**many, "config": {"debate_search": {"per_agent": 1}}}
+        assert httpx.post(f"{server.url}/v1/debates", json=one, headers=headers).status_code == 202
+        rag = {**many, "config": {"protocol": "rag", "debate_search": {"per_agent": 1}}}
+        refused = assert_problem(httpx.post(f"{server.url}/v1/debates", json=rag, headers=headers), 422)
+        assert "debate_search" in refused["detail"]
+
+
 def test_the_passage_mode_is_enabled_by_default_for_protocols_with_a_pool(
     alice: httpx.Client, api: ApiServer
 ) -> None:
