@@ -276,7 +276,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = asyncio.run(run())
     result.update(
         command=command_line("bench.pool_search", argv),
-        evaluation=str(args.evaluation),
+        evaluation=str(args.evaluation.resolve().relative_to(ROOT))
+        if args.evaluation.resolve().is_relative_to(ROOT)
+        else str(args.evaluation),
         run=args.run,
         model=args.model,
         machine=machine(),

@@ -281,7 +281,36 @@ def rag_passage() -> str:
     )
 
 
+def _relative(path: str) -> str:
+    """A path a report recorded, relative to the repository when it lies inside it."""
+    p = Path(path)
+    return str(p.relative_to(ROOT)) if p.is_absolute() and p.is_relative_to(ROOT) else path
+
+
+def pool_search_replay() -> str:
+    """docs/engine-and-protocols.md: the search step replayed on the recorded evidence debates."""
+    r = _json("reports/pool-search/replay/bench.json")
+    d = r["final_minus_first"]
+    past = r["past_round_1"]
+    noise = " (may be noise)" if d["low"] <= 0 <= d["high"] else ""
+    return textwrap.fill(
+        f"Replayed on the {r['questions']} recorded MADKE debates of `{_relative(r['evaluation'])}` "
+        f"(`reports/pool-search/replay/`, `python -m bench.pool_search`): {r['debates_past_round_1']} went "
+        f"past round 1 and searched; answer in pool {pct(r['answer_in_first_pool'])} % for the first pool "
+        f"and {pct(r['answer_in_final_pool'])} % for the final one, {points(d['diff'])} points "
+        f"{interval(d['low'], d['high'], signed=True)}{noise}; over the debates that searched "
+        f"{pct(past['answer_in_first_pool'])} % → {pct(past['answer_in_final_pool'])} %. "
+        f"{r['searches_written_per_debate']} searches written per debate that searched, "
+        f"{r['items_added_per_question']} items added per question ({r['added_items_holding_an_answer']} of them holding an answer), "
+        f"{r['search_tokens_per_debate']:.0f} tokens and {r['search_seconds_per_debate']:.1f} s of "
+        "searching per debate that searched.",
+        width=105,
+        break_on_hyphens=False,
+    )
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "pool-search-replay": pool_search_replay,
     "rag-passage": rag_passage,
     "pool-size-rag": pool_size_table("reports/pool-size"),
     "pool-size-madke": pool_size_table("reports/pool-size/madke"),
