@@ -301,7 +301,8 @@ def pool_search_replay() -> str:
         f"{interval(d['low'], d['high'], signed=True)}{noise}; over the debates that searched "
         f"{pct(past['answer_in_first_pool'])} % → {pct(past['answer_in_final_pool'])} %. "
         f"{r['searches_written_per_debate']} searches written per debate that searched, "
-        f"{r['items_added_per_question']} items added per question ({r['added_items_holding_an_answer']} of them holding an answer), "
+        f"{r['items_added_per_question']} items added per question "
+        f"({r['added_items_holding_an_answer']} of them holding an answer), "
         f"{r['search_tokens_per_debate']:.0f} tokens and {r['search_seconds_per_debate']:.1f} s of "
         "searching per debate that searched.",
         width=105,
