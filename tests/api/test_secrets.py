@@ -68,7 +68,8 @@ def redis_dump(redis_server: RedisServer) -> str:
 
 @pytest.fixture(scope="module")
 def endpoints() -> Iterator[tuple[ScriptedLLM, ScriptedLLM]]:
-    with ScriptedLLM() as default, ScriptedLLM() as big:
+    # The big endpoint serves "big-model": the worker checks at start that each configured model is served.
+    with ScriptedLLM() as default, ScriptedLLM(model="big-model") as big:
         script_agreeing(default)
         script_agreeing(big)
         yield default, big

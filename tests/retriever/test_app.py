@@ -55,7 +55,8 @@ def test_post_pool_then_get_and_cache(service: str) -> None:
     assert [it["n"] for it in items] == list(range(1, len(items) + 1))
     assert [it["source"] for it in items[:3]] == ["wikipedia"] * 3 and items[0]["title"] == "Mona Lisa"
     assert {it["source"] for it in items[3:]} == {"web"}
-    assert all(set(it) == {"n", "source", "title", "text", "url", "score"} for it in items)
+    assert all(set(it) == {"n", "source", "title", "text", "url", "score", "found_by"} for it in items)
+    assert all(it["found_by"] is None for it in items)  # set only on items a debater's search adds
     got = httpx.get(f"{service}/v1/pools/{pool['pool_id']}").json()
     assert [it["text"] for it in got["items"]] == [it["text"] for it in items]
     again = httpx.post(
