@@ -21,10 +21,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evaluation.provenance import differences, provenance_summary
 from evaluation.report import PairedMetric, compare_runs
 from evaluation.store import ResultRecord, Workspace
 
 METRICS: tuple[PairedMetric, ...] = ("strict_contains", "contains", "f1", "em")
+
+
+def provenance_differs(a: str, b: str) -> list[str]:
+    """Where the two folders' latest recorded provenance differs in what decides the answers (the code,
+    the lock, the model, the index); empty when either folder recorded none."""
+    pa = provenance_summary(Path(a.rpartition(":")[0]))
+    pb = provenance_summary(Path(b.rpartition(":")[0]))
+    if pa is None or pb is None:
+        return []
+    return differences(pa["latest"], pb["latest"])
 
 
 def load_run(spec: str) -> dict[str, ResultRecord]:
@@ -93,6 +104,12 @@ def markdown(a: str, b: str, result: dict[str, Any], questions: str | None = Non
             f"[{100 * m['low']:+.1f}, {100 * m['high']:+.1f}] | {m['b_better']} | {m['a_better']} |"
         )
     lines += ["", f"A: `{a}`; B: `{b}`.", ""]
+    if result.get("provenance_differs"):
+        lines += [
+            f"**Warning**: the two folders' provenance differs in {', '.join(result['provenance_differs'])}; "
+            "the difference may come from that as well as from the runs' settings.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -108,6 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if indices is not None:
         a, b = within(a, indices), within(b, indices)
     result = pair(a, b)
+    result["provenance_differs"] = provenance_differs(args.a, args.b)
     text = markdown(args.a, args.b, result, args.questions)
     print(text)
     if args.out:

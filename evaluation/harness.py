@@ -22,6 +22,7 @@ from evaluation.eval_pools import needs_pool
 from evaluation.items import OnError
 from evaluation.judge import AnswerJudge
 from evaluation.presets import UnknownPreset, get_preset, shared_settings
+from evaluation.provenance import log_provenance
 from evaluation.published import guess_benchmark
 from evaluation.report import build_report
 from evaluation.run_loop import EvalOptions, PoolSource, RunTally, judge_pass
@@ -61,6 +62,8 @@ class EvalRequest:
     benchmark: str | None = None
     pool: str = "auto"  # auto: the dataset's own pools when it has them; file; retriever
     same_budget: bool = False
+    # What produced the answers (the in-process runner's ``inprocess.provenance``), logged per invocation.
+    provenance: dict[str, Any] | None = None
     # The prompt style of runs that name none (no --prompt-styles, no prompt_style in the config, no
     # preset): the one the model answers reliably with (robust on the embedded models). None: the
     # engine's default, the papers' wording.
@@ -263,6 +266,8 @@ async def evaluate(
         )
     )
     ws.save_items(dataset.items)
+    if request.provenance is not None:
+        log_provenance(ws, request.provenance)
     options = EvalOptions(
         concurrency=request.concurrency,
         primary=request.primary,

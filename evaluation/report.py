@@ -19,6 +19,7 @@ from evaluation.items import Item
 from evaluation.plots import write_plots
 from evaluation.pool_growth import pool_growth
 from evaluation.presets import MADKE, PRESETS
+from evaluation.provenance import provenance_summary
 from evaluation.report_markdown import render_markdown
 from evaluation.run_diagnostics import (
     accuracy_by_round,
@@ -232,6 +233,7 @@ def build_report(
         "primary": manifest.primary,
         "judge_model": manifest.judge_model,
         "dataset_problems": manifest.problems,
+        "provenance": provenance_summary(ws.root),
         "bootstrap": {"samples": samples, "seed": seed, "level": 0.95},
         "runs": runs,
         "comparisons": comparisons,

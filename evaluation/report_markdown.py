@@ -99,6 +99,48 @@ def _diagnostic_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _provenance_lines(report: dict[str, Any]) -> list[str]:
+    """What produced the answers (the latest invocation), and a warning when invocations differ."""
+    prov = report.get("provenance")
+    if not prov:
+        return []
+    latest = prov["latest"]
+    code, model, index = latest.get("code") or {}, latest.get("model") or {}, latest.get("index") or {}
+    what = model.get("weights_sha256") or model.get("base_url") or ""
+    box = latest.get("machine") or {}
+    lines = [
+        "",
+        "## Provenance",
+        "",
+        f"- code: {code.get('commit') or code.get('package')}"
+        + (" (with local changes)" if code.get("modified") else "")
+        + (f"; requirements.lock sha256 {code['lock_sha256'][:16]}…" if code.get("lock_sha256") else ""),
+        f"- model: {model.get('model')} ({model.get('kind')}"
+        + (f", {model['quantization']}" if model.get("quantization") else "")
+        + (f", {what}" if what else "")
+        + ")",
+        _index_line(index),
+        f"- machine: {box.get('machine')}, {box.get('cpus')} CPUs; {prov['invocations']} invocation(s), "
+        f"the latest at {latest.get('at')}",
+    ]
+    if prov["differs_across_invocations"]:
+        lines.append(
+            "- **warning**: invocations of this folder differ in "
+            + ", ".join(prov["differs_across_invocations"])
+            + ": its results mix answers made under both"
+        )
+    return lines
+
+
+def _index_line(index: dict[str, Any]) -> str:
+    if not index:
+        return "- index: none (no pool built by Parley)"
+    if index.get("service"):
+        return f"- index: the retrieval service at {index['service']}"
+    passages, encoder = index.get("passages"), index.get("encoder")
+    return f"- index: {index.get('collection')}, {passages} passages, encoder {encoder}"
+
+
 def _degraded_lines(report: dict[str, Any]) -> list[str]:
     """Debates whose verdict or summary did not come from its own endpoint's readable reply."""
     rows = [(r["label"], r["degraded"]) for r in report["runs"] if (r.get("degraded") or {}).get("debates")]
@@ -180,6 +222,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += _budget_lines(report)
     lines += _published_lines(report)
     lines += _comparison_lines(report)
+    lines += _provenance_lines(report)
     lines += _pool_growth_lines(report)
     lines += _degraded_lines(report)
     lines += _diagnostic_lines(report)

@@ -9,10 +9,14 @@ stays instant.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any
 
 from inprocess.local_debate import llm_endpoint, pool_builder
+from inprocess.provenance import collect as collect_provenance
+from retriever.settings import RetrieverSettings
 from services.llm import LLMSettings, build_role_models, check_models_served
+from services.settings import RetrieverClientSettings
 
 
 async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: Any) -> Any:
@@ -35,6 +39,10 @@ async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: 
         if needs_retriever(specs, dataset.items, pool_source):
             builder = await stack.enter_async_context(pool_builder(console))
         served = stack.enter_context(llm_endpoint(llm_settings, console))
+        service = RetrieverClientSettings().url
+        local_index = RetrieverSettings() if builder is not None and not service else None
+        provenance = collect_provenance(llm_settings, served, local_index, retriever_url=service)
+        request = replace(request, provenance=provenance)
         models = build_role_models(llm_settings, served=served)
         stack.push_async_callback(models.aclose)
         return await evaluate(request, models=models, pool_builder=builder, judge=judge)
