@@ -148,6 +148,17 @@ def eval_command(
     report_only: Annotated[
         bool, typer.Option("--report-only", help="rebuild metrics, report and plots from --out; run nothing")
     ] = False,
+    cache: Annotated[
+        bool,
+        typer.Option(
+            "--cache/--no-cache",
+            help="in-process runs: replay calls the call cache holds and keep new ones "
+            "(PARLEY_EVAL_CACHE_PATH)",
+        ),
+    ] = True,
+    cache_only: Annotated[
+        bool, typer.Option("--cache-only", help="replay from the call cache only: a call it lacks fails")
+    ] = False,
     rescore: Annotated[
         bool,
         typer.Option(
@@ -214,6 +225,7 @@ def eval_command(
             pool=pool,
             same_budget=same_budget,
             default_style=default_prompt_style(settings.prompt_style, api=bool(api or settings.api_url)),
+            cache="only" if cache_only else ("on" if cache else "off"),
         )
         evaluate_fn = None
         if suite is not None:

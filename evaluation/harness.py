@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -62,6 +62,8 @@ class EvalRequest:
     benchmark: str | None = None
     pool: str = "auto"  # auto: the dataset's own pools when it has them; file; retriever
     same_budget: bool = False
+    # The call cache of an in-process run (``services.call_cache``): on, off, or replay only.
+    cache: Literal["on", "off", "only"] = "on"
     # What produced the answers (the in-process runner's ``inprocess.provenance``), logged per invocation.
     provenance: dict[str, Any] | None = None
     # The prompt style of runs that name none (no --prompt-styles, no prompt_style in the config, no

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from services.settings import ParleySettings
+from services.settings import ParleySettings, default_data_dir
 
 
 class EvalSettings(ParleySettings):
@@ -37,6 +38,14 @@ class EvalSettings(ParleySettings):
     )
     bootstrap_samples: int = Field(default=10_000, ge=100)
     bootstrap_seed: int = 0
+    cache_path: Path = Field(
+        default_factory=lambda: default_data_dir() / "call-cache.sqlite",
+        description="the call cache of in-process evaluations (--cache, the default; --no-cache; "
+        "--cache-only)",
+    )
+    cache_max_mb: int = Field(
+        default=2048, ge=1, description="the call cache's size bound; least recently used evicted"
+    )
     max_consecutive_failures: int = Field(
         default=10, ge=1, description="stop a run early when this many items fail in a row (LLM down)"
     )

@@ -12,10 +12,12 @@ import contextlib
 from dataclasses import replace
 from typing import Any
 
+from evaluation.settings import EvalSettings
 from inprocess.local_debate import llm_endpoint, pool_builder
 from inprocess.provenance import collect as collect_provenance
 from retriever.settings import RetrieverSettings
-from services.llm import LLMSettings, build_role_models, check_models_served
+from services.call_cache import CachedRoleModels, CacheStats, SqliteCallStore
+from services.llm import MODELS, LLMSettings, build_role_models, check_models_served
 from services.settings import RetrieverClientSettings
 
 
@@ -43,6 +45,28 @@ async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: 
         local_index = RetrieverSettings() if builder is not None and not service else None
         provenance = collect_provenance(llm_settings, served, local_index, retriever_url=service)
         request = replace(request, provenance=provenance)
-        models = build_role_models(llm_settings, served=served)
+        models: Any = build_role_models(llm_settings, served=served)
         stack.push_async_callback(models.aclose)
+        if request.cache != "off":
+            settings = EvalSettings()
+            store = SqliteCallStore(settings.cache_path, settings.cache_max_mb * 2**20)
+            stack.callback(store.close)
+            models = CachedRoleModels(models, store, only=request.cache == "only", identity_of=model_identity)
+            stack.callback(report_cache, console, models.stats, store)
         return await evaluate(request, models=models, pool_builder=builder, judge=judge)
+
+
+def model_identity(model: Any) -> str:
+    """A model as the call cache keys it: its name and, where Parley packaged it, its weights' sha256;
+    any other model by its name and its server's address (a name alone, such as the default ``local``,
+    says nothing of the weights behind it)."""
+    packaged = MODELS.get(model.model)
+    return f"{model.model}@{packaged.sha256}" if packaged is not None else f"{model.model}@{model.endpoint}"
+
+
+def report_cache(console: Any, stats: CacheStats, store: SqliteCallStore) -> None:
+    rate = f"{stats.hit_rate:.1%}" if stats.hit_rate is not None else "–"
+    console.print(
+        f"[dim]call cache: {stats.hits} replayed, {stats.misses} called ({rate} replayed); "
+        f"{store.size_bytes / 2**20:.1f} MB at {store.path}[/dim]"
+    )

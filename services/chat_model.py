@@ -69,6 +69,8 @@ class ChatCompletion:
     # grace: each resolves to what that server served (see ``LateReply``); the usage above is only
     # the answering attempt's.
     late_attempts: tuple[LateReply, ...] = field(default=(), compare=False, repr=False)
+    # Replayed from the call cache (``services.call_cache``): no model was called and nothing is charged.
+    from_cache: bool = False
 
 
 # What a request that outlived the client's deadline turned out to cost: its ``ChatCompletion`` (with

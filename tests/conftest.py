@@ -55,3 +55,12 @@ def _unit_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[Non
         yield
     finally:
         _unit_test_running = False
+
+
+@pytest.fixture(autouse=True)
+def _a_call_cache_of_its_own(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test evaluates with its own empty call cache: scripted servers answer the same prompts
+    differently from test to test, and a shared cache would replay another test's replies."""
+    monkeypatch.setenv("PARLEY_EVAL_CACHE_PATH", str(tmp_path_factory.mktemp("call-cache") / "calls.sqlite"))
