@@ -224,6 +224,7 @@ class DebateContext:
             latency_ms=float(f"{completion.latency_ms:.1f}"),  # "round" is the debate round here
             messages=[{"role": m["role"], "content": m["content"]} for m in messages],
             degraded=degraded,
+            from_cache=completion.from_cache,
             **fields,
         )
         self._order[id(record)] = seq
@@ -323,6 +324,11 @@ class DebateContext:
             self.budget.cancel(reservation)
             await self._charge(refund)
             raise
+        if completion.from_cache:
+            # A replayed reply: no model call, so the worst case charged for it is given back whole.
+            self.budget.cancel(reservation)
+            await self._charge(refund)
+            return completion
         await self._settle_served(reservation, completion, labels)
         return completion
 

@@ -33,6 +33,9 @@ class TranscriptRecord(BaseModel):
         default=None, description="the prompt messages sent ({role, content}); for inspecting a call"
     )
     extra: dict[str, Any] = Field(default_factory=dict)
+    from_cache: bool = Field(
+        default=False, description="replayed from the call cache: no model call, no charge"
+    )
     degraded: str | None = Field(
         default=None,
         description="why this step's outcome is not what its endpoint would have given: a fallback "
@@ -46,9 +49,11 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     cached_tokens: int = 0
     seconds: float = 0.0
+    from_cache_calls: int = Field(default=0, description="calls replayed from the call cache (among calls)")
 
     def add(self, record: TranscriptRecord) -> None:
         self.calls += 1
+        self.from_cache_calls += record.from_cache
         self.prompt_tokens += record.prompt_tokens
         self.completion_tokens += record.completion_tokens
         self.cached_tokens += record.cached_tokens or 0
