@@ -11,9 +11,9 @@ import asyncio
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -25,6 +25,8 @@ from evaluation.judge import LLMJudge
 from evaluation.settings import EvalSettings
 from services.errors import ParleyError
 from services.llm import OpenAIChatClient
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -44,6 +46,36 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+async def stop_on_sigterm(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work``; a SIGTERM meanwhile cancels it through the event loop and ends as Ctrl-C does.
+
+    The loop reads the signal from its wake-up pipe and cancels the task between steps: a handler that
+    raised ``KeyboardInterrupt`` wherever the interpreter happened to be could land in a garbage
+    collector's callback, where Python prints the exception and drops it, and the run went on."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    stopped = False
+
+    def on_sigterm() -> None:
+        nonlocal stopped
+        stopped = True
+        if task is not None:
+            task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (a thread, Windows)
+        return await work
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if stopped:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def eval_command(
@@ -239,17 +271,19 @@ def eval_command(
 
         with sigterm_as_interrupt():
             outcome = asyncio.run(
-                _evaluate(
-                    request,
-                    settings,
-                    console,
-                    use_judge=judge or primary == "judge",
-                    judge_url=judge_url,
-                    judge_model=judge_model,
-                    api=api,
-                    api_key=api_key,
-                    ctx_obj=ctx.find_root().obj,
-                    evaluate_fn=evaluate_fn,
+                stop_on_sigterm(
+                    _evaluate(
+                        request,
+                        settings,
+                        console,
+                        use_judge=judge or primary == "judge",
+                        judge_url=judge_url,
+                        judge_model=judge_model,
+                        api=api,
+                        api_key=api_key,
+                        ctx_obj=ctx.find_root().obj,
+                        evaluate_fn=evaluate_fn,
+                    )
                 )
             )
     if suite is not None:
