@@ -185,3 +185,43 @@ def test_ask_with_a_search_passage(tmp_path: Path) -> None:
     assert result["usage"]["calls"] == sum(u["calls"] for u in result["usage_by_role"].values())
     assert live.returncode == 0, live.stderr[-3000:]
     assert f"Search passage: {passage}" in " ".join(live.stdout.split())
+
+
+@pytest.mark.integration
+def test_ask_with_searches_grows_the_pool_from_the_in_process_index(tmp_path: Path) -> None:
+    """``parley ask --searches 1``: after a round without consensus a debater searches, and the
+    in-process retriever (open for the whole debate) adds what the first pool lacked."""
+    settings = build_slice_index(tmp_path / "index", titles=["Apollo 11", "Neil Armstrong", "Moon", "Paris"])
+    with ScriptedLLM() as llm:
+        llm.on("write one search for it", ['{"search": "Paris capital of France city"}', '{"search": ""}'])
+        llm.on("select knowledge", "The most helpful knowledge is [1].")
+        llm.on("respond with [Yes]", ["[No]", "[Yes]"])
+        llm.on("summarize the final answer", "The final answer is [July 20, 1969].")
+        llm.on("Question:", "Therefore, the answer is [July 20, 1969].")
+        proc = run_parley(
+            [
+                "ask",
+                QUESTION,
+                "--json",
+                "--k-wiki",
+                "2",
+                "--knowledge",
+                "wikipedia",
+                "--sequential",
+                "--searches",
+                "1",
+            ],
+            {
+                "PARLEY_LLM_BASE_URL": llm.base_url,
+                "PARLEY_LLM_MODEL": "scripted",
+                "PARLEY_RETRIEVER_DATA_DIR": str(settings.data_dir),
+            },
+            tmp_path,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    items = result["pool"]["items"]
+    added = [i for i in items if i["found_by"] is not None]
+    assert len(items) == 2 + len(added) and 1 <= len(added) <= 3
+    assert all(i["found_by"]["query"] == "Paris capital of France city" for i in added)
+    assert [t["role"] for t in result["transcript"]].count("query") == 2
