@@ -16,20 +16,13 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from retriever.manifest import read_manifest
 from retriever.settings import RetrieverSettings
+from services.chat_model import redact_url
 from services.llm import MODELS, LLMSettings, ServedModel, is_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _public_url(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def code_version(root: Path = ROOT) -> dict[str, Any]:
@@ -71,7 +64,7 @@ def model_identity(settings: LLMSettings, served: ServedModel | None) -> dict[st
     if settings.base_url:
         return {
             "kind": "endpoint",
-            "base_url": ",".join(_public_url(u) for u in settings.base_url.split(",")),
+            "base_url": ",".join(redact_url(u) for u in settings.base_url.split(",")),
             "model": settings.model,
             "roles": {
                 role: getattr(settings, role).model or settings.model
@@ -102,7 +95,7 @@ def index_identity(settings: RetrieverSettings | None, service: str | None = Non
     """The index the pools were built from (what its build recorded), the retrieval service's address
     when a service built them (its index is on its side), or None without a retriever."""
     if service:
-        return {"service": _public_url(service)}
+        return {"service": redact_url(service)}
     if settings is None:
         return None
     built = read_manifest(settings)

@@ -33,7 +33,9 @@ def test_an_endpoint_is_recorded_without_its_credentials() -> None:
     text = json.dumps(record)
     assert "hunter2" not in text and "sk-SECRET" not in text and "token=abc" not in text
     assert record["model"]["base_url"] == "https://llm.example:8443/v1"
-    assert record["index"] == {"service": "http://retriever:8001"}
+    assert record["index"] == {
+        "service": "http://retriever:8001/"
+    }  # as services.chat_model.redact_url writes it
 
 
 def test_the_code_is_the_checkout_commit_and_the_lock_hash() -> None:
