@@ -323,7 +323,7 @@ def test_searches_during_the_debate_are_bounded_by_the_operator(redis_server: Re
         assert httpx.post(f"{server.url}/v1/debates", json=one, headers=headers).status_code == 202
         rag = {**many, "config": {"protocol": "rag", "debate_search": {"per_agent": 1}}}
         refused = assert_problem(httpx.post(f"{server.url}/v1/debates", json=rag, headers=headers), 422)
-        assert "debate_search" in refused["detail"]
+        assert "debate_search" in str(refused["detail"])
 
 
 def test_the_passage_mode_is_enabled_by_default_for_protocols_with_a_pool(

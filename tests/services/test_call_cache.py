@@ -12,13 +12,14 @@ from engine.config import DebateConfig
 from engine.context import SingleModel, Spend
 from engine.runner import run_debate
 from services.call_cache import CachedRoleModels, CallCacheMiss, SqliteCallStore
+from services.chat_model import ChatMessage
 from services.knowledge import KnowledgeItem, KnowledgePool
 from services.llm.client import OpenAIChatClient
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.unit
 
-ASK = [{"role": "user", "content": "Say a colour."}]
+ASK: list[ChatMessage] = [{"role": "user", "content": "Say a colour."}]
 
 
 async def test_replies_replay_in_order_and_samples_stay_distinct(tmp_path: Path) -> None:
@@ -43,7 +44,8 @@ async def test_replies_replay_in_order_and_samples_stay_distinct(tmp_path: Path)
             only = CachedRoleModels(SingleModel(client), store, only=True).for_role("judge")
             await only.complete(ASK, temperature=0.9)  # held: replays
             with pytest.raises(CallCacheMiss, match=r"scripted, sample 0, key [0-9a-f]{16}"):
-                await only.complete([{"role": "user", "content": "Something new."}], temperature=0.9)
+                new: list[ChatMessage] = [{"role": "user", "content": "Something new."}]
+                await only.complete(new, temperature=0.9)
     assert len(llm.requests) == 5
     store.close()
 
