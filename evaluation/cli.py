@@ -12,6 +12,7 @@ import contextlib
 import signal
 import threading
 from collections.abc import Coroutine, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -117,6 +118,13 @@ def eval_command(
             "questions, default 300; CoT, self-consistency, MAD, society, MALLM on --extra-limit, 100)"
         ),
     ] = None,
+    experiment: Annotated[
+        Path | None,
+        typer.Option(
+            help="a study file (TOML or YAML: datasets, models, a settings grid, seeds, runs), checked "
+            "whole before the first call; --out overrides its folder",
+        ),
+    ] = None,
     extra_limit: Annotated[
         int | None, typer.Option(min=1, help="--suite: questions of the second tier (default 100)")
     ] = None,
@@ -212,8 +220,6 @@ def eval_command(
     if list_presets:
         print_presets()
         return
-    if out is None:
-        raise typer.BadParameter("is required", param_hint="--out")
     settings = EvalSettings()
     check_choices(on_error=on_error, primary=primary)
     pairs = parse_compare(compare)
@@ -222,6 +228,14 @@ def eval_command(
     if rescore and not report_only:
         hint = "--rescore"
         raise typer.BadParameter("goes with --report-only (it rescores stored answers)", param_hint=hint)
+    if experiment is not None:
+        given = [name for name, value in _file_owned(locals()).items() if value]
+        _experiment(
+            experiment, out, given, report_only, cache_only, cache, no_plots, no_progress, settings, ctx
+        )
+        return
+    if out is None:
+        raise typer.BadParameter("is required", param_hint="--out")
     with errors_as_exit(console, out):
         if rescore:
             print_rescore(console, _rescore(out, primary))
@@ -290,6 +304,97 @@ def eval_command(
         print_suite(console, outcome, out)
         return
     print_outcome(console, outcome, out)
+
+
+def _file_owned(options: dict[str, Any]) -> dict[str, Any]:
+    """The command-line options an experiment file takes the place of, by their flag names."""
+    return {
+        "dataset": options["dataset"],
+        "protocols": options["protocols"],
+        "preset": options["preset"],
+        "suite": options["suite"],
+        "config": options["config"],
+        "set": options["set_"],
+        "limit": options["limit"],
+        "prompt-styles": options["prompt_styles"],
+        "same-budget": options["same_budget"],
+        "api": options["api"],
+        "rescore": options["rescore"],
+    }
+
+
+def _experiment(
+    path: Path,
+    out: Path | None,
+    given: list[str],
+    report_only: bool,
+    cache_only: bool,
+    cache: bool,
+    no_plots: bool,
+    no_progress: bool,
+    settings: EvalSettings,
+    ctx: typer.Context,
+) -> None:
+    """Run (or resume) a study file in this process, one prepared group of cells at a time."""
+    # lazy: `parley --help` must not load the harness and numpy
+    from evaluation.harness import PlanError
+
+    console = Console(stderr=True)
+    if given:
+        hint = ", ".join(f"--{g}" for g in given)
+        raise typer.BadParameter(f"the experiment file sets these; drop {hint}", param_hint="--experiment")
+    with errors_as_exit(console, out or path):
+        if settings.api_url:
+            raise PlanError("an experiment runs in-process; unset PARLEY_EVAL_API_URL")
+        _run_study(path, out, report_only, cache_only, cache, no_plots, no_progress, settings, console, ctx)
+
+
+def _run_study(
+    path: Path,
+    out: Path | None,
+    report_only: bool,
+    cache_only: bool,
+    cache: bool,
+    no_plots: bool,
+    no_progress: bool,
+    settings: EvalSettings,
+    console: Console,
+    ctx: typer.Context,
+) -> None:
+    # lazy: `parley --help` must not load the harness and numpy
+    from evaluation.experiment_cli import print_study, run_experiment
+
+    def evaluate_one(request: Any, evaluate_fn: Any) -> Any:
+        with sigterm_as_interrupt():
+            return asyncio.run(
+                stop_on_sigterm(
+                    _evaluate(
+                        request,
+                        settings,
+                        console,
+                        use_judge=request.primary == "judge",
+                        judge_url=None,
+                        judge_model=None,
+                        api=None,
+                        api_key=None,
+                        ctx_obj=ctx.find_root().obj,
+                        evaluate_fn=evaluate_fn,
+                    )
+                )
+            )
+
+    report = run_experiment(
+        path,
+        out=out,
+        report_only=report_only,
+        cache="only" if cache_only else ("on" if cache else "off"),
+        plots=not no_plots,
+        progress=not no_progress,
+        settings=settings,
+        console=console,
+        evaluate_one=evaluate_one,
+    )
+    print_study(console, report, Path(report["out"]))
 
 
 @contextlib.contextmanager
@@ -397,8 +502,10 @@ def _suite_plan(
         chosen, request, main_limit=limit, extra_limit=extra_limit, paper_setting=paper_setting
     )
 
-    async def evaluate_fn(_: Any, **deps: Any) -> Any:
-        return await run_suite(chosen, main, extra, harness_evaluate, plots=plots, **deps)
+    async def evaluate_fn(prepared: Any, **deps: Any) -> Any:
+        # the runner recorded what produced the answers on the request it prepared: both tiers carry it
+        tiers = [replace(r, provenance=prepared.provenance) for r in (main, extra)]
+        return await run_suite(chosen, *tiers, harness_evaluate, plots=plots, **deps)
 
     return main, evaluate_fn
 

@@ -78,7 +78,7 @@ def parse_config(config: str | None, sets: list[str] | None) -> dict[str, Any]:
     return base
 
 
-def default_prompt_style(setting: str, *, api: bool) -> str:
+def default_prompt_style(setting: str, *, api: bool, llm_overrides: dict[str, Any] | None = None) -> str:
     """The style of runs that name none: ``PARLEY_EVAL_PROMPT_STYLE``, where ``auto`` is the style the
     model answers reliably with. The embedded models (packaged or a local GGUF) read the papers'
     free-text prompts badly (64 % of the 1.5B's debater replies unreadable against 0.5 % robust,
@@ -86,13 +86,14 @@ def default_prompt_style(setting: str, *, api: bool) -> str:
     format more than the protocols. An endpoint whose model is one of the packaged models (served by
     ``parley llm serve`` or an evaluation's own server, named by its registry name or an old alias)
     gets robust too: the style follows the model, not where it runs. Any other endpoint, and the
-    gateway, keep the papers' wording."""
+    gateway, keep the papers' wording. ``llm_overrides``: an experiment file's model entry, in place of
+    the environment's LLM settings."""
     if setting != "auto":
         return setting
 
     if api:
         return "paper"
-    llm = LLMSettings()
+    llm = LLMSettings(**(llm_overrides or {}))
     served = llm.model.strip()
     return "robust" if llm.base_url is None or served in MODELS or served in ALIASES else "paper"
 

@@ -70,6 +70,9 @@ class EvalRequest:
     # preset): the one the model answers reliably with (robust on the embedded models). None: the
     # engine's default, the papers' wording.
     default_style: str | None = None
+    # The LLM settings an experiment file's model entry sets (``LLMSettings`` fields; None: the
+    # operator's environment). Only the in-process runner reads it; it never reaches a results folder.
+    llm_overrides: dict[str, Any] | None = None
 
 
 @dataclass

@@ -114,6 +114,7 @@ def result_record(
         scores=scores,
         judge=judge,
         calls=result.usage.calls,
+        cached_calls=result.usage.from_cache_calls,
         prompt_tokens=result.usage.prompt_tokens,
         completion_tokens=result.usage.completion_tokens,
         seconds=round(seconds, 3),

@@ -96,6 +96,7 @@ class ResultRecord(BaseModel):
     scores: Scores | None = None
     judge: JudgeVerdict | None = None
     calls: int = 0
+    cached_calls: int = Field(default=0, description="calls replayed from the call cache (among calls)")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0

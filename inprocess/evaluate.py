@@ -33,7 +33,7 @@ async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: 
     specs = plan_request(request)
     dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
     pool_source = resolve_pool_source(request.pool, dataset)
-    llm_settings = LLMSettings()
+    llm_settings = LLMSettings(**(request.llm_overrides or {}))
     if llm_settings.base_url:
         check_models_served(llm_settings)  # a model the server does not serve: refused before any work
     async with contextlib.AsyncExitStack() as stack:
