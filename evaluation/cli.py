@@ -504,8 +504,8 @@ def _suite_plan(
 
     async def evaluate_fn(prepared: Any, **deps: Any) -> Any:
         # the runner recorded what produced the answers on the request it prepared: both tiers carry it
-        tiers = [replace(r, provenance=prepared.provenance) for r in (main, extra)]
-        return await run_suite(chosen, *tiers, harness_evaluate, plots=plots, **deps)
+        first, second = (replace(r, provenance=prepared.provenance) for r in (main, extra))
+        return await run_suite(chosen, first, second, harness_evaluate, plots=plots, **deps)
 
     return main, evaluate_fn
 

@@ -143,7 +143,10 @@ def test_a_later_run_cannot_cover_more_questions(tmp_path: Path) -> None:
 
 
 def test_yaml_errors_name_the_line(tmp_path: Path) -> None:
-    text = "study:\n  name: x\n  out: o\ndatasets:\n  - {name: nq, path: nq.jsonl}\nruns:\n  - protocols: [single]\n    limitt: 3\n"
+    text = (
+        "study:\n  name: x\n  out: o\ndatasets:\n  - {name: nq, path: nq.jsonl}\n"
+        "runs:\n  - protocols: [single]\n    limitt: 3\n"
+    )
     with pytest.raises(ExperimentError, match=r"study.yaml, line 8: runs.0.limitt"):
         load_experiment(write(tmp_path, text, "study.yaml"))
 
