@@ -206,6 +206,13 @@ def eval_command(
             help="with --report-only: score the stored answers again with --primary (no model runs)",
         ),
     ] = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            help="write --out's items, results, calls and pools as Parquet (a Hugging Face datasets "
+            "layout) into this folder; run nothing",
+        ),
+    ] = None,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="skip the PNG plots")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="no progress bars")] = False,
 ) -> None:
@@ -214,7 +221,7 @@ def eval_command(
     Interrupted runs resume where they stopped: run the same command again.
     """
     # lazy: `parley --help` must not load the harness and numpy
-    from evaluation.harness import EvalRequest, PlanError, rebuild_report
+    from evaluation.harness import EvalRequest, PlanError
 
     console = Console(stderr=True)
     if list_presets:
@@ -237,15 +244,12 @@ def eval_command(
     if out is None:
         raise typer.BadParameter("is required", param_hint="--out")
     with errors_as_exit(console, out):
+        if export is not None:
+            return _export(console, out, export)
         if rescore:
             print_rescore(console, _rescore(out, primary))
         if report_only:
-            if suite is not None:
-                print_suite(console, _suite_report_only(suite, out, samples, boot_seed, not no_plots), out)
-                return
-            report = rebuild_report(out, compare=pairs, samples=samples, seed=boot_seed, plots=not no_plots)
-            print_summary(console, report, out)
-            return
+            return _report_only(console, out, suite, pairs, samples, boot_seed, not no_plots)
         if dataset is None:
             raise typer.BadParameter("is required (except with --report-only)", param_hint="--dataset")
         request = EvalRequest(
@@ -508,6 +512,35 @@ def _suite_plan(
         return await run_suite(chosen, first, second, harness_evaluate, plots=plots, **deps)
 
     return main, evaluate_fn
+
+
+def _report_only(
+    console: Console,
+    out: Path,
+    suite: str | None,
+    pairs: list[tuple[str, str]],
+    samples: int,
+    seed: int,
+    plots: bool,
+) -> None:
+    """Rebuild a folder's report (or its suite's) from what is stored; run nothing."""
+    # lazy: `parley --help` must not load the harness and numpy
+    from evaluation.harness import rebuild_report
+
+    if suite is not None:
+        print_suite(console, _suite_report_only(suite, out, samples, seed, plots), out)
+        return
+    report = rebuild_report(out, compare=pairs, samples=samples, seed=seed, plots=plots)
+    print_summary(console, report, out)
+
+
+def _export(console: Console, out: Path, dest: Path) -> None:
+    # lazy: pyarrow loads only for an export
+    from evaluation.export import export_folder
+
+    counts = export_folder(out, dest)
+    rows = ", ".join(f"{n} {name}" for name, n in counts.items())
+    console.print(f"exported {rows} rows to {dest} (Parquet; README.md names the tables for `datasets`)")
 
 
 def _rescore(out: Path, primary: str) -> Any:
