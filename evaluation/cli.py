@@ -477,6 +477,7 @@ async def _evaluate(
 
             key = api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
             client = AsyncParleyClient(api_url, api_key=key, timeout_s=settings.api_timeout_s)
+            request.provenance = api_provenance(api_url)
             try:
                 return await evaluate(
                     request, judge=judge, batch_client=client, poll_interval_s=settings.api_poll_interval_s
@@ -490,6 +491,20 @@ async def _evaluate(
     finally:
         if judge_client is not None:
             await judge_client.aclose()
+
+
+def api_provenance(api_url: str) -> dict[str, Any]:
+    """What this side of an evaluation through the gateway knows of what produced the answers: this
+    checkout and machine and the gateway's address (its model and index are the deployment's)."""
+    # lazy: `parley --help` must not run git
+    from evaluation.provenance import code_version, machine
+    from services.chat_model import redact_url
+
+    return {
+        "code": code_version(),
+        "model": {"kind": "gateway", "api": redact_url(api_url)},
+        "machine": machine(),
+    }
 
 
 def _suite_plan(

@@ -272,7 +272,11 @@ async def evaluate(
     )
     ws.save_items(dataset.items)
     if request.provenance is not None:
-        log_provenance(ws, request.provenance)
+        run = {
+            "cache": request.cache if batch_client is None else "off",
+            "bootstrap_seed": request.bootstrap_seed,
+        }
+        log_provenance(ws, {**request.provenance, "run": run})
     options = EvalOptions(
         concurrency=request.concurrency,
         primary=request.primary,

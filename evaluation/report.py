@@ -149,6 +149,13 @@ def paired_score(rec: ResultRecord, metric: PairedMetric) -> float:
     return float(value)
 
 
+def call_cache_share(results: dict[str, dict[str, ResultRecord]]) -> dict[str, Any]:
+    """How many of the folder's model calls the call cache replayed (from each finished item's counts)."""
+    calls = sum(r.calls for recs in results.values() for r in recs.values() if r.status == "ok")
+    replayed = sum(r.cached_calls for recs in results.values() for r in recs.values() if r.status == "ok")
+    return {"calls": calls, "replayed": replayed, "share": replayed / calls if calls else None}
+
+
 def compare_runs(
     a: str,
     b: str,
@@ -234,6 +241,8 @@ def build_report(
         "judge_model": manifest.judge_model,
         "dataset_problems": manifest.problems,
         "provenance": provenance_summary(ws.root),
+        "call_cache": call_cache_share(all_results),
+        "sampling_seeds": {label: specs[label].config.get("seed") for label in labels},
         "bootstrap": {"samples": samples, "seed": seed, "level": 0.95},
         "runs": runs,
         "comparisons": comparisons,

@@ -123,6 +123,20 @@ def _provenance_lines(report: dict[str, Any]) -> list[str]:
         f"- machine: {box.get('machine')}, {box.get('cpus')} CPUs; {prov['invocations']} invocation(s), "
         f"the latest at {latest.get('at')}",
     ]
+    cache = report.get("call_cache") or {}
+    if cache.get("calls"):
+        lines.append(
+            f"- call cache: {cache['replayed']:,} of {cache['calls']:,} model calls replayed "
+            f"({100 * cache['share']:.1f} %); the latest invocation ran with the cache "
+            f"{(latest.get('run') or {}).get('cache', 'unknown')}"
+        )
+    seeds = sorted({str(v) for v in (report.get("sampling_seeds") or {}).values()})
+    if seeds:
+        lines.append(
+            "- sampling seed: "
+            + ", ".join("none (the server's own)" if s == "None" else s for s in seeds)
+            + f"; bootstrap seed {report['bootstrap']['seed']}; each run's full configuration: eval.json"
+        )
     if prov["differs_across_invocations"]:
         lines.append(
             "- **warning**: invocations of this folder differ in "

@@ -9,53 +9,14 @@ Nothing secret is recorded: no key, and a URL's user and password are dropped.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import platform
-import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from evaluation.provenance import ROOT, code_version, machine
 from retriever.manifest import read_manifest
 from retriever.settings import RetrieverSettings
 from services.chat_model import redact_url
 from services.llm import MODELS, LLMSettings, ServedModel, is_model_path
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def code_version(root: Path = ROOT) -> dict[str, Any]:
-    """The git commit of a checkout (and whether its tracked files differ from it), else the installed
-    package's version."""
-    out: dict[str, Any] = {"package": _package_version()}
-    if (root / ".git").exists():
-        try:
-            head = subprocess.run(
-                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-            )
-            dirty = subprocess.run(
-                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            )
-            if head.returncode == 0:
-                out["commit"] = head.stdout.strip()
-                out["modified"] = bool(dirty.stdout.strip())
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    lock = root / "requirements.lock"
-    if lock.exists():
-        out["lock_sha256"] = hashlib.sha256(lock.read_bytes()).hexdigest()
-    return out
-
-
-def _package_version() -> str | None:
-    try:
-        return metadata.version("parley")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def model_identity(settings: LLMSettings, served: ServedModel | None) -> dict[str, Any]:
@@ -104,20 +65,6 @@ def index_identity(settings: RetrieverSettings | None, service: str | None = Non
     out["corpora"] = sorted((built.get("corpora") or {}).keys())
     out["rerank_model"] = settings.rerank_model
     return out
-
-
-def machine() -> dict[str, Any]:
-    gpu = None
-    cards = Path("/proc/driver/nvidia/gpus")
-    if cards.is_dir():
-        gpu = len(list(cards.iterdir()))
-    return {
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "nvidia_gpus": gpu,
-    }
 
 
 def collect(

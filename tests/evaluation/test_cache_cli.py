@@ -39,6 +39,10 @@ def test_a_rerun_replays_from_the_cache(scripted: ScriptedLLM, tmp_path: Path) -
     assert len(scripted.requests) == called  # every call replayed
     assert answers(out) == before
     assert "4 replayed, 0 called" in again.output
+    report = (out / "report.md").read_text()
+    assert "call cache: 4 of 4 model calls replayed (100.0 %)" in report
+    assert "the latest invocation ran with the cache on" in report
+    assert "sampling seed: none (the server's own)" in report
 
     more = write_jsonl(
         tmp_path / "more.jsonl",
