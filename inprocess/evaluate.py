@@ -9,6 +9,7 @@ stays instant.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +17,7 @@ from evaluation.settings import EvalSettings
 from inprocess.local_debate import llm_endpoint, pool_builder
 from inprocess.provenance import collect as collect_provenance
 from retriever.settings import RetrieverSettings
-from services.call_cache import CachedRoleModels, CacheStats, SqliteCallStore
+from services.call_cache import CachedPoolBuilder, CachedRoleModels, CacheStats, SqliteCallStore
 from services.llm import MODELS, LLMSettings, build_role_models, check_models_served
 from services.settings import RetrieverClientSettings
 
@@ -52,7 +53,12 @@ async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: 
             store = SqliteCallStore(settings.cache_path, settings.cache_max_mb * 2**20)
             stack.callback(store.close)
             models = CachedRoleModels(models, store, only=request.cache == "only", identity_of=model_identity)
-            stack.callback(report_cache, console, models.stats, store)
+            if builder is not None:
+                # Pools are cached too (retrieval is deterministic for one index): a replay in a fresh
+                # folder, and the searches a debate makes, read the index no more than the first run.
+                identity = json.dumps(provenance.get("index"), sort_keys=True)
+                builder = CachedPoolBuilder(builder, store, identity)
+            stack.callback(report_cache, console, models.stats, store, builder)
         return await evaluate(request, models=models, pool_builder=builder, judge=judge)
 
 
@@ -64,9 +70,12 @@ def model_identity(model: Any) -> str:
     return f"{model.model}@{packaged.sha256}" if packaged is not None else f"{model.model}@{model.endpoint}"
 
 
-def report_cache(console: Any, stats: CacheStats, store: SqliteCallStore) -> None:
+def report_cache(console: Any, stats: CacheStats, store: SqliteCallStore, pools: Any = None) -> None:
     rate = f"{stats.hit_rate:.1%}" if stats.hit_rate is not None else "–"
+    retrievals = ""
+    if isinstance(pools, CachedPoolBuilder):
+        retrievals = f"; pools: {pools.stats.hits} replayed, {pools.stats.misses} retrieved"
     console.print(
-        f"[dim]call cache: {stats.hits} replayed, {stats.misses} called ({rate} replayed); "
+        f"[dim]call cache: {stats.hits} replayed, {stats.misses} called ({rate} replayed){retrievals}; "
         f"{store.size_bytes / 2**20:.1f} MB at {store.path}[/dim]"
     )

@@ -1,5 +1,5 @@
-"""A content-addressed cache of LLM calls, so a finished run can be scored again, extended or
-re-reported without paying for its calls again.
+"""A content-addressed cache of LLM calls and retrievals, so a finished run can be scored again,
+extended or re-reported without paying for its calls again.
 
 A call's key is the SHA-256 of its model identity (the model's name and, where Parley packaged it, its
 weights' sha256), the messages, every sampling parameter (temperature, max_tokens, seed), the response
@@ -9,8 +9,12 @@ n and gets them back in the same order. A hit costs no model call; the reply com
 (``ChatCompletion.from_cache``) and the engine charges it no budget.
 
 ``SqliteCallStore`` keeps the replies in one SQLite file, bounded in size: the least recently used are
-evicted past the bound. ``CachedChatModel`` wraps any ``ChatModel``; ``only`` turns a miss into
-``CallCacheMiss`` (naming the call) instead of a model call, for runs that must replay exactly.
+evicted past the bound (``parley eval``). ``RedisCallStore`` keeps them in Redis, bounded in entries
+the same way, for the service's workers (off unless the operator turns it on). ``CachedChatModel``
+wraps any ``ChatModel``; ``only`` turns a miss into ``CallCacheMiss`` (naming the call) instead of a
+model call, for runs that must replay exactly. ``CachedPoolBuilder`` does for retrievals what
+``CachedChatModel`` does for calls: a pool is keyed by the index's identity, the question, the search
+text and the pool sizes.
 """
 
 from __future__ import annotations
@@ -34,9 +38,12 @@ class CallCacheMiss(LLMError):
 
 
 class CallStore(Protocol):
-    def get(self, key: str) -> dict[str, Any] | None: ...
+    """Where cached replies live: a SQLite file (the CLI) or Redis (the service). A store that cannot
+    be reached answers as a miss and keeps nothing: the cache never fails a call."""
 
-    def put(self, key: str, value: dict[str, Any]) -> None: ...
+    async def get(self, key: str) -> dict[str, Any] | None: ...
+
+    async def put(self, key: str, value: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -66,7 +73,8 @@ class SqliteCallStore:
         )
         self._db.execute("CREATE INDEX IF NOT EXISTS calls_used ON calls (used)")
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    async def get(self, key: str) -> dict[str, Any] | None:
+        # In the loop, not a thread: a lookup takes well under a millisecond (bench.call_cache).
         with self._lock:
             row = self._db.execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
             if row is None:
@@ -75,7 +83,7 @@ class SqliteCallStore:
         loaded: dict[str, Any] = json.loads(row[0])
         return loaded
 
-    def put(self, key: str, value: dict[str, Any]) -> None:
+    async def put(self, key: str, value: dict[str, Any]) -> None:
         text = json.dumps(value, sort_keys=True)
         with self._lock:
             self._db.execute(
@@ -171,8 +179,7 @@ class CachedChatModel:
         index = self._seen[base]
         self._seen[base] += 1
         key = f"{base}-{index}"
-        # In the loop, not a thread: a lookup takes well under a millisecond (bench.call_cache).
-        stored = self.store.get(key)
+        stored = await self.store.get(key)
         if stored is not None:
             self.stats.hits += 1
             return replace(ChatCompletion(**stored), from_cache=True)
@@ -192,7 +199,7 @@ class CachedChatModel:
             cache_key=cache_key,
         )
         value = {k: v for k, v in asdict(completion).items() if k not in ("late_attempts", "from_cache")}
-        self.store.put(key, value)
+        await self.store.put(key, value)
         return completion
 
 
@@ -237,3 +244,96 @@ class CachedRoleModels:
     def __getattr__(self, name: str) -> Any:
         # endpoint_names, aclose: the base's.
         return getattr(self.base, name)
+
+
+class RedisCallStore:
+    """Replies in Redis under ``prefix``, at most ``max_entries`` of them (the least recently used are
+    evicted), each for at most ``ttl_s``. A Redis error is a miss (``get``) or nothing kept (``put``):
+    a worker whose cache is unreachable calls the model, as without a cache."""
+
+    def __init__(self, client: Any, *, prefix: str, max_entries: int, ttl_s: int) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.max_entries = max_entries
+        self.ttl_s = ttl_s
+        self.errors = 0
+
+    @property
+    def _order(self) -> str:
+        return f"{self.prefix}calls:order"
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}calls:{key}"
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        import redis.exceptions  # lazy: only the service's store needs it
+
+        try:
+            raw = await self.client.get(self._key(key))
+            if raw is None:
+                return None
+            await self.client.zadd(self._order, {key: time.time()})
+        except (redis.exceptions.RedisError, OSError):
+            self.errors += 1
+            return None
+        loaded: dict[str, Any] = json.loads(raw)
+        return loaded
+
+    async def put(self, key: str, value: dict[str, Any]) -> None:
+        import redis.exceptions
+
+        text = json.dumps(value, sort_keys=True)
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.set(self._key(key), text, ex=self.ttl_s)
+                pipe.zadd(self._order, {key: time.time()})
+                pipe.zcard(self._order)
+                *_, count = await pipe.execute()
+            if count > self.max_entries:
+                evicted = await self.client.zpopmin(self._order, count - self.max_entries)
+                if evicted:
+                    await self.client.delete(
+                        *(self._key(k if isinstance(k, str) else k.decode()) for k, _ in evicted)
+                    )
+        except (redis.exceptions.RedisError, OSError):
+            self.errors += 1
+
+
+def pool_key(identity: str, question: str, k_wiki: int, k_web: int, search_text: str | None) -> str:
+    """The SHA-256 of what decides a pool: the index's identity, the question, the search text, the sizes."""
+    canonical = json.dumps(
+        {"identity": identity, "question": question, "k_wiki": k_wiki, "k_web": k_web, "search": search_text},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return "pool-" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class CachedPoolBuilder:
+    """A ``PoolBuilder`` whose pools go through ``store`` first, keyed by ``pool_key``. Retrieval is
+    deterministic for one index, so no sample index: the same search always gives the same pool."""
+
+    def __init__(self, inner: Any, store: CallStore, identity: str, stats: CacheStats | None = None) -> None:
+        self.inner = inner
+        self.store = store
+        self.identity = identity
+        self.stats = stats or CacheStats()
+
+    async def build_pool(
+        self, question: str, k_wiki: int = 5, k_web: int = 5, *, search_text: str | None = None
+    ) -> Any:
+        from services.knowledge import KnowledgePool  # lazy: keeps this module's imports light
+
+        key = pool_key(self.identity, question, k_wiki, k_web, search_text)
+        stored = await self.store.get(key)
+        if stored is not None:
+            self.stats.hits += 1
+            return KnowledgePool.model_validate(stored)
+        self.stats.misses += 1
+        pool = await self.inner.build_pool(question, k_wiki, k_web, search_text=search_text)
+        await self.store.put(key, pool.model_dump(mode="json"))
+        return pool
+
+    def __getattr__(self, name: str) -> Any:
+        # aclose and the rest: the inner builder's.
+        return getattr(self.inner, name)

@@ -50,12 +50,30 @@ async def test_replies_replay_in_order_and_samples_stay_distinct(tmp_path: Path)
     store.close()
 
 
-def test_the_store_keeps_to_its_size(tmp_path: Path) -> None:
+async def test_the_store_keeps_to_its_size(tmp_path: Path) -> None:
     store = SqliteCallStore(tmp_path / "calls.sqlite", max_bytes=600)
     for i in range(10):
-        store.put(f"k{i}", {"text": "x" * 100, "i": i})
+        await store.put(f"k{i}", {"text": "x" * 100, "i": i})
     assert store.size_bytes <= 600
-    assert store.get("k0") is None and store.get("k9") == {"text": "x" * 100, "i": 9}
+    assert await store.get("k0") is None and await store.get("k9") == {"text": "x" * 100, "i": 9}
+    store.close()
+
+
+async def test_pools_replay_from_the_cache_per_search(tmp_path: Path) -> None:
+    from services.call_cache import CachedPoolBuilder
+    from tests.evaluation.conftest import FixedPools
+
+    store = SqliteCallStore(tmp_path / "calls.sqlite")
+    inner = FixedPools()
+    cached = CachedPoolBuilder(inner, store, "index-a")
+    first = await cached.build_pool("who wrote hamlet", 5, 0)
+    again = await CachedPoolBuilder(FixedPools(), store, "index-a").build_pool("who wrote hamlet", 5, 0)
+    assert again == first and len(inner.calls) == 1
+    # another search text, other sizes or another index: each a pool of its own
+    await cached.build_pool("who wrote hamlet", 5, 0, search_text="Shakespeare plays")
+    await cached.build_pool("who wrote hamlet", 3, 0)
+    await CachedPoolBuilder(inner, store, "index-b").build_pool("who wrote hamlet", 5, 0)
+    assert len(inner.calls) == 4 and cached.stats.hits == 0 and cached.stats.misses == 3
     store.close()
 
 
