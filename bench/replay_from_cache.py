@@ -1,0 +1,194 @@
+"""A finished evaluation run again from the call cache alone: how many model calls it makes (the target
+is none), whether its results are the same, and how long it takes.
+
+Run (after the source run, with the same ``PARLEY_EVAL_CACHE_PATH``):
+
+    .venv/bin/python -m bench.replay_from_cache --source reports/pool-search/e2e --label madke \\
+        --out reports/call-cache/replay
+
+The source folder's run (its protocol and full configuration from ``eval.json``) is run again by
+``parley eval --cache-only --fresh`` into a scratch folder, on the source's leading finished questions
+(``--limit`` caps them), against a scripted OpenAI-compatible server that serves the source's model name
+and answers every chat call with an error, and counts them: a call that reached it would fail its item.
+Pools are built again (the index is deterministic; the cache keeps them too). Compared per question:
+the answer, the scores, the rounds, and every transcript call's reply. Writes ``bench.json`` and
+``bench.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.harness.reports import command_line, machine, report_head, utc_date, write_json, write_markdown
+from engine.config import HONOURED
+from parley_testing.scripted_llm import ScriptedLLM
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a stored run that ``parley eval --config`` takes back (what its protocol uses)."""
+    honoured = HONOURED[spec["protocol"]] | {"prompt_style", "seed", "max_tokens", "temperature"}
+    return {k: v for k, v in spec["config"].items() if k in honoured and k != "protocol"}
+
+
+def leading_finished(folder: Path, label: str) -> int:
+    """How many of the folder's first questions the run finished without a gap."""
+    order = [json.loads(line)["id"] for line in (folder / "items.jsonl").read_text().splitlines() if line]
+    done = {
+        r["id"]
+        for r in (
+            json.loads(line) for line in (folder / "results" / f"{label}.jsonl").read_text().splitlines()
+        )
+        if r["status"] == "ok"
+    }
+    count = 0
+    for item_id in order:
+        if item_id not in done:
+            break
+        count += 1
+    return count
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _results(folder: Path, label: str) -> dict[str, dict[str, Any]]:
+    rows = (json.loads(line) for line in _lines(folder / "results" / f"{label}.jsonl"))
+    return {r["id"]: r for r in rows if r["status"] == "ok"}
+
+
+def _replies(folder: Path, label: str) -> dict[str, list[str]]:
+    out = {}
+    for line in _lines(folder / "transcripts" / f"{label}.jsonl"):
+        record = json.loads(line)
+        out[record["id"]] = [call["text"] for call in record["result"]["transcript"]]
+    return out
+
+
+def compare(source: Path, replay: Path, label: str, ids: Sequence[str]) -> dict[str, Any]:
+    """Per question: the same answer, scores, rounds and transcript replies?"""
+    a, b = _results(source, label), _results(replay, label)
+    ra, rb = _replies(source, label), _replies(replay, label)
+    same = [i for i in ids if i in b and all(a[i][k] == b[i][k] for k in ("answer", "scores", "rounds"))]
+    same_calls = [i for i in ids if ra.get(i) == rb.get(i)]
+    replayed = sum(b[i]["cached_calls"] for i in ids if i in b)
+    calls = sum(b[i]["calls"] for i in ids if i in b)
+    return {
+        "questions": len(ids),
+        "finished": sum(1 for i in ids if i in b),
+        "identical_results": len(same),
+        "identical_transcripts": len(same_calls),
+        "calls": calls,
+        "replayed_calls": replayed,
+        "differing": [i for i in ids if i not in same][:10],
+    }
+
+
+def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Path | None) -> dict[str, Any]:
+    manifest = json.loads((source / "eval.json").read_text())
+    spec = next(r for r in manifest["runs"] if r["label"] == label)
+    n = leading_finished(source, label)
+    if limit is not None:
+        n = min(n, limit)
+    if n == 0:
+        raise SystemExit(f"{source}: run {label} has no finished leading questions")
+    models = {r.get("model") for r in _results(source, label).values()} - {None}
+    transcript = next(iter((source / "transcripts" / f"{label}.jsonl").read_text().splitlines()))
+    model = json.loads(transcript)["result"]["transcript"][0]["model"] or next(iter(models), "local")
+    ids = [json.loads(line)["id"] for line in (source / "items.jsonl").read_text().splitlines() if line][:n]
+    with ScriptedLLM(model=model) as llm:
+        llm.fail_for(86_400, status=500)  # any call that reaches the model fails its question
+        env = {**os.environ, "PARLEY_LLM_BASE_URL": llm.base_url, "PARLEY_LLM_MODEL": model}
+        env["PARLEY_LLM_MAX_ATTEMPTS"] = "1"
+        env["HF_HUB_OFFLINE"] = "1"
+        if cache is not None:
+            env["PARLEY_EVAL_CACHE_PATH"] = str(cache)
+        args = [
+            sys.executable,
+            "-m",
+            "parley_cli",
+            "eval",
+            "--dataset",
+            manifest["dataset"],
+            "--limit",
+            str(n),
+        ]
+        args += [
+            "--protocols",
+            spec["protocol"],
+            "--config",
+            json.dumps(run_config(spec)),
+            "--out",
+            str(scratch),
+        ]
+        args += ["--cache-only", "--fresh", "--no-progress", "--no-plots"]
+        started = time.perf_counter()
+        done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+        seconds = time.perf_counter() - started
+        reached = len(llm.requests)
+    if done.returncode not in (0, 3):
+        raise SystemExit(f"parley eval failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return {
+        "source": str(source),
+        "label": label,
+        "model": model,
+        "seconds": round(seconds, 1),
+        "model_calls_reaching_the_server": reached,
+        **compare(source, scratch, spec["label"], ids),
+    }
+
+
+def markdown(result: dict[str, Any], argv: Sequence[str]) -> list[str]:
+    r = result
+    lines = report_head(
+        "A finished run replayed from the call cache",
+        f"Measured {utc_date()} on {machine()} by `{command_line('bench.replay_from_cache', argv)}`.",
+    )
+    lines += [
+        f"Source: `{r['source']}`, run `{r['label']}` ({r['model']}), its first {r['questions']} questions.",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| model calls that reached the server | {r['model_calls_reaching_the_server']} |",
+        f"| calls replayed from the cache | {r['replayed_calls']:,} of {r['calls']:,} |",
+        f"| questions finished | {r['finished']} of {r['questions']} |",
+        f"| identical answer, scores and rounds | {r['identical_results']} of {r['questions']} |",
+        f"| identical transcript replies | {r['identical_transcripts']} of {r['questions']} |",
+        f"| wall time of the replay | {r['seconds']} s |",
+    ]
+    if r["differing"]:
+        lines += ["", f"Differing (first 10): {', '.join(r['differing'])}"]
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--source", type=Path, required=True, help="a finished results folder")
+    parser.add_argument("--label", default="madke", help="the run to replay")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many leading questions")
+    parser.add_argument("--cache", type=Path, default=None, help="the cache file (PARLEY_EVAL_CACHE_PATH)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="parley-replay-") as scratch:
+        result = replay(args.source, args.label, args.limit, Path(scratch) / "replay", args.cache)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "bench.json", result)
+    print(write_markdown(args.out / "bench.md", markdown(result, sys.argv[1:] if argv is None else argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
