@@ -103,9 +103,8 @@ def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Pa
         n = min(n, limit)
     if n == 0:
         raise SystemExit(f"{source}: run {label} has no finished leading questions")
-    models = {r.get("model") for r in _results(source, label).values()} - {None}
-    transcript = next(iter((source / "transcripts" / f"{label}.jsonl").read_text().splitlines()))
-    model = json.loads(transcript)["result"]["transcript"][0]["model"] or next(iter(models), "local")
+    transcript = next(iter(_lines(source / "transcripts" / f"{label}.jsonl")))
+    model = str(json.loads(transcript)["result"]["transcript"][0]["model"] or "local")
     ids = [json.loads(line)["id"] for line in (source / "items.jsonl").read_text().splitlines() if line][:n]
     with ScriptedLLM(model=model) as llm:
         llm.fail_for(86_400, status=500)  # any call that reaches the model fails its question
