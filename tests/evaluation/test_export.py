@@ -62,3 +62,10 @@ def test_a_folder_without_results_is_refused(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "holds no evaluation" in " ".join(result.output.split())
+
+
+def test_the_documented_schema_is_the_exported_one() -> None:
+    from evaluation.export import schema_markdown
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "evaluation.md").read_text()
+    assert schema_markdown() in docs, "docs/evaluation.md: paste evaluation.export.schema_markdown() again"
