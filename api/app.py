@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -35,6 +34,7 @@ from services.jobstore.settings import RetentionSettings
 from services.observability import telemetry
 from services.observability.metrics import QueueDepthCollector, instrument_app, serve_operator_metrics
 from services.observability.settings import ObservabilitySettings
+from services.redis_connect import sync_client
 from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE, create_publisher
 
 log = logging.getLogger("parley.api")
@@ -68,11 +68,19 @@ def create_app(
         # Two pools: requests' short calls time out after redis_timeout_s (then 503), while event
         # streams block in XREAD on a pool of their own, sized to the stream cap, so open streams
         # never starve the requests.
-        store = RedisJobStore(request_redis(settings), prefix=settings.key_prefix, ttl_s=ttl_s)
+        store = RedisJobStore(
+            request_redis(settings),
+            prefix=settings.key_prefix,
+            ttl_s=ttl_s,
+            wait_replicas=settings.redis_wait_replicas,
+            wait_timeout_ms=settings.redis_wait_timeout_ms,
+        )
         event_store = RedisJobStore(stream_redis(settings), prefix=settings.key_prefix, ttl_s=ttl_s)
         publisher = None
         if enqueuer is None:
-            publisher = create_publisher(settings.broker, connection_timeout_s=settings.redis_timeout_s)
+            publisher = create_publisher(
+                settings.broker_spec(), connection_timeout_s=settings.redis_timeout_s
+            )
         keys = KeyRing(settings.keys)
         if keys.open:
             log.warning("PARLEY_API_KEYS is empty: no authentication, every caller is 'public'")
@@ -162,7 +170,7 @@ def create_app(
     # Queue depth is read from the broker at scrape time; a blocking client is fine there because
     # /metrics runs in the thread pool.
     timeout = settings.redis_timeout_s
-    broker = redis.Redis.from_url(settings.broker, socket_timeout=timeout, socket_connect_timeout=timeout)
+    broker = sync_client(settings.broker_spec(), socket_timeout=timeout, socket_connect_timeout=timeout)
     queue_depth = QueueDepthCollector(broker, (QUEUE_INTERACTIVE, QUEUE_BATCH))
     # On the public port only with the metrics token; otherwise on the operator port (lifespan).
     token = settings.metrics_token.get_secret_value() if settings.metrics_token else None

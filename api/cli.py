@@ -19,6 +19,7 @@ from api.settings import ApiSettings, exposure_error
 from services.observability.logging_setup import configure_logging
 from services.observability.metrics import enable_multiprocess
 from services.observability.settings import ObservabilitySettings
+from services.redis_connect import check_redis_at_start
 
 if TYPE_CHECKING:
     from parley_client import AsyncParleyClient, BatchAccepted, BatchResult, BatchView
@@ -43,6 +44,7 @@ def serve_api(
     if refusal is not None:
         typer.echo(f"parley api: {refusal}", err=True)
         raise typer.Exit(2)
+    check_redis_at_start("parley api", settings.redis_spec(), settings.broker_spec())
     logging_kw = _api_logging()
     if workers > 1:
         # The worker processes write metric files that any of them sums up for /metrics.

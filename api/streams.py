@@ -33,6 +33,7 @@ from api.errors import TooManyStreams
 from api.settings import ApiSettings
 from services.jobstore import TERMINAL, TERMINAL_EVENTS, Event, JobStore
 from services.observability.metrics import REFUSALS
+from services.redis_connect import async_client
 
 log = logging.getLogger("parley.api")
 
@@ -60,17 +61,16 @@ def _blocking_redis(settings: ApiSettings, max_connections: int, socket_timeout:
     """A client over a blocking pool of ``max_connections``: waiting for a connection and connecting
     time out after ``redis_timeout_s``, each call after ``socket_timeout``."""
     timeout = settings.redis_timeout_s
-    pool: aioredis.BlockingConnectionPool = aioredis.BlockingConnectionPool.from_url(
-        settings.redis_url,
+    return async_client(
+        settings.redis_spec(),
+        blocking_timeout_s=timeout,
         max_connections=max_connections,
-        timeout=timeout,
         decode_responses=True,
         socket_connect_timeout=timeout,
         socket_timeout=socket_timeout,
         health_check_interval=30,
         retry=_retry_once(),
     )
-    return aioredis.Redis.from_pool(pool)  # type: ignore[attr-defined]  # stubs predate redis 5
 
 
 # KEYS: the key's stream set. ARGV: now, cap, this stream's lapse time, its member, set TTL (ms).

@@ -25,6 +25,7 @@ from api.streams import JobEventReader, StreamSlot
 from engine.config import DebateConfig
 from services.jobstore import ACTIVE, BatchRecord, Event, JobFull, JobRecord, new_id, usage_day
 from services.observability.metrics import REFUSALS
+from services.redis_connect import NotReplicated
 from services.task_queue import QUEUE_INTERACTIVE
 
 
@@ -109,6 +110,10 @@ async def submit_jobs(
         raise
     try:
         await state.enqueuer.enqueue([j.job_id for j in jobs], queue)
+        # PARLEY_API_REDIS_WAIT_REPLICAS: accepted only once a failover can no longer take it back.
+        what = f"batch {batch.batch_id}" if batch else f"job {jobs[0].job_id}"
+        if not await state.store.replicated(what):
+            raise NotReplicated(f"{what} did not reach its replicas in time; not accepted")
     except BaseException:
         # Not queued means not accepted: remove the records so no job is left waiting forever.
         await state.store.delete_jobs([j.job_id for j in jobs], batch.batch_id if batch else None)

@@ -29,6 +29,7 @@ from debate_worker.tasks import register_tasks
 from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import draining_key
 from services.llm import REPLICA_HEALTH, RedisReplicaLoad
+from services.redis_connect import sync_client
 from services.task_queue import COMMON_CONF, QUEUE_INTERACTIVE, TASK_RUN_DEBATE, queue
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def share_replica_load(
         target.share(None)
         return None
     shared = RedisReplicaLoad(
-        settings.redis_url,
+        settings.redis_spec(),
         key=f"{settings.key_prefix}:replica-load",
         ttl_s=settings.replica_load_ttl_s,
         refresh_s=settings.replica_load_refresh_s,
@@ -101,7 +102,7 @@ def install_lifecycle(app: Celery, settings: WorkerSettings, ttl_s: int) -> None
         # A node restarted under the same name must not inherit its previous life's drain flag.
         node = getattr(sender, "hostname", None)
         if node:
-            client = redis.Redis.from_url(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
+            client = sync_client(settings.redis_spec(), socket_timeout=3, socket_connect_timeout=3)
             try:
                 client.delete(draining_key(settings.key_prefix, node))
             except redis.RedisError:
@@ -120,7 +121,7 @@ def install_lifecycle(app: Celery, settings: WorkerSettings, ttl_s: int) -> None
         node = str(sender) if sender else ""
         if not node:
             return
-        client = redis.Redis.from_url(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
+        client = sync_client(settings.redis_spec(), socket_timeout=3, socket_connect_timeout=3)
         try:
             client.set(draining_key(settings.key_prefix, node), "1", ex=900)
         except redis.RedisError:

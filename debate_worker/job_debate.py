@@ -84,7 +84,11 @@ class JobDebate:
                 pool, search = await self._pool_and_search(job, config, models, search, on_event, on_usage)
                 await self._emit_pool(job_id, pool)
             ok = await self.store.transition(
-                job_id, "debating", ("retrieving",), fields={"attempts": attempts}
+                # From debating too: a job written back after a failover (``restore_job``) is.
+                job_id,
+                "debating",
+                ("retrieving", "debating"),
+                fields={"attempts": attempts},
             )
             if not ok:
                 raise JobCancelled(job_id)

@@ -109,7 +109,7 @@ class JobRunner:
             observe_started(job.queue, time.time() - job.created_at)
         runner = asyncio.current_task()
         assert runner is not None
-        watcher = asyncio.create_task(self._watch(job_id, runner))
+        watcher = asyncio.create_task(self._watch(job, runner))
         try:
             return await JobDebate(self.rt, self.store).run(job, config, attempts)
         except (JobCancelled, asyncio.CancelledError):
@@ -137,18 +137,25 @@ class JobRunner:
         finally:
             await _stop(watcher)
 
-    async def _watch(self, job_id: str, runner: asyncio.Task[Any]) -> None:
-        """Renew the lease and stop the debate promptly when the job is cancelled."""
+    async def _watch(self, started: JobRecord, runner: asyncio.Task[Any]) -> None:
+        """Renew the lease and stop the debate promptly when the job is cancelled; write the job back
+        when its record vanished without being removed (a Redis failover lost it)."""
         ttl = self.rt.settings.lease_ttl_s
         interval = min(0.5, ttl / 3)
+        job_id, last = started.job_id, started
         while True:
             await asyncio.sleep(interval)
             try:
                 job = await self.store.get_job(job_id)
                 renewed = await self.store.acquire_lease(job_id, self.token, int(ttl * 1000))
+                if job is None and await self.store.restore_job(self._as_running(last)):
+                    log.warning("job %s: its record vanished (a Redis failover); written back", job_id)
+                    continue
             except Exception:  # Redis blip: keep going, the next tick retries
                 log.exception("lease renewal for %s failed", job_id)
                 continue
+            if job is not None:
+                last = job
             if job is None or job.status not in ACTIVE or not renewed:
                 runner.cancel()
                 return
@@ -156,6 +163,14 @@ class JobRunner:
                 self.draining = True
                 runner.cancel()
                 return
+
+    def _as_running(self, job: JobRecord) -> JobRecord:
+        """The job as this worker runs it, for ``restore_job``: status ``debating`` whatever this
+        watcher saw last (it reads every half second and the debate moves on in between; ``debating``
+        lets the debate both start its rounds and complete), held by this worker, one attempt used."""
+        return job.model_copy(
+            update={"status": "debating", "worker": self.token, "attempts": max(job.attempts, 1)}
+        )
 
     async def _node_draining(self) -> bool:
         try:

@@ -21,6 +21,7 @@ from services.llm import LLMSettings, ServedModel, build_role_models
 from services.observability import telemetry
 from services.retriever_client import RetrieverClient
 from services.settings import RetrieverClientSettings
+from services.tls import client_verify
 
 # What a fresh pool is assumed to take before this process has built one (dense + BM25 + web search).
 DEFAULT_POOL_S = 2.0
@@ -46,12 +47,15 @@ def _default_pool_builder(retriever: RetrieverClientSettings) -> ClosablePoolBui
     if not retriever.url:
         raise PoolUnavailable("PARLEY_RETRIEVER_URL is not set; workers reach knowledge only through it")
 
+    verify = client_verify(retriever.ca_file)
     return RetrieverClient(
         retriever.url,
         timeout_s=retriever.client_timeout_s,
         max_attempts=retriever.client_max_attempts,
         retry_window_s=retriever.client_retry_window_s,
-        transport=telemetry.client_transport(),  # carries the job's trace to the retriever
+        transport=telemetry.client_transport(verify),  # carries the job's trace to the retriever
+        token=retriever.token.get_secret_value() if retriever.token else None,
+        verify=verify,
     )
 
 
@@ -79,7 +83,11 @@ class WorkerRuntime:
 
     def store(self) -> RedisJobStore:
         return RedisJobStore.from_url(
-            self.settings.redis_url, prefix=self.settings.key_prefix, ttl_s=self.retention.job_ttl_s
+            self.settings.redis_spec(),
+            prefix=self.settings.key_prefix,
+            ttl_s=self.retention.job_ttl_s,
+            wait_replicas=self.settings.redis_wait_replicas,
+            wait_timeout_ms=self.settings.redis_wait_timeout_ms,
         )
 
     def models(self) -> ClosableRoleModels:

@@ -49,6 +49,7 @@ import redis.asyncio as aioredis
 
 from debate_worker.worker_settings import WorkerSettings
 from services.jobstore import ACTIVE, RedisJobStore
+from services.redis_connect import async_client
 from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE
 
 log = logging.getLogger("parley.worker.sweep")
@@ -318,10 +319,16 @@ def start_sweeping(
         return stop
 
     async def loop() -> None:
-        store = RedisJobStore.from_url(settings.redis_url, prefix=settings.key_prefix, ttl_s=ttl_s)
+        store = RedisJobStore.from_url(
+            settings.redis_spec(),
+            prefix=settings.key_prefix,
+            ttl_s=ttl_s,
+            wait_replicas=settings.redis_wait_replicas,
+            wait_timeout_ms=settings.redis_wait_timeout_ms,
+        )
         broker = None
         if settings.broker != settings.redis_url:
-            broker = aioredis.Redis.from_url(settings.broker, decode_responses=True)
+            broker = async_client(settings.broker_spec(), decode_responses=True, socket_connect_timeout=5.0)
         sweeper = JobSweeper(store, settings, publish, broker=broker)
         try:
             while not stop.is_set():

@@ -16,6 +16,7 @@ from services.observability import telemetry
 from services.observability.logging_setup import bind_celery_task_logs, configure_logging
 from services.observability.metrics import enable_multiprocess, serve_metrics, worker_metrics_dir
 from services.observability.settings import ObservabilitySettings
+from services.redis_connect import check_redis_at_start
 
 if TYPE_CHECKING:
     from debate_worker.worker_settings import WorkerSettings
@@ -58,6 +59,7 @@ def run_worker(
     from debate_worker.worker_settings import WorkerSettings
 
     settings = WorkerSettings()
+    check_redis_at_start("parley worker", settings.redis_spec(), settings.broker_spec())
     observability = observe_worker(settings)
     runtime = WorkerRuntime.from_env(settings)
     runtime.llm_base_url = llm_url or runtime.llm.base_url

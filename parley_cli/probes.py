@@ -32,7 +32,10 @@ def http_ok(url: str) -> bool:
 
 def redis_ok(url: str) -> bool:
     """A readiness probe: Redis at ``url`` answers PING within 2 s."""
-    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    # lazy like httpx and redis above: the connection factory loads redis-py's sentinel support
+    from services.redis_connect import RedisSpec, sync_client
+
+    client = sync_client(RedisSpec("redis_url", url), socket_timeout=2, socket_connect_timeout=2)
     try:
         return bool(client.ping())
     except redis.exceptions.RedisError:

@@ -25,6 +25,7 @@ from services.llm import (
     is_model_path,
     read_gguf,
 )
+from services.redis_connect import redact_redis_url
 
 if TYPE_CHECKING:
     from parley_cli.up import UpSettings
@@ -162,9 +163,10 @@ def _add_redis(
 ) -> str:
     """The Redis URL gateway and worker share: the one given, or a redis-server of its own."""
     if settings.redis_url is not None:
+        shown = redact_redis_url(settings.redis_url)
         if not redis_ok(settings.redis_url):
-            raise UpError(f"no Redis answers at {settings.redis_url} (--redis-url / PARLEY_UP_REDIS_URL)")
-        messages.append(f"reusing Redis at {settings.redis_url}")
+            raise UpError(f"no Redis answers at {shown} (--redis-url / PARLEY_UP_REDIS_URL)")
+        messages.append(f"reusing Redis at {shown}")
         return settings.redis_url
     binary = redis_binary or shutil.which("redis-server")
     if binary is None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -40,6 +41,7 @@ from services.problem_details import (
     INVALID_REQUEST,
     NOT_FOUND,
     STORE_UNAVAILABLE,
+    UNAUTHORIZED,
     problem_response,
     validation_errors,
 )
@@ -172,6 +174,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     # Clients tell these apart by ``type`` (services.retriever_client), never by the title.
     app.add_exception_handler(InvalidRequest, _problem(422, INVALID_REQUEST, "Invalid request", "{exc}"))
+    app.add_exception_handler(Unauthorized, _problem(401, UNAUTHORIZED, "Unauthorized", "{exc}"))
     app.add_exception_handler(IndexMissing, _problem(503, INDEX_MISSING, "Index not built", "{exc}"))
 
     @app.exception_handler(VectorStoreError)
@@ -199,7 +202,21 @@ def install_problem_handlers(app: FastAPI) -> None:
         )
 
 
-pools_router = APIRouter()
+async def _require_token(request: Request) -> None:
+    """``PARLEY_RETRIEVER_TOKEN``: when set, the API answers callers that present it only."""
+    token = _settings(request).token
+    if token is None:
+        return
+    presented = request.headers.get("authorization", "")
+    if not hmac.compare_digest(presented.encode(), f"Bearer {token.get_secret_value()}".encode()):
+        raise Unauthorized("this retriever needs its token: Authorization: Bearer <PARLEY_RETRIEVER_TOKEN>")
+
+
+class Unauthorized(Exception):
+    """A call without the retriever's token (401)."""
+
+
+pools_router = APIRouter(dependencies=[Depends(_require_token)])
 health_router = APIRouter()
 
 

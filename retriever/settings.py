@@ -171,6 +171,11 @@ class RetrieverSettings(ParleySettings):
         description="when set, GET /metrics needs 'Authorization: Bearer <token>' (the retriever is an "
         "internal service; set it wherever its port is reachable by others)",
     )
+    token: SecretStr | None = Field(
+        default=None,
+        description="when set, /v1/* needs 'Authorization: Bearer <token>' (workers send "
+        "PARLEY_RETRIEVER_TOKEN, the same variable); /healthz stays open",
+    )
     host: str = "127.0.0.1"
     port: Port = 8001
     log_level: str = "info"

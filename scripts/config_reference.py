@@ -376,6 +376,9 @@ variable of every settings class, generated from the classes themselves.
 - Nested values use a double underscore: `PARLEY_LLM_JUDGE__MODEL=…` sets the judge's model only.
 - Lists, dicts and nested models can also be given as JSON: `PARLEY_WORKER_QUEUES='["parley.batch"]'`.
 - Secrets (`SecretStr`) are never shown with a default and are never printed by Parley.
+- Any top-level variable can be read from a file instead: `VARIABLE_FILE=/run/secrets/name` (compose
+  and Kubernetes secrets), e.g. `PARLEY_WORKER_REDIS_URL_FILE`, `PARLEY_LLM_API_KEY_FILE`,
+  `PARLEY_RETRIEVER_TOKEN_FILE`; one trailing newline is dropped, and setting both is refused.
 - Unknown variables are ignored, so one environment can serve every process.
 - Bounds such as `≥ 1` are checked at start-up; a value outside them stops the process with a message
   naming the variable.

@@ -21,6 +21,7 @@ BM25_UNAVAILABLE = "/problems/bm25-unavailable"
 INVALID_REQUEST = "/problems/invalid-request"
 NOT_FOUND = "/problems/not-found"
 INTERNAL = "/problems/internal"
+UNAUTHORIZED = "/problems/unauthorized"
 
 STATUS_TITLES = {
     400: "Bad Request",

@@ -9,6 +9,7 @@ backoff and jitter (a ``Retry-After`` wins); 4xx fail at once. A 503 whose probl
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -52,7 +53,11 @@ class RetrieverClient(HttpClientHolder):
         backoff_base_s: float = 0.2,
         backoff_max_s: float = 5.0,
         retry_window_s: float = 300.0,
+        token: str | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
+        """``token``: the retriever's ``PARLEY_RETRIEVER_TOKEN``, sent with every call; ``verify``: the
+        TLS check of an ``https://`` URL (``services.tls.client_verify``)."""
         self.base_url = base_url.rstrip("/")
         # A restart of the retriever (about a minute) is waited out; only a longer outage fails.
         self._policy = RetryPolicy(
@@ -62,8 +67,12 @@ class RetrieverClient(HttpClientHolder):
             window_s=retry_window_s,
         )
         super().__init__(
-            client, timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)), transport=transport
+            client,
+            timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
+            transport=transport,
+            verify=verify,
         )
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def _retryable(self, resp: httpx.Response) -> bool:
         if resp.status_code < 500:
@@ -77,7 +86,7 @@ class RetrieverClient(HttpClientHolder):
         url = self.base_url + path
         try:
             sent = await send_with_retries(
-                lambda: self._client.request(method, url, **kw),
+                lambda: self._client.request(method, url, headers=self._headers, **kw),
                 policy=self._policy,
                 retryable=self._retryable,
             )

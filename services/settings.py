@@ -13,11 +13,18 @@ environments handed to child processes (``parley up``, the test helpers).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 # The constraints that several processes' knobs share, stated once: a class names the type and gives
 # only its knob's default and description (the configuration reference shows the bounds either way).
@@ -38,10 +45,73 @@ def default_data_dir() -> Path:
     return Path.cwd() / ".parley"
 
 
-class ParleySettings(BaseSettings):
-    """Base for all settings classes: frozen, environment first, unknown variables ignored."""
+class FileVariables(PydanticBaseSettingsSource):
+    """``<VARIABLE>_FILE=path``: the value of ``VARIABLE`` read from a file, the way compose and
+    Kubernetes mount secrets (``/run/secrets/…``), so a password never sits in the environment.
 
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_nested_delimiter="__")
+    Any top-level variable may be given this way (``PARLEY_WORKER_REDIS_URL_FILE``,
+    ``PARLEY_LLM_API_KEY_FILE``, ``PARLEY_RETRIEVER_TOKEN_FILE``); one trailing newline is dropped.
+    Setting both ``VARIABLE`` and ``VARIABLE_FILE`` is refused, as is a file that cannot be read; the
+    message names the variable and the path, never the content.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        self._environ = {k.upper(): v for k, v in os.environ.items()}
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        # Unused: ``__call__`` reads every field at once.
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        prefix = str(self.settings_cls.model_config.get("env_prefix") or "").upper()
+        out: dict[str, Any] = {}
+        for name, info in self.settings_cls.model_fields.items():
+            alias = info.validation_alias if isinstance(info.validation_alias, str) else None
+            variable = (alias or f"{prefix}{name}").upper()
+            path = self._environ.get(f"{variable}_FILE")
+            if path is None:
+                continue
+            if variable in self._environ:
+                raise SettingsError(f"{variable} and {variable}_FILE are both set; set one of them")
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise SettingsError(f"{variable}_FILE: cannot read {path}: {exc.strerror}") from None
+            text = text.removesuffix("\n").removesuffix("\r")
+            out[name] = self.decode_complex_value(name, info, text) if self.field_is_complex(info) else text
+        return out
+
+
+class ParleySettings(BaseSettings):
+    """Base for all settings classes: frozen, environment first, unknown variables ignored.
+
+    Sources, first wins: arguments, the environment, ``<VARIABLE>_FILE`` (``FileVariables``), .env
+    files, a secrets directory; then the defaults.
+    """
+
+    # A validation error never repeats the input: it may hold a password (a Redis URL, an API key).
+    model_config = SettingsConfigDict(
+        frozen=True, extra="ignore", env_nested_delimiter="__", hide_input_in_errors=True
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The default sources with ``FileVariables`` right after the environment."""
+        return (
+            init_settings,
+            env_settings,
+            FileVariables(settings_cls),
+            dotenv_settings,
+            file_secret_settings,
+        )
 
 
 class RetrieverClientSettings(ParleySettings):
@@ -55,4 +125,12 @@ class RetrieverClientSettings(ParleySettings):
     client_retry_window_s: Seconds = Field(
         default=300.0,
         description="a retriever unavailable for longer than this fails the pool (shorter: waited out)",
+    )
+    token: SecretStr | None = Field(
+        default=None,
+        description="the retriever's API token, sent as Authorization: Bearer (the retriever reads the "
+        "same variable and then requires it)",
+    )
+    ca_file: Path | None = Field(
+        default=None, description="CA certificate (PEM) of an https:// retriever URL; unset = system CAs"
     )

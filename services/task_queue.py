@@ -14,6 +14,8 @@ from typing import Any
 from celery import Celery
 from kombu import Exchange, Queue
 
+from services.redis_connect import RedisSpec
+
 QUEUE_INTERACTIVE = "parley.interactive"
 QUEUE_BATCH = "parley.batch"
 TASK_RUN_DEBATE = "parley.run_debate"
@@ -38,15 +40,18 @@ COMMON_CONF: dict[str, Any] = {
 }
 
 
-def create_publisher(broker_url: str, *, connection_timeout_s: float = 3.0) -> Celery:
-    """A Celery app that only sends ``parley.run_debate`` messages (the API's side of the queue)."""
+def create_publisher(broker: str | RedisSpec, *, connection_timeout_s: float = 3.0) -> Celery:
+    """A Celery app that only sends ``parley.run_debate`` messages (the API's side of the queue).
+    ``broker`` is a URL or a ``RedisSpec`` (TLS files, Sentinel master: ``celery_broker_conf``)."""
+    spec = broker if isinstance(broker, RedisSpec) else RedisSpec("broker_url", broker)
+    conf = spec.celery_broker_conf()
+    conf["broker_transport_options"]["socket_connect_timeout"] = connection_timeout_s
     app = Celery("parley-api", set_as_current=False)
     app.conf.update(
         COMMON_CONF,
-        broker_url=broker_url,
         broker_connection_timeout=connection_timeout_s,
         # Fail fast when Redis is down: the API answers 503 with Retry-After instead of hanging.
         task_publish_retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.2},
-        broker_transport_options={"socket_connect_timeout": connection_timeout_s},
+        **conf,
     )
     return app

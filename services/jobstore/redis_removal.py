@@ -12,13 +12,14 @@ re-created.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from parley_wire.models import TERMINAL
 from services.jobstore.keys import JobKeys
-from services.jobstore.records import RECORD_OVERHEAD, removed_size
+from services.jobstore.records import RECORD_OVERHEAD, BatchRecord, JobRecord, removed_size
 
 _TERMINAL = ",".join(sorted(TERMINAL))
 # Jobs of a batch removed per round trip (one pipeline reads them, one removes them).
@@ -32,6 +33,27 @@ class RedisRemoval(JobKeys):
     ttl_s: int
     _remove_job: Any
     _remove_batch: Any
+
+    async def create_jobs(self, jobs: Sequence[JobRecord], batch: BatchRecord | None = None) -> None:
+        raise NotImplementedError  # RedisJobStore's
+
+    async def emit(self, job_id: str, event: str, data: dict[str, Any]) -> str | None:
+        raise NotImplementedError  # RedisJobStore's
+
+    async def restore_job(self, job: JobRecord) -> bool:
+        """Write back a job whose record vanished while a worker ran it, from that worker's copy.
+
+        Redis replicates asynchronously: a failover loses what the old primary had not yet sent to
+        the replica that took over, which can be a whole job submitted moments before. The worker
+        still holds the job as it last read it, so the job is written back as it was (status, attempts,
+        owner, question, config) and runs to its end. Not for a job removed on purpose: its tombstone
+        says so and False is returned, as when the record exists. A batch lost with it is not
+        restored (the worker never had it). The owner's quota reservation is not re-made."""
+        if await self.redis.exists(self.k_tombstone(job.job_id), self.k_job(job.job_id)):
+            return False
+        await self.create_jobs([job])
+        await self.emit(job.job_id, "job.restored", {"reason": "its record was lost with a Redis failover"})
+        return True
 
     async def remove_job(self, job_id: str) -> bool:
         """Remove a finished job for good: its record, result, events and place in the listing, and

@@ -54,6 +54,7 @@ from services.jobstore.scripts import (
     RESERVE_LUA,
     TRANSITION_LUA,
 )
+from services.redis_connect import RedisSpec, async_client, wait_for_replicas
 
 log = logging.getLogger("parley.jobstore")
 
@@ -70,10 +71,21 @@ class RedisJobStore(RedisQuota, RedisRemoval):
     pass the same value, so it has no default here.
     """
 
-    def __init__(self, redis: aioredis.Redis, *, prefix: str = "parley", ttl_s: int) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        *,
+        prefix: str = "parley",
+        ttl_s: int,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
+    ) -> None:
         self.redis = redis
         self.prefix = prefix
         self.ttl_s = ttl_s
+        # A new job (or batch) and a job's end wait for this many replicas: no failover takes them back.
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
         self._transition = redis.register_script(TRANSITION_LUA)
         self._lease = redis.register_script(LEASE_LUA)
         self._reserve = redis.register_script(RESERVE_LUA)
@@ -88,17 +100,26 @@ class RedisJobStore(RedisQuota, RedisRemoval):
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "parley", ttl_s: int, timeout_s: float = 5.0
+        cls, url: str | RedisSpec, *, prefix: str = "parley", ttl_s: int, timeout_s: float = 5.0, **kw: int
     ) -> RedisJobStore:
-        """A store with its own connection pool; short socket timeouts so a dead Redis fails fast."""
-        client = aioredis.Redis.from_url(
-            url,
+        """A store with its own connection pool; short connect timeouts so a dead Redis fails fast.
+        ``url`` is a plain URL or a ``RedisSpec`` (TLS, ACL user, Sentinel; ``services.redis_connect``)."""
+        spec = url if isinstance(url, RedisSpec) else RedisSpec("redis_url", url)
+        client = async_client(
+            spec,
             decode_responses=True,
             socket_connect_timeout=timeout_s,
             socket_timeout=None,  # blocking XREAD for SSE must be allowed to wait
             health_check_interval=30,
         )
-        return cls(client, prefix=prefix, ttl_s=ttl_s)
+        return cls(client, prefix=prefix, ttl_s=ttl_s, **kw)
+
+    async def replicated(self, what: str) -> bool:
+        """Whether the writes so far are on ``wait_replicas`` replicas (True at once when that is 0);
+        waits ``wait_timeout_ms`` at most. ``what`` names them in the warning when they are not."""
+        key = f"{self.prefix}:replicated"
+        acked = await wait_for_replicas(self.redis, key, self.wait_replicas, self.wait_timeout_ms, what=what)
+        return acked >= self.wait_replicas
 
     async def aclose(self) -> None:
         await self.redis.aclose()  # type: ignore[attr-defined]  # stubs predate redis 5
@@ -212,6 +233,7 @@ class RedisJobStore(RedisQuota, RedisRemoval):
         moved = await self._run_transition(job_id, to, allowed_from, event, data, fields) is not None
         if moved and to in TERMINAL:
             await self._compact_events(job_id)
+            await self.replicated(f"the end of job {job_id}")
         return moved
 
     async def _compact_events(self, job_id: str) -> None:
@@ -458,6 +480,9 @@ class RedisJobStore(RedisQuota, RedisRemoval):
         async with self.redis.pipeline(transaction=True) as pipe:
             for job_id in job_ids:
                 pipe.delete(self.k_job(job_id), self.k_events(job_id))
+                # A worker that took the job already must not write it back (``restore_job``).
+                pipe.hset(self.k_tombstone(job_id), mapping={"owner": owner or "", "usage_day": ""})
+                pipe.expire(self.k_tombstone(job_id), self.ttl_s)
                 if owner:
                     pipe.srem(self.k_active(owner), job_id)
                     pipe.zrem(self.k_owner_jobs(owner), job_id)

@@ -29,6 +29,7 @@ from services.llm.client import OpenAIChatClient, RetryPolicy
 from services.llm.embedded import ServedModel
 from services.llm.replicas import normal_base_url, split_base_urls
 from services.llm.settings import ROLES, LLMSettings
+from services.tls import client_verify
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,7 @@ def _pool(settings: LLMSettings, transport: httpx.AsyncBaseTransport | None) -> 
     return httpx.AsyncClient(
         timeout=httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s),
         transport=transport,
+        verify=client_verify(settings.ca_file),
         limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
     )
 

@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import redis
+from services.redis_connect import RedisSpec, sync_client
 
 log = logging.getLogger("parley.replicas")
 
@@ -123,7 +123,7 @@ class RedisReplicaLoad:
 
     def __init__(
         self,
-        redis_url: str | None = None,
+        redis_url: str | RedisSpec | None = None,
         *,
         key: str = "parley:replica-load",
         ttl_s: float = 3.0,
@@ -138,7 +138,7 @@ class RedisReplicaLoad:
         self.refresh_s = refresh_s
         # A view older than this is not used: the thread is failing, or was idle until now.
         self.stale_s = min(ttl_s, 10 * refresh_s)
-        self._redis_url = redis_url
+        self._redis_spec = RedisSpec("redis_url", redis_url) if isinstance(redis_url, str) else redis_url
         self._client_factory = client_factory
         self._clock = clock
         self._live: _Live | None = None
@@ -205,9 +205,9 @@ class RedisReplicaLoad:
     def _client(self) -> Any:
         if self._client_factory is not None:
             return self._client_factory()
-        assert self._redis_url is not None
+        assert self._redis_spec is not None
         timeout = max(0.05, min(1.0, self.ttl_s / 3))
-        return redis.Redis.from_url(self._redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        return sync_client(self._redis_spec, socket_timeout=timeout, socket_connect_timeout=timeout)
 
     def _run(self, live: _Live) -> None:
         client: Any = None

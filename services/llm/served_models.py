@@ -12,6 +12,7 @@ client's retries wait out, and some servers list nothing.
 from __future__ import annotations
 
 import logging
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ import httpx
 from services.errors import ParleyError
 from services.llm.replicas import normal_base_url, split_base_urls
 from services.llm.settings import ROLES, LLMSettings
+from services.tls import client_verify
 
 log = logging.getLogger("parley.llm")
 # ``PARLEY_LLM_MODEL``'s default, which the compose file passes on too: it names no model, and
@@ -73,11 +75,12 @@ def listed_models(
     *,
     transport: httpx.BaseTransport | None = None,
     timeout_s: float = 5.0,
+    verify: ssl.SSLContext | bool = True,
 ) -> list[str] | None:
     """The model ids ``base_url`` lists, or None when it cannot be asked or lists none."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with httpx.Client(transport=transport, timeout=timeout_s) as client:
+        with httpx.Client(transport=transport, timeout=timeout_s, verify=verify) as client:
             reply = client.get(f"{base_url}/models", headers=headers)
         if reply.status_code != 200:
             return None
@@ -102,7 +105,12 @@ def check_models_served(settings: LLMSettings, *, transport: httpx.BaseTransport
     problems = []
     confirmed = 0
     for configured in configured_models(settings):
-        ids = listed_models(configured.base_url, configured.api_key, transport=transport)
+        ids = listed_models(
+            configured.base_url,
+            configured.api_key,
+            transport=transport,
+            verify=client_verify(settings.ca_file),
+        )
         if ids is None:
             log.info("could not list the models of %s; %s not checked", configured.base_url, configured.where)
             continue

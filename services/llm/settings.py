@@ -88,6 +88,11 @@ class LLMSettings(ParleySettings):
         + " (least outstanding requests, one debate's calls to one replica)",
     )
     api_key: SecretStr | None = None
+    ca_file: Path | None = Field(
+        default=None,
+        description="CA certificate (PEM) that signs https:// LLM servers' certificates (a lab's own "
+        "CA); unset = the system's CAs",
+    )
     model: str = "local"
     timeout_s: Seconds = 120.0
     connect_timeout_s: Seconds = 5.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -153,9 +154,12 @@ class PropagatingTransport(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def client_transport() -> httpx.AsyncBaseTransport | None:
-    """The transport for calls to other Parley services: propagating when tracing is on."""
-    return PropagatingTransport() if _state.provider is not None else None
+def client_transport(verify: ssl.SSLContext | bool = True) -> httpx.AsyncBaseTransport | None:
+    """The transport for calls to other Parley services: propagating when tracing is on (checking TLS
+    with ``verify``, as the client would without it)."""
+    if _state.provider is None:
+        return None
+    return PropagatingTransport(httpx.AsyncHTTPTransport(verify=verify))
 
 
 # --- spans of a job ----------------------------------------------------------------------------------

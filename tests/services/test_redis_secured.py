@@ -1,0 +1,123 @@
+"""Redis secured between hosts: TLS with a private CA, an ACL user with a password, the default user off.
+
+A real redis-server listens on a TLS port only (``--port 0``); the gateway and a real Celery worker
+reach it as ``rediss://parley:…@127.0.0.1:PORT/0`` with the CA file, the worker reading its URL from a
+file (``PARLEY_WORKER_REDIS_URL_FILE``, as compose mounts secrets), and a debate runs end to end. A
+wrong password, an unknown user or a CA that did not sign the server's certificate stop ``parley
+worker`` and ``parley api`` at start with a message that names the setting and never the password.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from parley_testing.processes import ROOT, redis_binary
+from parley_testing.redis_topologies import ThrowawayCA, TlsRedis
+from tests.api.conftest import KEY_A, KEYS, api_settings
+from tests.api.support import ApiServer, WorkerProcess, script_agreeing, wait_status, worker_env
+from tests.support.scripted_llm import ScriptedLLM
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PASSWORD = "redis-pw-9c2e7f1b-SECRET"
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> ThrowawayCA:
+    return ThrowawayCA(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory, ca: ThrowawayCA) -> Iterator[TlsRedis]:
+    if redis_binary() is None:
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    server = TlsRedis(tmp_path_factory.mktemp("tls-redis"), ca, user="parley", password=PASSWORD).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_debate_runs_end_to_end_over_tls_as_an_acl_user(
+    tls_redis: TlsRedis, ca: ThrowawayCA, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    url_file = tmp_path / "redis_url"
+    url_file.write_text(tls_redis.url + "\n")  # a secret file ends with a newline
+    with ScriptedLLM() as llm:
+        script_agreeing(llm)
+        env = worker_env("unused", llm.base_url, PARLEY_WORKER_REDIS_TLS_CA_FILE=str(ca.cert_file))
+        del env["PARLEY_WORKER_REDIS_URL"]
+        env["PARLEY_WORKER_REDIS_URL_FILE"] = str(url_file)
+        settings = api_settings(tls_redis.url, keys=KEYS, redis_tls_ca_file=ca.cert_file)
+        log = tmp_path / "worker.log"
+        with ApiServer(settings) as api, WorkerProcess(env, log):
+            with httpx.Client(
+                base_url=api.url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30
+            ) as c:
+                accepted = c.post(
+                    "/v1/debates", json={"question": "Capital of France?", "config": {"knowledge": "none"}}
+                )
+                assert accepted.status_code == 202, accepted.text
+                done = wait_status(c, accepted.json()["job_id"], {"completed", "failed"})
+                assert done["status"] == "completed", done
+                assert c.get("/healthz").status_code == 200
+            worker_log = log.read_text(errors="replace")
+    # Celery's banner shows the broker (TLS, as the ACL user) with the password masked.
+    assert "rediss://parley:**@127.0.0.1" in worker_log
+    assert PASSWORD not in worker_log
+    assert PASSWORD not in caplog.text
+    # Nothing reached Redis over plain TCP: its only port is the TLS one.
+    client = tls_redis.client()
+    try:
+        assert client.config_get("port")["port"] == "0"
+    finally:
+        client.close()
+
+
+def _start(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "parley_cli", *command],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("wrong password", "authentication failed for user 'parley'"),
+        ("unknown user", "authentication failed for user 'mallory'"),
+        ("wrong CA", "TLS handshake with rediss://parley:***@127.0.0.1"),
+    ],
+)
+def test_bad_credentials_stop_the_worker_and_the_gateway_at_start(
+    tls_redis: TlsRedis, ca: ThrowawayCA, tmp_path: Path, case: str, expected: str
+) -> None:
+    url, ca_file = tls_redis.url, ca.cert_file
+    if case == "wrong password":
+        url = url.replace(PASSWORD, "not-the-" + PASSWORD)
+    elif case == "unknown user":
+        url = url.replace("parley:", "mallory:")
+    else:
+        ca_file = ThrowawayCA(tmp_path / "other", name="other-ca").cert_file
+    env = worker_env(url, "http://127.0.0.1:9/v1", PARLEY_WORKER_REDIS_TLS_CA_FILE=str(ca_file))
+    env.update({"PARLEY_API_REDIS_URL": url, "PARLEY_API_REDIS_TLS_CA_FILE": str(ca_file)})
+    for command, variable in (
+        (["worker", "--pool=solo"], "PARLEY_WORKER_REDIS_URL"),
+        (["api", "--port", "0"], "PARLEY_API_REDIS_URL"),
+    ):
+        done = _start(command, env)
+        assert done.returncode == 2, (command, done.stdout[-2000:], done.stderr[-2000:])
+        assert f"{variable}: {expected}" in done.stderr, done.stderr
+        assert PASSWORD not in done.stderr + done.stdout
