@@ -3,10 +3,11 @@ extended or re-reported without paying for its calls again.
 
 A call's key is the SHA-256 of its model identity (the model's name and, where Parley packaged it, its
 weights' sha256), the messages, every sampling parameter (temperature, max_tokens, seed), the response
-format asked for, and a sample index: the n-th identical request a process sends gets index n, so n
-samples of one prompt at a temperature above 0 stay n different replies, and a rerun asks for the same
-n and gets them back in the same order. A hit costs no model call; the reply comes back marked
-(``ChatCompletion.from_cache``) and the engine charges it no budget.
+format asked for, who asks (the role and the agent), and a sample index: the n-th identical request
+one caller sends gets index n, so n samples of one prompt at a temperature above 0 stay n different
+replies, and a rerun asks for the same n and gets them back in the same order (two agents sending the
+same prompt at once each get their own, whichever is sent first). A hit costs no model call; the reply
+comes back marked (``ChatCompletion.from_cache``) and the engine charges it no budget.
 
 ``SqliteCallStore`` keeps the replies in one SQLite file, bounded in size: the least recently used are
 evicted past the bound (``parley eval``). ``RedisCallStore`` keeps them in Redis, bounded in entries
@@ -119,11 +120,14 @@ def call_key(
     max_tokens: int | None,
     json_schema: dict[str, Any] | None,
     seed: int | None,
+    caller: str = "",
 ) -> str:
-    """The SHA-256 of everything that decides a call's reply but its sample index."""
+    """The SHA-256 of everything that decides a call's reply but its sample index. ``caller`` (the
+    role and agent asking) keeps samples apart that identical prompts from two agents would share."""
     canonical = json.dumps(
         {
             "identity": identity,
+            "caller": caller,
             "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
             "temperature": temperature,
             "max_tokens": max_tokens,
@@ -140,14 +144,26 @@ class CachedChatModel:
     """A ``ChatModel`` whose calls go through ``store`` first (see the module's docstring)."""
 
     def __init__(
-        self, inner: ChatModel, store: CallStore, identity: str, *, only: bool = False, stats: CacheStats
+        self,
+        inner: ChatModel,
+        store: CallStore,
+        identity: str,
+        *,
+        only: bool = False,
+        stats: CacheStats,
+        caller: str = "",
+        seen: Counter[str] | None = None,
     ) -> None:
         self.inner = inner
         self.store = store
         self.identity = identity
         self.only = only
         self.stats = stats
-        self._seen: Counter[str] = Counter()
+        # Who asks (role and agent): sample indices count per caller, so two agents sending the same
+        # prompt at once get their own samples whichever call is sent first; one caller's calls are
+        # sequential, so a rerun numbers them alike.
+        self.caller = caller
+        self._seen: Counter[str] = seen if seen is not None else Counter()
 
     @property
     def model(self) -> str:
@@ -174,6 +190,7 @@ class CachedChatModel:
             max_tokens=max_tokens,
             json_schema=json_schema,
             seed=seed,
+            caller=self.caller,
         )
         # Taken before any await: concurrent identical calls get distinct indices.
         index = self._seen[base]
@@ -220,26 +237,34 @@ class CachedRoleModels:
         self.only = only
         self.stats = CacheStats()
         self._identity_of = identity_of or (lambda m: m.model)
-        self._wrapped: dict[int, CachedChatModel] = {}
+        self._wrapped: dict[tuple[int, str], CachedChatModel] = {}
+        self._seen: dict[str, Counter[str]] = {}
 
-    def _wrap(self, model: ChatModel) -> CachedChatModel:
-        wrapped = self._wrapped.get(id(model))
+    def _wrap(self, model: ChatModel, caller: str) -> CachedChatModel:
+        wrapped = self._wrapped.get((id(model), caller))
         if wrapped is None:
-            wrapped = self._wrapped[id(model)] = CachedChatModel(
-                model, self.store, self._identity_of(model), only=self.only, stats=self.stats
+            wrapped = self._wrapped[(id(model), caller)] = CachedChatModel(
+                model,
+                self.store,
+                self._identity_of(model),
+                only=self.only,
+                stats=self.stats,
+                caller=caller,
+                seen=self._seen.setdefault(caller, Counter()),
             )
         return wrapped
 
     def for_role(self, role: str, agent: int | None = None) -> ChatModel:
-        return self._wrap(self.base.for_role(role, agent))
+        return self._wrap(self.base.for_role(role, agent), f"{role}:{agent}")
 
     def agent_client(self, role: str, **where: Any) -> ChatModel:
-        return self._wrap(self.base.agent_client(role, **where))
+        caller = f"{role}:" + ",".join(f"{k}={v}" for k, v in sorted(where.items()))
+        return self._wrap(self.base.agent_client(role, **where), caller)
 
     def fallback_for(self, role: str) -> ChatModel | None:
         fallback_for = getattr(self.base, "fallback_for", None)
         model = fallback_for(role) if fallback_for is not None else None
-        return self._wrap(model) if model is not None else None
+        return self._wrap(model, f"fallback:{role}") if model is not None else None
 
     def __getattr__(self, name: str) -> Any:
         # endpoint_names, aclose: the base's.

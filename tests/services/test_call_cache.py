@@ -41,12 +41,31 @@ async def test_replies_replay_in_order_and_samples_stay_distinct(tmp_path: Path)
             assert not (await model.complete(ASK, temperature=0.9, max_tokens=5)).from_cache
             assert len(llm.requests) == 5
 
-            only = CachedRoleModels(SingleModel(client), store, only=True).for_role("judge")
+            only = CachedRoleModels(SingleModel(client), store, only=True).for_role("debater")
             await only.complete(ASK, temperature=0.9)  # held: replays
             with pytest.raises(CallCacheMiss, match=r"scripted, sample 0, key [0-9a-f]{16}"):
                 new: list[ChatMessage] = [{"role": "user", "content": "Something new."}]
                 await only.complete(new, temperature=0.9)
     assert len(llm.requests) == 5
+    store.close()
+
+
+async def test_two_agents_keep_their_own_samples_whichever_asks_first(tmp_path: Path) -> None:
+    store = SqliteCallStore(tmp_path / "calls.sqlite")
+    with ScriptedLLM() as llm:
+        llm.on("Say a colour.", ["red", "blue"])
+        async with OpenAIChatClient(llm.base_url, "scripted") as client:
+            first = CachedRoleModels(SingleModel(client), store)
+            zero = await first.for_role("debater", 0).complete(ASK, temperature=0.9)
+            one = await first.for_role("debater", 1).complete(ASK, temperature=0.9)
+            assert (zero.text, one.text) == ("red", "blue")
+            # The replay asks in the other order (agent 1's call happens to be sent first): each agent
+            # still gets its own reply back.
+            again = CachedRoleModels(SingleModel(client), store, only=True)
+            one_again = await again.for_role("debater", 1).complete(ASK, temperature=0.9)
+            zero_again = await again.for_role("debater", 0).complete(ASK, temperature=0.9)
+            assert (zero_again.text, one_again.text) == ("red", "blue")
+    assert len(llm.requests) == 2
     store.close()
 
 
