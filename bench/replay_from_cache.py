@@ -7,10 +7,10 @@ Run (after the source run, with the same ``PARLEY_EVAL_CACHE_PATH``):
         --out reports/call-cache/replay
 
 The source folder's run (its protocol and full configuration from ``eval.json``) is run again by
-``parley eval --cache-only --fresh`` into a scratch folder, on the source's leading finished questions
+``parley eval --cache-only`` into a scratch folder holding only the source's pools, on the source's leading finished questions
 (``--limit`` caps them), against a scripted OpenAI-compatible server that serves the source's model name
 and answers every chat call with an error, and counts them: a call that reached it would fail its item.
-Pools are built again (the index is deterministic; the cache keeps them too). Compared per question:
+Compared per question:
 the answer, the scores, the rounds, and every transcript call's reply. Writes ``bench.json`` and
 ``bench.md`` to ``--out``.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,32 @@ def compare(source: Path, replay: Path, label: str, ids: Sequence[str]) -> dict[
     }
 
 
+def cache_size(path: Path) -> dict[str, Any]:
+    """The cache file's entries and their bytes (what ``SqliteCallStore`` bounds)."""
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        # model calls only: the pools the cache also keeps are not what a run's calls cost
+        query = "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM calls WHERE key NOT LIKE 'pool-%'"
+        entries, size = db.execute(query).fetchone()
+    finally:
+        db.close()
+    return {
+        "entries": entries,
+        "mb": round(size / 2**20, 2),
+        "bytes_per_entry": round(size / max(entries, 1)),
+    }
+
+
+def estimate_mb(folder: Path, bytes_per_entry: float) -> dict[str, Any]:
+    """The cache a whole results folder would fill: its calls times the bytes per cached reply."""
+    calls = 0
+    for path in sorted((folder / "results").glob("*.jsonl")):
+        calls += sum(json.loads(line).get("calls", 0) for line in _lines(path))
+    return {"folder": str(folder), "calls": calls, "mb": round(calls * bytes_per_entry / 2**20, 1)}
+
+
 def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Path | None) -> dict[str, Any]:
     manifest = json.loads((source / "eval.json").read_text())
     spec = next(r for r in manifest["runs"] if r["label"] == label)
@@ -106,6 +133,11 @@ def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Pa
     transcript = next(iter(_lines(source / "transcripts" / f"{label}.jsonl")))
     model = str(json.loads(transcript)["result"]["transcript"][0]["model"] or "local")
     ids = [json.loads(line)["id"] for line in (source / "items.jsonl").read_text().splitlines() if line][:n]
+    # The source's pools, as a resumed run would read them: the prompts are then the source's even
+    # where the index has changed since (a run made before pools were cached kept them only there).
+    scratch.mkdir(parents=True, exist_ok=True)
+    for pools in source.glob("pools*.jsonl"):
+        shutil.copy(pools, scratch / pools.name)
     with ScriptedLLM(model=model) as llm:
         llm.fail_for(86_400, status=500)  # any call that reaches the model fails its question
         env = {**os.environ, "PARLEY_LLM_BASE_URL": llm.base_url, "PARLEY_LLM_MODEL": model}
@@ -131,7 +163,7 @@ def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Pa
             "--out",
             str(scratch),
         ]
-        args += ["--cache-only", "--fresh", "--no-progress", "--no-plots"]
+        args += ["--cache-only", "--no-progress", "--no-plots"]
         started = time.perf_counter()
         done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
         seconds = time.perf_counter() - started
@@ -166,6 +198,16 @@ def markdown(result: dict[str, Any], argv: Sequence[str]) -> list[str]:
         f"| identical transcript replies | {r['identical_transcripts']} of {r['questions']} |",
         f"| wall time of the replay | {r['seconds']} s |",
     ]
+    if "cache" in r:
+        c = r["cache"]
+        lines.append(
+            f"| the cache file | {c['entries']:,} entries, {c['mb']} MB ({c['bytes_per_entry']:,} B each) |"
+        )
+    if "estimate" in r:
+        e = r["estimate"]
+        lines.append(
+            f"| estimated cache for `{e['folder']}` | {e['mb']} MB ({e['calls']:,} calls at that size each) |"
+        )
     if r["differing"]:
         lines += ["", f"Differing (first 10): {', '.join(r['differing'])}"]
     return lines
@@ -179,10 +221,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--label", default="madke", help="the run to replay")
     parser.add_argument("--limit", type=int, default=None, help="at most this many leading questions")
     parser.add_argument("--cache", type=Path, default=None, help="the cache file (PARLEY_EVAL_CACHE_PATH)")
+    parser.add_argument(
+        "--estimate-for", type=Path, default=None, help="a results folder whose whole cache size to estimate"
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    cache = args.cache or Path(
+        os.environ.get("PARLEY_EVAL_CACHE_PATH") or ROOT / ".parley" / "call-cache.sqlite"
+    )
+    size = cache_size(cache) if cache.exists() else None
     with tempfile.TemporaryDirectory(prefix="parley-replay-") as scratch:
         result = replay(args.source, args.label, args.limit, Path(scratch) / "replay", args.cache)
+    if size is not None:
+        result["cache"] = size
+        if args.estimate_for is not None:
+            result["estimate"] = estimate_mb(args.estimate_for, size["bytes_per_entry"])
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "bench.json", result)
     print(write_markdown(args.out / "bench.md", markdown(result, sys.argv[1:] if argv is None else argv)))
