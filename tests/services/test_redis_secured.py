@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from parley_testing.processes import ROOT, redis_binary
 from parley_testing.redis_topologies import ThrowawayCA, TlsRedis
@@ -56,7 +57,10 @@ def test_a_debate_runs_end_to_end_over_tls_as_an_acl_user(
         env = worker_env("unused", llm.base_url, PARLEY_WORKER_REDIS_TLS_CA_FILE=str(ca.cert_file))
         del env["PARLEY_WORKER_REDIS_URL"]
         env["PARLEY_WORKER_REDIS_URL_FILE"] = str(url_file)
-        settings = api_settings(tls_redis.url, keys=KEYS, redis_tls_ca_file=ca.cert_file)
+        settings = api_settings(
+            tls_redis.url, keys=KEYS, redis_tls_ca_file=ca.cert_file, metrics_token=SecretStr("scrape")
+        )
+        seen: list[str] = []
         log = tmp_path / "worker.log"
         with ApiServer(settings) as api, WorkerProcess(env, log):
             with httpx.Client(
@@ -66,20 +70,55 @@ def test_a_debate_runs_end_to_end_over_tls_as_an_acl_user(
                     "/v1/debates", json={"question": "Capital of France?", "config": {"knowledge": "none"}}
                 )
                 assert accepted.status_code == 202, accepted.text
-                done = wait_status(c, accepted.json()["job_id"], {"completed", "failed"})
+                job_id = accepted.json()["job_id"]
+                done = wait_status(c, job_id, {"completed", "failed"})
                 assert done["status"] == "completed", done
                 assert c.get("/healthz").status_code == 200
+                # Everything a client or a scraper can read: answers, errors, the document, metrics.
+                for path in (
+                    "/healthz",
+                    "/openapi.json",
+                    f"/v1/debates/{job_id}",
+                    "/v1/usage",
+                    "/v1/nothing",
+                ):
+                    seen.append(c.get(path).text)
+                seen.append(c.get("/metrics", headers={"Authorization": "Bearer scrape"}).text)
+                seen.append(c.post("/v1/debates", json={"question": ""}).text)  # a validation error
             worker_log = log.read_text(errors="replace")
     # Celery's banner shows the broker (TLS, as the ACL user) with the password masked.
     assert "rediss://parley:**@127.0.0.1" in worker_log
     assert PASSWORD not in worker_log
     assert PASSWORD not in caplog.text
+    assert all(PASSWORD not in text for text in seen)
+    assert PASSWORD not in _redis_dump(tls_redis)
     # Nothing reached Redis over plain TCP: its only port is the TLS one.
     client = tls_redis.client()
     try:
         assert client.config_get("port")["port"] == "0"
     finally:
         client.close()
+
+
+def _redis_dump(server: TlsRedis) -> str:
+    """Every key and value in Redis, as text (hashes, lists, sets, streams alike)."""
+    r = server.client()
+    out: list[str] = []
+    try:
+        for key in r.scan_iter("*"):
+            out.append(key)
+            kind = r.type(key)
+            if kind == "hash":
+                out.append(repr(r.hgetall(key)))
+            elif kind == "string":
+                out.append(repr(r.get(key)))
+            elif kind == "list":
+                out.append(repr(r.lrange(key, 0, -1)))
+            elif kind == "stream":
+                out.append(repr(r.xrange(key)))
+    finally:
+        r.close()
+    return "\n".join(out)
 
 
 def _start(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
