@@ -78,7 +78,7 @@ class JobDebate:
         async def on_usage(spend: Spend) -> None:
             await self._charge(job_id, spend)
 
-        models = self.rt.models()
+        models, cache_client = self.rt.cached_models(self.rt.models())
         try:
             if pool is None:
                 pool, search = await self._pool_and_search(job, config, models, search, on_event, on_usage)
@@ -121,6 +121,8 @@ class JobDebate:
             )
         finally:
             await models.aclose()
+            if cache_client is not None:
+                await cache_client.aclose()
         # The pool's cache flag and timings would tell this key whether another key asked the same
         # question (the retriever's cache is shared), so results carry neither.
         payload = result.model_dump(mode="json", exclude={"pool": {"cached", "timings_ms"}})

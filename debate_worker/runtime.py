@@ -7,18 +7,20 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from debate_worker.job_errors import PoolUnavailable
 from debate_worker.pool_timing import PoolTiming
 from debate_worker.worker_settings import WorkerSettings
 from engine.context import RoleModels
+from services.call_cache import CachedRoleModels, RedisCallStore, model_identity
 from services.egress import PublicOnlyTransport
 from services.jobstore import RedisJobStore
 from services.jobstore.settings import RetentionSettings
 from services.knowledge import PoolBuilder
 from services.llm import LLMSettings, ServedModel, build_role_models
 from services.observability import telemetry
+from services.redis_connect import async_client
 from services.retriever_client import RetrieverClient
 from services.settings import RetrieverClientSettings
 from services.tls import client_verify
@@ -99,6 +101,21 @@ class WorkerRuntime:
         else:
             served = self.served
         return _default_models(self.llm, served, self.settings.client_url_networks)
+
+    def cached_models(self, models: ClosableRoleModels) -> tuple[ClosableRoleModels, Any]:
+        """``models`` behind the shared call cache when ``PARLEY_WORKER_CALL_CACHE`` is on (with the
+        Redis client to close after the job), else as they are."""
+        if not self.settings.call_cache:
+            return models, None
+        client = async_client(self.settings.redis_spec(), socket_timeout=5, socket_connect_timeout=5)
+        store = RedisCallStore(
+            client,
+            prefix=f"{self.settings.key_prefix}:",
+            max_entries=self.settings.call_cache_max_entries,
+            ttl_s=self.settings.call_cache_ttl_s,
+        )
+        cached: ClosableRoleModels = CachedRoleModels(models, store, identity_of=model_identity)
+        return cached, client
 
     def pool_builder(self) -> ClosablePoolBuilder:
         if self.pool_factory is not None:

@@ -54,6 +54,16 @@ class WorkerSettings(ParleySettings):
         default=1000, ge=1, description="the longest such a wait; a shorter count is logged as a warning"
     )
     queues: list[str] = Field(default_factory=lambda: [QUEUE_INTERACTIVE, QUEUE_BATCH])
+    call_cache: bool = Field(
+        default=False,
+        description="replay LLM calls the workers made before (same model, messages, sampling, caller "
+        "and sample) from the job store's Redis instead of calling the model; a replayed call costs no "
+        "budget. Off: every call reaches the model (fresh samples for repeated questions)",
+    )
+    call_cache_max_entries: int = Field(
+        default=200_000, ge=100, description="cached replies kept (least recently used evicted past it)"
+    )
+    call_cache_ttl_s: int = Field(default=7 * 86_400, ge=60, description="how long a cached reply is kept")
 
     # Parley's own redelivery cap: a job whose worker dies this many times fails instead of looping.
     max_attempts: int = Field(default=3, ge=1, le=20)

@@ -17,8 +17,14 @@ from evaluation.settings import EvalSettings
 from inprocess.local_debate import llm_endpoint, pool_builder
 from inprocess.provenance import collect as collect_provenance
 from retriever.settings import RetrieverSettings
-from services.call_cache import CachedPoolBuilder, CachedRoleModels, CacheStats, SqliteCallStore
-from services.llm import MODELS, LLMSettings, build_role_models, check_models_served
+from services.call_cache import (
+    CachedPoolBuilder,
+    CachedRoleModels,
+    CacheStats,
+    SqliteCallStore,
+    model_identity,
+)
+from services.llm import LLMSettings, build_role_models, check_models_served
 from services.settings import RetrieverClientSettings
 
 
@@ -60,14 +66,6 @@ async def evaluate_in_process(request: Any, console: Any, judge: Any, evaluate: 
                 builder = CachedPoolBuilder(builder, store, identity)
             stack.callback(report_cache, console, models.stats, store, builder)
         return await evaluate(request, models=models, pool_builder=builder, judge=judge)
-
-
-def model_identity(model: Any) -> str:
-    """A model as the call cache keys it: its name and, where Parley packaged it, its weights' sha256;
-    any other model by its name and its server's address (a name alone, such as the default ``local``,
-    says nothing of the weights behind it)."""
-    packaged = MODELS.get(model.model)
-    return f"{model.model}@{packaged.sha256}" if packaged is not None else f"{model.model}@{model.endpoint}"
 
 
 def report_cache(console: Any, stats: CacheStats, store: SqliteCallStore, pools: Any = None) -> None:
