@@ -289,7 +289,8 @@ class SentinelGroup:
 
     ``down_after_ms`` and ``failover_timeout_ms`` are small so a killed primary is replaced within a
     few seconds; ``min_replicas_to_write`` (0: redis's default) makes the servers refuse writes while
-    fewer replicas are connected.
+    fewer replicas are connected. With ``tls`` (a ``ThrowawayCA``) servers, replication and sentinels
+    speak TLS only, with certificates that CA signed.
     """
 
     def __init__(
@@ -297,6 +298,7 @@ class SentinelGroup:
         workdir: Path,
         *,
         master: str = "parley",
+        tls: ThrowawayCA | None = None,
         replicas: int = 1,
         sentinels: int = 3,
         down_after_ms: int = 1000,
@@ -310,6 +312,8 @@ class SentinelGroup:
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
         self.min_replicas_to_write = min_replicas_to_write
+        self.tls = tls
+        self._tls_files = tls.issue("redis-group") if tls is not None else None
         self.servers: dict[int, subprocess.Popen[bytes]] = {}
         self.links: list[HeldLink] = []  # the first replicas' links to the first primary
         self.sentinels: list[subprocess.Popen[bytes]] = []
@@ -320,10 +324,27 @@ class SentinelGroup:
         first, *rest = self.sentinel_ports
         return ";".join([f"sentinel://127.0.0.1:{first}/0", *(f"sentinel://127.0.0.1:{p}" for p in rest)])
 
+    def _redis(self, port: int) -> redis.Redis:
+        """A client of one server or sentinel of the group (over TLS when the group uses it)."""
+        if self.tls is None:
+            return redis.Redis(port=port, decode_responses=True)
+        return redis.Redis(port=port, decode_responses=True, ssl=True, ssl_ca_certs=str(self.tls.cert_file))
+
+    def _listen(self, port: int) -> list[str]:
+        """The arguments (or, joined by lines, the config) that make a process listen on ``port``."""
+        if self.tls is None or self._tls_files is None:
+            return ["--port", str(port)]
+        cert, key = self._tls_files
+        return [
+            "--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+            "--tls-ca-cert-file", str(self.tls.cert_file), "--tls-auth-clients", "no",
+            "--tls-replication", "yes",
+        ]  # fmt: skip
+
     def _server(self, port: int, replica_of: int | None) -> subprocess.Popen[bytes]:
         work = self.workdir / f"redis-{port}"
         work.mkdir(parents=True, exist_ok=True)
-        args = [_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(work)]
+        args = [_binary(), *self._listen(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(work)]
         # The first full sync at once (redis waits 5 s for more replicas by default).
         args += ["--appendonly", "no", "--loglevel", "notice", "--repl-diskless-sync-delay", "0"]
         if self.min_replicas_to_write:
@@ -337,7 +358,7 @@ class SentinelGroup:
             args += ["--replicaof", "127.0.0.1", str(replica_of)]
         log = (work / "redis.log").open("ab")
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        _wait_ping(redis.Redis(port=port), proc)
+        _wait_ping(self._redis(port), proc)
         return proc
 
     def start(self) -> SentinelGroup:
@@ -351,8 +372,10 @@ class SentinelGroup:
         quorum = len(self.sentinel_ports) // 2 + 1
         for port in self.sentinel_ports:
             conf = self.workdir / f"sentinel-{port}.conf"
+            listen = self._listen(port)
+            lines = [f"{listen[i][2:]} {listen[i + 1]}" for i in range(0, len(listen), 2)]
             conf.write_text(
-                f"port {port}\nbind 127.0.0.1\ndir {self.workdir}\n"
+                "\n".join(lines) + f"\nbind 127.0.0.1\ndir {self.workdir}\n"
                 f"sentinel monitor {self.master} 127.0.0.1 {primary} {quorum}\n"
                 f"sentinel down-after-milliseconds {self.master} {self.down_after_ms}\n"
                 f"sentinel failover-timeout {self.master} {self.failover_timeout_ms}\n"
@@ -362,7 +385,7 @@ class SentinelGroup:
             proc = subprocess.Popen(
                 [_binary(), str(conf), "--sentinel"], stdout=log, stderr=subprocess.STDOUT
             )
-            _wait_ping(redis.Redis(port=port), proc)
+            _wait_ping(self._redis(port), proc)
             self.sentinels.append(proc)
         # Every sentinel has seen the replica (and its fellow sentinels) before anything relies on them.
         deadline = time.monotonic() + 20
@@ -373,7 +396,7 @@ class SentinelGroup:
         return self
 
     def _sentinel_ready(self, port: int) -> bool:
-        s = redis.Redis(port=port, decode_responses=True)
+        s = self._redis(port)
         try:
             replicas = s.execute_command("SENTINEL", "REPLICAS", self.master)
             others = s.execute_command("SENTINEL", "SENTINELS", self.master)
@@ -384,7 +407,7 @@ class SentinelGroup:
         return len(replicas) >= len(self.ports) - 1 and len(others) >= len(self.sentinel_ports) - 1
 
     def _wait_replicated(self, replica: int) -> None:
-        client = redis.Redis(port=replica, decode_responses=True)
+        client = self._redis(replica)
         deadline = time.monotonic() + 20
         while client.info("replication").get("master_link_status") != "up":
             if time.monotonic() > deadline:
@@ -394,7 +417,7 @@ class SentinelGroup:
 
     def primary_port(self) -> int:
         """The port of the primary the sentinels name now."""
-        s = redis.Redis(port=self.sentinel_ports[0], decode_responses=True)
+        s = self._redis(self.sentinel_ports[0])
         try:
             _host, port = s.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master)
         finally:
@@ -427,7 +450,7 @@ class SentinelGroup:
             except redis.RedisError:
                 port = old_port
             if port != old_port:
-                client = redis.Redis(port=port)
+                client = self._redis(port)
                 try:
                     if client.info("replication").get("role") == "master":
                         return port
@@ -439,7 +462,7 @@ class SentinelGroup:
         raise RuntimeError(f"no failover within {timeout_s}s")
 
     def client(self, port: int) -> redis.Redis:
-        return redis.Redis(port=port, decode_responses=True)
+        return self._redis(port)
 
     def stop(self) -> None:
         for link in self.links:

@@ -13,12 +13,18 @@ sent are gone, jobs submitted in that window among them; what exists still ends,
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from parley_testing.failover import run_failover
 from parley_testing.processes import redis_binary
+from parley_testing.redis_topologies import SentinelGroup, ThrowawayCA
+from tests.api.conftest import KEY_A, api_settings
+from tests.api.support import ApiServer, WorkerProcess, script_agreeing, wait_status, worker_env
+from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,3 +56,44 @@ def test_with_wait_and_min_replicas_nothing_acknowledged_is_lost(tmp_path: Path)
     assert outcome.completed_twice == []
     assert outcome.failed == {}
     assert outcome.completed == len(outcome.accepted)
+
+
+def test_over_tls_the_gateway_and_a_worker_follow_a_failover(tmp_path: Path) -> None:
+    """Servers, replication and sentinels on TLS only (one CA file for all): a debate completes before
+    and after the primary is killed, the worker's Celery broker included."""
+    ca = ThrowawayCA(tmp_path / "ca")
+    group = SentinelGroup(tmp_path / "redis", replicas=2, tls=ca).start()
+    try:
+        settings = api_settings(group.url, redis_sentinel_master=group.master, redis_tls_ca_file=ca.cert_file)
+        with ScriptedLLM() as llm, ApiServer(settings) as api:
+            script_agreeing(llm)
+            env = worker_env(
+                group.url,
+                llm.base_url,
+                PARLEY_WORKER_REDIS_SENTINEL_MASTER=group.master,
+                PARLEY_WORKER_REDIS_TLS_CA_FILE=str(ca.cert_file),
+            )
+            headers = {"Authorization": f"Bearer {KEY_A}"}
+            with (
+                WorkerProcess(env, tmp_path / "w.log"),
+                httpx.Client(base_url=api.url, headers=headers, timeout=30) as client,
+            ):
+                for question in ("Capital of France?", "Capital of Italy?"):
+                    if question.endswith("Italy?"):
+                        group.wait_failover(group.kill_primary())
+                    accepted = _submit(client, question)
+                    done = wait_status(client, accepted, {"completed", "failed"}, timeout_s=90)
+                    assert done["status"] == "completed", done
+    finally:
+        group.stop()
+
+
+def _submit(client: httpx.Client, question: str, timeout_s: float = 30) -> str:
+    """A debate's id, through the 503s of a failover still settling."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        resp = client.post("/v1/debates", json={"question": question, "config": {"knowledge": "none"}})
+        if resp.status_code == 202:
+            return str(resp.json()["job_id"])
+        assert resp.status_code == 503 and time.monotonic() < deadline, resp.text
+        time.sleep(0.5)
