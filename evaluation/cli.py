@@ -14,7 +14,7 @@ import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -235,10 +235,11 @@ def eval_command(
     if rescore and not report_only:
         hint = "--rescore"
         raise typer.BadParameter("goes with --report-only (it rescores stored answers)", param_hint=hint)
+    cache_mode: Literal["on", "off", "only"] = "only" if cache_only else ("on" if cache else "off")
     if experiment is not None:
         given = [name for name, value in _file_owned(locals()).items() if value]
         _experiment(
-            experiment, out, given, report_only, cache_only, cache, no_plots, no_progress, settings, ctx
+            experiment, out, given, report_only, cache_mode, not no_plots, not no_progress, settings, ctx
         )
         return
     if out is None:
@@ -275,7 +276,7 @@ def eval_command(
             pool=pool,
             same_budget=same_budget,
             default_style=default_prompt_style(settings.prompt_style, api=bool(api or settings.api_url)),
-            cache="only" if cache_only else ("on" if cache else "off"),
+            cache=cache_mode,
         )
         evaluate_fn = None
         if suite is not None:
@@ -332,41 +333,21 @@ def _experiment(
     out: Path | None,
     given: list[str],
     report_only: bool,
-    cache_only: bool,
-    cache: bool,
-    no_plots: bool,
-    no_progress: bool,
+    cache: Literal["on", "off", "only"],
+    plots: bool,
+    progress: bool,
     settings: EvalSettings,
     ctx: typer.Context,
 ) -> None:
     """Run (or resume) a study file in this process, one prepared group of cells at a time."""
     # lazy: `parley --help` must not load the harness and numpy
+    from evaluation.experiment_cli import print_study, run_experiment
     from evaluation.harness import PlanError
 
     console = Console(stderr=True)
     if given:
         hint = ", ".join(f"--{g}" for g in given)
         raise typer.BadParameter(f"the experiment file sets these; drop {hint}", param_hint="--experiment")
-    with errors_as_exit(console, out or path):
-        if settings.api_url:
-            raise PlanError("an experiment runs in-process; unset PARLEY_EVAL_API_URL")
-        _run_study(path, out, report_only, cache_only, cache, no_plots, no_progress, settings, console, ctx)
-
-
-def _run_study(
-    path: Path,
-    out: Path | None,
-    report_only: bool,
-    cache_only: bool,
-    cache: bool,
-    no_plots: bool,
-    no_progress: bool,
-    settings: EvalSettings,
-    console: Console,
-    ctx: typer.Context,
-) -> None:
-    # lazy: `parley --help` must not load the harness and numpy
-    from evaluation.experiment_cli import print_study, run_experiment
 
     def evaluate_one(request: Any, evaluate_fn: Any) -> Any:
         with sigterm_as_interrupt():
@@ -387,17 +368,20 @@ def _run_study(
                 )
             )
 
-    report = run_experiment(
-        path,
-        out=out,
-        report_only=report_only,
-        cache="only" if cache_only else ("on" if cache else "off"),
-        plots=not no_plots,
-        progress=not no_progress,
-        settings=settings,
-        console=console,
-        evaluate_one=evaluate_one,
-    )
+    with errors_as_exit(console, out or path):
+        if settings.api_url:
+            raise PlanError("an experiment runs in-process; unset PARLEY_EVAL_API_URL")
+        report = run_experiment(
+            path,
+            out=out,
+            report_only=report_only,
+            cache=cache,
+            plots=plots,
+            progress=progress,
+            settings=settings,
+            console=console,
+            evaluate_one=evaluate_one,
+        )
     print_study(console, report, Path(report["out"]))
 
 
