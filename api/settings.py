@@ -41,11 +41,12 @@ class ApiSettings(ParleySettings):
     redis_wait_replicas: int = Field(
         default=0,
         ge=0,
-        description="after writes that must survive a failover (a submitted job or batch, a job's end) "
-        "wait until this many replicas hold them (Redis WAIT); 0 = asynchronous replication only",
+        description="a new job or batch is accepted (202) only once this many replicas hold it (Redis "
+        "WAIT), else it is removed and answered 503; 0 = asynchronous replication only (a failover can "
+        "lose the last writes)",
     )
     redis_wait_timeout_ms: int = Field(
-        default=1000, ge=1, description="the longest such a wait; a shorter count is logged as a warning"
+        default=1000, ge=1, description="the longest wait for redis_wait_replicas, in milliseconds"
     )
 
     # API keys as name → sha256 hex digest of the key (``parley hash-key KEY`` prints one).

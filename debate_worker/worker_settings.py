@@ -47,11 +47,11 @@ class WorkerSettings(ParleySettings):
     redis_wait_replicas: int = Field(
         default=0,
         ge=0,
-        description="after writes that must survive a failover (a submitted job or batch, a job's end) "
-        "wait until this many replicas hold them (Redis WAIT); 0 = asynchronous replication only",
+        description="after a job's end, wait until this many replicas hold it (Redis WAIT; fewer in "
+        "time is logged); 0 = asynchronous replication only (a failover can lose the last writes)",
     )
     redis_wait_timeout_ms: int = Field(
-        default=1000, ge=1, description="the longest such a wait; a shorter count is logged as a warning"
+        default=1000, ge=1, description="the longest wait for redis_wait_replicas, in milliseconds"
     )
     queues: list[str] = Field(default_factory=lambda: [QUEUE_INTERACTIVE, QUEUE_BATCH])
     call_cache: bool = Field(
