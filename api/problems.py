@@ -24,6 +24,17 @@ from services.problem_details import STATUS_TITLES, problem_response, validation
 
 log = logging.getLogger("parley.api")
 
+# What a request meets when the job store (or the broker) cannot be reached: a 503 with Retry-After,
+# and the end of an event stream already open (``api.routes_debates``), never a 500.
+STORE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    KombuOperationalError,
+    ConnectionError,
+    OSError,
+)
+
 
 class Problem(Exception):
     """Raise anywhere in a route to answer with a problem document."""
@@ -144,14 +155,7 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
         log.warning("backing store unavailable: %s: %s", type(exc).__name__, exc)
         return unavailable(request, retry_after_s, "the job store (Redis)")
 
-    for exc_type in (
-        redis.exceptions.ConnectionError,
-        redis.exceptions.TimeoutError,
-        redis.exceptions.BusyLoadingError,
-        KombuOperationalError,
-        ConnectionError,
-        OSError,
-    ):
+    for exc_type in STORE_UNAVAILABLE:
         app.add_exception_handler(exc_type, _down)
 
     @app.exception_handler(Exception)

@@ -7,6 +7,8 @@ delete) or ``api/streams.py`` (events), HTTP out.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -15,6 +17,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from api.deps import IdempotencyKey, Owner, State
 from api.openapi_doc import problem
+from api.problems import STORE_UNAVAILABLE
 from api.schemas import Accepted, DebateDeleted, DebateRequest, JobView
 from api.streams import EVENT_ID_PATTERN, SlottedEventSource, sse_fields
 from api.submission import (
@@ -28,6 +31,7 @@ from api.submission import (
 from services.jobstore import JobFull
 
 router = APIRouter(prefix="/v1/debates", tags=["debates"])
+log = logging.getLogger("parley.api")
 
 NOT_FOUND = problem("unknown id, or a job of another key", "/problems/not-found")
 # What submitting can meet besides validation: the key's limits (active jobs, daily tokens, storage).
@@ -147,6 +151,26 @@ async def debate_events(
     """
     start = last_event_id or after or "0-0"
     slot, events = await open_events(state, owner, job_id, start, request.is_disconnected)
-    return SlottedEventSource(
-        sse_fields(events), ping=int(state.settings.sse_ping_s), slots=state.streams, slot=slot
-    )
+    fields = until_store_fails(sse_fields(events), state.settings.retry_after_s)
+    return SlottedEventSource(fields, ping=int(state.settings.sse_ping_s), slots=state.streams, slot=slot)
+
+
+def until_store_fails(
+    fields: AsyncIterator[dict[str, str]], retry_after_s: int
+) -> AsyncIterator[dict[str, Any]]:
+    """The stream's fields until the job store becomes unreachable mid-stream; then a last field that
+    tells the client to reconnect (``retry``, in ms: the 503's ``Retry-After``) and a clean end, so the
+    client resumes with ``Last-Event-ID`` instead of meeting a broken response."""
+
+    async def guarded() -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for field in fields:
+                yield field
+        except STORE_UNAVAILABLE as exc:
+            log.warning("event stream ended: the job store is unavailable: %s: %s", type(exc).__name__, exc)
+            yield {
+                "retry": retry_after_s * 1000,
+                "comment": "the job store is unavailable; reconnect with Last-Event-ID",
+            }
+
+    return guarded()

@@ -310,7 +310,39 @@ def pool_search_replay() -> str:
     )
 
 
+def multihost_table() -> str:
+    """docs/deployment.md: each partition and slow link of the multi-host harness, its jobs' outcomes and
+    how long the service took to recover once the link healed."""
+    report = _json("reports/multihost/multihost.json")
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for f in report["faults"]:
+        rows.setdefault(f["kind"], []).append(f)
+    lines = [
+        f"`{report['command']}` (`reports/multihost/multihost.json`):",
+        "",
+        "| fault | cut s | runs | jobs | lost | run twice | failed | recovery after the heal, s (each run) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, runs in rows.items():
+        total = {k: sum(f["jobs"][k] for f in runs) for k in ("submitted", "lost", "run_twice", "failed")}
+        recovery = ", ".join(
+            "not recovered" if f["recovery_s"] is None else f"{f['recovery_s']:.1f}" for f in runs
+        )
+        lines.append(
+            f"| {kind} | {runs[0]['cut_s']:g} | {len(runs)} | {total['submitted']} | {total['lost']} | "
+            f"{total['run_twice']} | {total['failed']} | {recovery} |"
+        )
+    t = report["totals"]
+    lines += [
+        "",
+        f"Idempotency-Keys that named two jobs: {t['keys_naming_two_jobs']}; jobs charged other than what "
+        f"was served for them: {report['jobs_charged_not_served']}.",
+    ]
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "multihost-table": multihost_table,
     "pool-search-replay": pool_search_replay,
     "rag-passage": rag_passage,
     "pool-size-rag": pool_size_table("reports/pool-size"),
@@ -327,6 +359,7 @@ FILES = (
     "docs/engine-and-protocols.md",
     "docs/benchmarks-and-reports.md",
     "docs/retrieval.md",
+    "docs/deployment.md",
 )
 BLOCK = re.compile(r"(<!-- figures: (?P<name>[a-z0-9-]+)[^>]*-->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 
