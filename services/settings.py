@@ -51,8 +51,9 @@ class FileVariables(PydanticBaseSettingsSource):
 
     Any top-level variable may be given this way (``PARLEY_WORKER_REDIS_URL_FILE``,
     ``PARLEY_LLM_API_KEY_FILE``, ``PARLEY_RETRIEVER_TOKEN_FILE``); one trailing newline is dropped.
-    Setting both ``VARIABLE`` and ``VARIABLE_FILE`` is refused, as is a file that cannot be read; the
-    message names the variable and the path, never the content.
+    Setting both ``VARIABLE`` (to anything but the empty string, which a compose override uses to
+    clear the base file's value) and ``VARIABLE_FILE`` is refused, as is a file that cannot be read;
+    the message names the variable and the path, never the content.
     """
 
     def __init__(self, settings_cls: type[BaseSettings]) -> None:
@@ -72,7 +73,7 @@ class FileVariables(PydanticBaseSettingsSource):
             path = self._environ.get(f"{variable}_FILE")
             if path is None:
                 continue
-            if variable in self._environ:
+            if self._environ.get(variable):
                 raise SettingsError(f"{variable} and {variable}_FILE are both set; set one of them")
             try:
                 text = Path(path).read_text(encoding="utf-8")
@@ -86,8 +87,8 @@ class FileVariables(PydanticBaseSettingsSource):
 class ParleySettings(BaseSettings):
     """Base for all settings classes: frozen, environment first, unknown variables ignored.
 
-    Sources, first wins: arguments, the environment, ``<VARIABLE>_FILE`` (``FileVariables``), .env
-    files, a secrets directory; then the defaults.
+    Sources, first wins: arguments, ``<VARIABLE>_FILE`` (``FileVariables``; never together with a
+    non-empty ``VARIABLE``), the environment, .env files, a secrets directory; then the defaults.
     """
 
     # A validation error never repeats the input: it may hold a password (a Redis URL, an API key).
@@ -104,11 +105,12 @@ class ParleySettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """The default sources with ``FileVariables`` right after the environment."""
+        """The default sources with ``FileVariables`` before the environment: an empty ``VARIABLE``
+        (a compose override clearing the base file's value) gives way to ``VARIABLE_FILE``."""
         return (
             init_settings,
-            env_settings,
             FileVariables(settings_cls),
+            env_settings,
             dotenv_settings,
             file_secret_settings,
         )

@@ -125,6 +125,8 @@ def test_any_variable_can_come_from_a_file(tmp_path: Path, monkeypatch: pytest.M
     secret = RetrieverClientSettings().token
     assert secret is not None and secret.get_secret_value() == "retriever-token"
 
+    monkeypatch.setenv("PARLEY_WORKER_REDIS_URL", "")  # a compose override clearing the base value
+    assert WorkerSettings().redis_url.startswith("rediss://parley:")
     monkeypatch.setenv("PARLEY_WORKER_REDIS_URL", "redis://h:6379/0")
     with pytest.raises(Exception, match="PARLEY_WORKER_REDIS_URL and PARLEY_WORKER_REDIS_URL_FILE"):
         WorkerSettings()

@@ -10,6 +10,7 @@ worker`` and ``parley api`` at start with a message that names the setting and n
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -85,6 +86,29 @@ def test_a_debate_runs_end_to_end_over_tls_as_an_acl_user(
                     seen.append(c.get(path).text)
                 seen.append(c.get("/metrics", headers={"Authorization": "Bearer scrape"}).text)
                 seen.append(c.post("/v1/debates", json={"question": ""}).text)  # a validation error
+            # The health check a secured worker host runs: Celery's ping through the worker's own
+            # settings (TLS files, URL from its file), not a plain broker URL.
+            node = f"w1@{socket.gethostname()}"
+            ping = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "debate_worker.celery_app",
+                    "inspect",
+                    "ping",
+                    "-d",
+                    node,
+                ],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert ping.returncode == 0 and "pong" in ping.stdout, ping.stdout + ping.stderr[-2000:]
+            seen.append(ping.stdout + ping.stderr)
             worker_log = log.read_text(errors="replace")
     # Celery's banner shows the broker (TLS, as the ACL user) with the password masked.
     assert "rediss://parley:**@127.0.0.1" in worker_log
