@@ -127,13 +127,21 @@ class TlsRedis:
     """
 
     def __init__(
-        self, workdir: Path, ca: ThrowawayCA, *, user: str, password: str, auth_clients: str = "no"
+        self,
+        workdir: Path,
+        ca: ThrowawayCA,
+        *,
+        user: str,
+        password: str,
+        auth_clients: str = "no",
+        commands: tuple[str, ...] = ("+@all",),
     ) -> None:
         self.workdir = workdir
         self.ca = ca
         self.user = user
         self.password = password
         self.auth_clients = auth_clients
+        self.commands = commands  # the ACL user's command rules
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -178,7 +186,7 @@ class TlsRedis:
             f">{self.password}",
             "~*",
             "&*",
-            "+@all",
+            *self.commands,
         ]
         log = (self.workdir / "redis.log").open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
