@@ -7,11 +7,11 @@ Run (after the source run, with the same ``PARLEY_EVAL_CACHE_PATH``):
         --out reports/call-cache/replay
 
 The source folder's run (its protocol and full configuration from ``eval.json``) is run again by
-``parley eval --cache-only`` into a scratch folder holding only the source's pools, on the source's leading finished questions
-(``--limit`` caps them), against a scripted OpenAI-compatible server that serves the source's model name
-and answers every chat call with an error, and counts them: a call that reached it would fail its item.
-Compared per question:
-the answer, the scores, the rounds, and every transcript call's reply. Writes ``bench.json`` and
+``parley eval --cache-only`` into a scratch folder holding only the source's pools, on the source's
+leading finished questions (``--limit`` caps them), against a scripted OpenAI-compatible server that
+serves the source's model name, answers every chat call with an error and counts them: a call that
+reached it would fail its item. Compared per question: the answer, the scores, the rounds, and every
+transcript call's reply. Writes ``bench.json`` and
 ``bench.md`` to ``--out``.
 """
 

@@ -13,12 +13,12 @@ from debate_worker.job_errors import PoolUnavailable
 from debate_worker.pool_timing import PoolTiming
 from debate_worker.worker_settings import WorkerSettings
 from engine.context import RoleModels
-from services.call_cache import CachedRoleModels, RedisCallStore, model_identity
+from services.call_cache import CachedRoleModels, RedisCallStore
 from services.egress import PublicOnlyTransport
 from services.jobstore import RedisJobStore
 from services.jobstore.settings import RetentionSettings
 from services.knowledge import PoolBuilder
-from services.llm import LLMSettings, ServedModel, build_role_models
+from services.llm import LLMSettings, ServedModel, build_role_models, model_identity
 from services.observability import telemetry
 from services.redis_connect import async_client
 from services.retriever_client import RetrieverClient

@@ -20,8 +20,10 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from evaluation import cli_folder
 from evaluation.cli_args import check_choices, csv_list, default_prompt_style, parse_compare, parse_config
-from evaluation.cli_console import print_outcome, print_presets, print_rescore, print_suite, print_summary
+from evaluation.cli_console import print_outcome, print_presets, print_rescore, print_suite
+from evaluation.experiment_cli import file_owned
 from evaluation.judge import LLMJudge
 from evaluation.settings import EvalSettings
 from services.errors import ParleyError
@@ -237,7 +239,7 @@ def eval_command(
         raise typer.BadParameter("goes with --report-only (it rescores stored answers)", param_hint=hint)
     cache_mode: Literal["on", "off", "only"] = "only" if cache_only else ("on" if cache else "off")
     if experiment is not None:
-        given = [name for name, value in _file_owned(locals()).items() if value]
+        given = [name for name, value in file_owned(locals()).items() if value]
         _experiment(
             experiment, out, given, report_only, cache_mode, not no_plots, not no_progress, settings, ctx
         )
@@ -246,11 +248,11 @@ def eval_command(
         raise typer.BadParameter("is required", param_hint="--out")
     with errors_as_exit(console, out):
         if export is not None:
-            return _export(console, out, export)
+            return cli_folder.export(console, out, export)
         if rescore:
-            print_rescore(console, _rescore(out, primary))
+            print_rescore(console, cli_folder.rescore(out, primary))
         if report_only:
-            return _report_only(console, out, suite, pairs, samples, boot_seed, not no_plots)
+            return cli_folder.report_only(console, out, suite, pairs, samples, boot_seed, not no_plots)
         if dataset is None:
             raise typer.BadParameter("is required (except with --report-only)", param_hint="--dataset")
         request = EvalRequest(
@@ -311,23 +313,6 @@ def eval_command(
     print_outcome(console, outcome, out)
 
 
-def _file_owned(options: dict[str, Any]) -> dict[str, Any]:
-    """The command-line options an experiment file takes the place of, by their flag names."""
-    return {
-        "dataset": options["dataset"],
-        "protocols": options["protocols"],
-        "preset": options["preset"],
-        "suite": options["suite"],
-        "config": options["config"],
-        "set": options["set_"],
-        "limit": options["limit"],
-        "prompt-styles": options["prompt_styles"],
-        "same-budget": options["same_budget"],
-        "api": options["api"],
-        "rescore": options["rescore"],
-    }
-
-
 def _experiment(
     path: Path,
     out: Path | None,
@@ -339,15 +324,12 @@ def _experiment(
     settings: EvalSettings,
     ctx: typer.Context,
 ) -> None:
-    """Run (or resume) a study file in this process, one prepared group of cells at a time."""
+    """Run (or resume) a study file in this process (``evaluation.experiment_cli``), each prepared
+    group of its cells as one in-process evaluation."""
     # lazy: `parley --help` must not load the harness and numpy
-    from evaluation.experiment_cli import print_study, run_experiment
-    from evaluation.harness import PlanError
+    from evaluation.experiment_cli import study_command
 
     console = Console(stderr=True)
-    if given:
-        hint = ", ".join(f"--{g}" for g in given)
-        raise typer.BadParameter(f"the experiment file sets these; drop {hint}", param_hint="--experiment")
 
     def evaluate_one(request: Any, evaluate_fn: Any) -> Any:
         with sigterm_as_interrupt():
@@ -369,20 +351,7 @@ def _experiment(
             )
 
     with errors_as_exit(console, out or path):
-        if settings.api_url:
-            raise PlanError("an experiment runs in-process; unset PARLEY_EVAL_API_URL")
-        report = run_experiment(
-            path,
-            out=out,
-            report_only=report_only,
-            cache=cache,
-            plots=plots,
-            progress=progress,
-            settings=settings,
-            console=console,
-            evaluate_one=evaluate_one,
-        )
-    print_study(console, report, Path(report["out"]))
+        study_command(path, out, given, report_only, cache, plots, progress, settings, console, evaluate_one)
 
 
 @contextlib.contextmanager
@@ -511,56 +480,3 @@ def _suite_plan(
         return await run_suite(chosen, first, second, harness_evaluate, plots=plots, **deps)
 
     return main, evaluate_fn
-
-
-def _report_only(
-    console: Console,
-    out: Path,
-    suite: str | None,
-    pairs: list[tuple[str, str]],
-    samples: int,
-    seed: int,
-    plots: bool,
-) -> None:
-    """Rebuild a folder's report (or its suite's) from what is stored; run nothing."""
-    # lazy: `parley --help` must not load the harness and numpy
-    from evaluation.harness import rebuild_report
-
-    if suite is not None:
-        print_suite(console, _suite_report_only(suite, out, samples, seed, plots), out)
-        return
-    report = rebuild_report(out, compare=pairs, samples=samples, seed=seed, plots=plots)
-    print_summary(console, report, out)
-
-
-def _export(console: Console, out: Path, dest: Path) -> None:
-    # lazy: pyarrow loads only for an export
-    from evaluation.export import export_folder
-
-    counts = export_folder(out, dest)
-    rows = ", ".join(f"{n} {name}" for name, n in counts.items())
-    console.print(f"exported {rows} rows to {dest} (Parquet; README.md names the tables for `datasets`)")
-
-
-def _rescore(out: Path, primary: str) -> Any:
-    # lazy: `parley --help` must not load the store and its models
-    from evaluation.rescore import rescore_workspace
-    from evaluation.store import Workspace, WorkspaceError
-
-    if not (out / "eval.json").exists():
-        raise WorkspaceError(f"{out} holds no evaluation (no eval.json)")
-    return rescore_workspace(Workspace(out), primary)  # type: ignore[arg-type]
-
-
-def _suite_report_only(name: str, out: Path, samples: int, seed: int, plots: bool) -> dict[str, Any]:
-    # lazy: `parley --help` must not load the harness and numpy
-    from evaluation.harness import PlanError
-    from evaluation.store import Workspace
-    from evaluation.suite import get_suite, write_suite_report
-
-    ws = Workspace(out)
-    manifest = ws.load_manifest()
-    if manifest is None:
-        raise PlanError(f"{out} holds no evaluation (no eval.json)")
-    labels = [r.label for r in manifest.runs]
-    return write_suite_report(ws, get_suite(name), labels=labels, samples=samples, seed=seed, plots=plots)

@@ -17,26 +17,26 @@ import hashlib
 import itertools
 import os
 import re
-import tomllib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from engine.config import DebateConfig
+from engine.registry import PROTOCOLS
+from evaluation.experiment_text import ExperimentError, Locator, parse_text
 from evaluation.harness import EvalRequest, PlanError, plan_request
+from evaluation.presets import PRESETS
 from evaluation.scoring import DEFAULT_PRIMARY, PRIMARY_METRICS
+from evaluation.suite import SUITES
 
 # Bounds that keep a typo in a grid from planning a month of model calls.
 MAX_CELLS = 200
 MAX_SEEDS = 20
 MAX_FILE_BYTES = 1_000_000
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-
-
-class ExperimentError(PlanError):
-    """An experiment file that cannot run: what is wrong, the file and the line."""
 
 
 class _Strict(BaseModel):
@@ -231,115 +231,6 @@ def load_experiment(path: Path, *, out: Path | None = None, style_for: StyleFor 
     return experiment
 
 
-def parse_text(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
-    """The file's data and the line of each key path, for TOML (``.toml``) or YAML (``.yaml``/``.yml``)."""
-    suffix = path.suffix.lower()
-    if suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ExperimentError(f"{path}: not valid TOML: {exc}") from None
-        return data, toml_key_lines(text)
-    if suffix in (".yaml", ".yml"):
-        return _parse_yaml(path, text)
-    raise ExperimentError(f"{path}: an experiment file ends in .toml, .yaml or .yml")
-
-
-def _parse_yaml(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
-    try:
-        import yaml  # lazy: only YAML experiment files need it (it comes with huggingface-hub)
-    except ImportError:
-        raise ExperimentError(
-            f"{path}: YAML files need PyYAML (pip install pyyaml); TOML needs nothing"
-        ) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ExperimentError(f"{path}: not valid YAML: {exc}") from None
-    lines: dict[tuple[Any, ...], int] = {}
-
-    def walk(n: Any, prefix: tuple[Any, ...]) -> None:
-        if isinstance(n, yaml.MappingNode):
-            for key, value in n.value:
-                path_ = (*prefix, key.value)
-                lines[path_] = key.start_mark.line + 1
-                walk(value, path_)
-        elif isinstance(n, yaml.SequenceNode):
-            for i, value in enumerate(n.value):
-                lines[(*prefix, i)] = value.start_mark.line + 1
-                walk(value, (*prefix, i))
-
-    if node is not None:
-        walk(node, ())
-    return data, lines
-
-
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_KEY = re.compile(r'^\s*("(?:[^"\\]|\\.)*"|\'[^\']*\'|[A-Za-z0-9_.-]+)\s*=')
-
-
-def _toml_key(token: str) -> tuple[str, ...]:
-    if token[0] in "\"'":
-        return (token[1:-1],)
-    return tuple(part.strip() for part in token.split("."))
-
-
-def toml_key_lines(text: str) -> dict[tuple[Any, ...], int]:
-    """The line of each table and key of a TOML text, by path (``("runs", 1, "protocols")``). Enough for
-    error messages: top-level keys, tables, arrays of tables and their keys (an inline table's inner
-    keys point at the line of the key that holds it)."""
-    lines: dict[tuple[Any, ...], int] = {}
-    counts: dict[tuple[str, ...], int] = {}
-    table: tuple[Any, ...] = ()
-    for number, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
-        if header is not None:
-            name = tuple(part.strip().strip("\"'") for part in header.group(2).split("."))
-            if header.group(1) == "[[":
-                index = counts.get(name, 0)
-                counts[name] = index + 1
-                table = (*name, index)
-            else:
-                table = name
-            lines.setdefault(table, number)
-            lines.setdefault(table[:1], number)
-            continue
-        key = _KEY.match(line)
-        if key is not None:
-            lines.setdefault((*table, *_toml_key(key.group(1))), number)
-    return lines
-
-
-class Locator:
-    """Turns a position in the data (a pydantic ``loc``) into "FILE, line N"."""
-
-    def __init__(self, path: Path, lines: dict[tuple[Any, ...], int]) -> None:
-        self.path = path
-        self.lines = lines
-
-    def line(self, loc: Sequence[Any]) -> int | None:
-        loc = tuple(loc)
-        while loc:
-            if loc in self.lines:
-                return self.lines[loc]
-            loc = loc[:-1]
-        return None
-
-    def at(self, loc: Sequence[Any]) -> str:
-        number = self.line(loc)
-        return f"{self.path}, line {number}" if number is not None else str(self.path)
-
-    def describe(self, exc: ValidationError) -> str:
-        problems = []
-        for error in exc.errors():
-            loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-            name = ".".join(map(str, loc)) or "file"
-            message = error["msg"].removeprefix("Value error, ")
-            problems.append(f"{self.at(loc)}: {name}: {message}")
-        return "invalid experiment file:\n  " + "\n  ".join(problems)
-
-
 # --- expanding -----------------------------------------------------------------------------------------
 
 
@@ -434,8 +325,6 @@ def _check_models(spec: ExperimentFile, where: Locator) -> None:
 
 
 def _check_runs(spec: ExperimentFile, where: Locator) -> None:
-    from engine.registry import PROTOCOLS
-    from evaluation.presets import PRESETS
 
     for i, entry in enumerate(spec.runs):
         unknown = [p for p in entry.protocols if p not in PROTOCOLS]
@@ -517,8 +406,6 @@ def _cell_requests(
 
 def _grid_culprit(spec: ExperimentFile, point: dict[str, Any], where: Locator) -> str | None:
     """The grid axis whose value makes a run invalid on its own (so the message points at its line)."""
-    from engine.config import DebateConfig
-
     protocols = {p for entry in spec.runs for p in entry.protocols}
     for key, value in point.items():
         if key.split(".", 1)[0] not in DebateConfig.model_fields:
@@ -544,6 +431,13 @@ def _check_distinct_labels(cells: Iterable[Cell], where: Locator) -> None:
 
 
 def check_references(experiment: Experiment, where: Locator) -> None:
+    """The baseline names a run of the study, and the suite report a known suite."""
+    report = experiment.spec.study.suite_report
+    if report is not None and report not in SUITES:
+        known = ", ".join(SUITES)
+        raise ExperimentError(
+            f"{where.at(('study', 'suite_report'))}: unknown suite {report!r}; suites: {known}"
+        )
     baseline = experiment.spec.study.baseline
     if baseline is None:
         return
@@ -554,12 +448,3 @@ def check_references(experiment: Experiment, where: Locator) -> None:
         raise ExperimentError(
             f"{where.at(('study', 'baseline'))}: baseline {baseline!r} is no run of this study; runs: {known}"
         )
-    report = experiment.spec.study.suite_report
-    if report is not None:
-        from evaluation.suite import SUITES
-
-        if report not in SUITES:
-            known = ", ".join(SUITES)
-            raise ExperimentError(
-                f"{where.at(('study', 'suite_report'))}: unknown suite {report!r}; suites: {known}"
-            )

@@ -6,8 +6,63 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import typer
+
 from evaluation.cli_args import default_prompt_style
 from evaluation.settings import EvalSettings
+
+
+def file_owned(options: dict[str, Any]) -> dict[str, Any]:
+    """The command-line options an experiment file takes the place of, by their flag names."""
+    return {
+        "dataset": options["dataset"],
+        "protocols": options["protocols"],
+        "preset": options["preset"],
+        "suite": options["suite"],
+        "config": options["config"],
+        "set": options["set_"],
+        "limit": options["limit"],
+        "prompt-styles": options["prompt_styles"],
+        "same-budget": options["same_budget"],
+        "api": options["api"],
+        "rescore": options["rescore"],
+    }
+
+
+def study_command(
+    path: Path,
+    out: Path | None,
+    given: list[str],
+    report_only: bool,
+    cache: Literal["on", "off", "only"],
+    plots: bool,
+    progress: bool,
+    settings: EvalSettings,
+    console: Any,
+    evaluate_one: Any,
+) -> None:
+    """``parley eval --experiment``: refuse the options the file sets, run (or rebuild) the study and
+    print it."""
+    # lazy: `parley --help` must not load the harness and numpy
+    from evaluation.harness import PlanError
+
+    if given:
+        hint = ", ".join(f"--{g}" for g in given)
+        raise typer.BadParameter(f"the experiment file sets these; drop {hint}", param_hint="--experiment")
+    if settings.api_url:
+        raise PlanError("an experiment runs in-process; unset PARLEY_EVAL_API_URL")
+    report = run_experiment(
+        path,
+        out=out,
+        report_only=report_only,
+        cache=cache,
+        plots=plots,
+        progress=progress,
+        settings=settings,
+        console=console,
+        evaluate_one=evaluate_one,
+    )
+    print_study(console, report, Path(report["out"]))
 
 
 def run_experiment(

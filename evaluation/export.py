@@ -136,7 +136,7 @@ def _arrow_type(pa: Any, name: str) -> Any:
 
 def arrow_schema(table: Table) -> Any:
     """The table's pyarrow schema, each field's description in its metadata."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow is the export extra, loaded only to export
 
     return pa.schema(
         [
@@ -227,7 +227,7 @@ def _pools(ws: Workspace) -> Iterator[dict[str, Any]]:
 def export_folder(root: Path, dest: Path) -> dict[str, int]:
     """Write the four tables of the results folder ``root`` into ``dest`` (with its README); returns
     the rows per table."""
-    try:
+    try:  # lazy: pyarrow is the export extra, loaded only to export
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:

@@ -27,6 +27,7 @@ from evaluation.plots import _pyplot, _save
 from evaluation.provenance import differences, load_provenance
 from evaluation.report import compare_runs
 from evaluation.store import ResultRecord, Workspace
+from evaluation.suite import get_suite, write_suite_report
 from evaluation.suite_report import accuracy_ci, cost_per_question
 
 Evaluate = Callable[..., Awaitable[EvalOutcome]]
@@ -209,8 +210,6 @@ def write_suite_reports(
 ) -> list[str]:
     """The named suite's own report (``suite.md``, its verdict and the papers' figures) in each cell
     that has runs; returns the folders written."""
-    from evaluation.suite import get_suite, write_suite_report
-
     suite = get_suite(name)
     written = []
     for cell in experiment.cells:

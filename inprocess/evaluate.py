@@ -17,14 +17,8 @@ from evaluation.settings import EvalSettings
 from inprocess.local_debate import llm_endpoint, pool_builder
 from inprocess.provenance import collect as collect_provenance
 from retriever.settings import RetrieverSettings
-from services.call_cache import (
-    CachedPoolBuilder,
-    CachedRoleModels,
-    CacheStats,
-    SqliteCallStore,
-    model_identity,
-)
-from services.llm import LLMSettings, build_role_models, check_models_served
+from services.call_cache import CachedPoolBuilder, CachedRoleModels, CacheStats, SqliteCallStore
+from services.llm import LLMSettings, build_role_models, check_models_served, model_identity
 from services.settings import RetrieverClientSettings
 
 

@@ -220,16 +220,6 @@ class CachedChatModel:
         return completion
 
 
-def model_identity(model: Any) -> str:
-    """A model as the call cache keys it: its name and, where Parley packaged it, its weights' sha256;
-    any other model by its name and its server's address (a name alone, such as the default ``local``,
-    says nothing of the weights behind it)."""
-    from services.llm import MODELS  # lazy: the registry loads only where a cache is used
-
-    packaged = MODELS.get(model.model)
-    return f"{model.model}@{packaged.sha256}" if packaged is not None else f"{model.model}@{model.endpoint}"
-
-
 class CachedRoleModels:
     """Role models whose every model goes through the cache; one wrapper per model, so sample indices
     count across the whole run. ``identity_of`` names a model (its name and weights' sha256)."""
@@ -301,7 +291,7 @@ class RedisCallStore:
         return f"{self.prefix}calls:{key}"
 
     async def get(self, key: str) -> dict[str, Any] | None:
-        import redis.exceptions  # lazy: only the service's store needs it
+        import redis.exceptions  # lazy: only the service's store needs redis; parley eval does not
 
         try:
             raw = await self.client.get(self._key(key))
@@ -315,7 +305,7 @@ class RedisCallStore:
         return loaded
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
-        import redis.exceptions
+        import redis.exceptions  # lazy: as in ``get``
 
         text = json.dumps(value, sort_keys=True)
         try:

@@ -32,6 +32,7 @@ from services.llm.registry import (
     GGUFModel,
     UnknownModelError,
     is_model_path,
+    model_identity,
     resolve_model_name,
 )
 from services.llm.replica_load import RedisReplicaLoad
@@ -67,6 +68,7 @@ __all__ = [
     "find_llama_server",
     "is_model_path",
     "llm_app",
+    "model_identity",
     "models_app",
     "read_gguf",
     "resolve_model",

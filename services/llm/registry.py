@@ -18,6 +18,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -128,6 +129,14 @@ DEV_SET = _REGISTRY.dev_set
 # Earlier names of the packaged models: they named the Coder models as if they were Qwen2.5's
 # general instruct models. Accepted, with a warning, until they are removed.
 ALIASES: dict[str, str] = _REGISTRY.aliases
+
+
+def model_identity(model: Any) -> str:
+    """A model as the call cache keys it (``services.call_cache``): its name and, where Parley packaged
+    it, its weights' sha256; any other model by its name and its server's address (a name alone, such
+    as the default ``local``, says nothing of the weights behind it)."""
+    packaged = MODELS.get(model.model)
+    return f"{model.model}@{packaged.sha256}" if packaged is not None else f"{model.model}@{model.endpoint}"
 
 
 def is_model_path(value: str) -> bool:

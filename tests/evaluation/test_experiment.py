@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.experiment import ExperimentError, load_experiment, toml_key_lines
+from evaluation.experiment import load_experiment
+from evaluation.experiment_text import ExperimentError, toml_key_lines
 from tests.evaluation.conftest import QUESTIONS, write_jsonl
 
 GRID = """\
@@ -108,6 +109,8 @@ def test_seeds_and_models_multiply_the_cells(tmp_path: Path) -> None:
         (('path = "nq.jsonl"', 'path = "missing.jsonl"'), 8, "missing.jsonl"),
         # a baseline no run has
         (('baseline = "single"', 'baseline = "rag"'), 4, "baseline 'rag' is no run"),
+        # a suite report that does not exist
+        (('baseline = "single"', 'baseline = "single"\nsuite_report = "evidense"'), 5, "unknown suite"),
         # an endpoint without its model name
         (
             ("[config]", '[[models]]\nname = "x"\nbase_url = "http://h/v1"\n\n[config]'),
