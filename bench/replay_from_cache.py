@@ -122,6 +122,50 @@ def estimate_mb(folder: Path, bytes_per_entry: float) -> dict[str, Any]:
     return {"folder": str(folder), "calls": calls, "mb": round(calls * bytes_per_entry / 2**20, 1)}
 
 
+def _model_of(folder: Path, label: str) -> str:
+    transcript = next(iter(_lines(folder / "transcripts" / f"{label}.jsonl")), None)
+    if transcript is None:
+        raise SystemExit(f"{folder}: run {label} has no transcript to take the model's name from")
+    return str(json.loads(transcript)["result"]["transcript"][0]["model"] or "local")
+
+
+def _copy_pools(source: Path, scratch: Path) -> None:
+    """The source's pools, as a resumed run would read them: the prompts are then the source's even
+    where the index has changed since (a run made before pools were cached kept them only there)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    for pools in source.glob("pools*.jsonl"):
+        shutil.copy(pools, scratch / pools.name)
+
+
+def run_against_a_failing_server(args: list[str], model: str, cache: Path | None) -> tuple[float, int]:
+    """``parley eval ARGS --cache-only`` with every model call answered by an error; returns the
+    seconds it took and how many calls reached the server."""
+    with ScriptedLLM(model=model) as llm:
+        llm.fail_for(86_400, status=500)  # any call that reaches the model fails its question
+        env = {**os.environ, "PARLEY_LLM_BASE_URL": llm.base_url, "PARLEY_LLM_MODEL": model}
+        env["PARLEY_LLM_MAX_ATTEMPTS"] = "1"
+        env["HF_HUB_OFFLINE"] = "1"
+        if cache is not None:
+            env["PARLEY_EVAL_CACHE_PATH"] = str(cache)
+        command = [
+            sys.executable,
+            "-m",
+            "parley_cli",
+            "eval",
+            *args,
+            "--cache-only",
+            "--no-progress",
+            "--no-plots",
+        ]
+        started = time.perf_counter()
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+        seconds = time.perf_counter() - started
+        reached = len(llm.requests)
+    if done.returncode not in (0, 3):
+        raise SystemExit(f"parley eval failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return seconds, reached
+
+
 def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Path | None) -> dict[str, Any]:
     manifest = json.loads((source / "eval.json").read_text())
     spec = next(r for r in manifest["runs"] if r["label"] == label)
@@ -130,46 +174,12 @@ def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Pa
         n = min(n, limit)
     if n == 0:
         raise SystemExit(f"{source}: run {label} has no finished leading questions")
-    transcript = next(iter(_lines(source / "transcripts" / f"{label}.jsonl")))
-    model = str(json.loads(transcript)["result"]["transcript"][0]["model"] or "local")
+    model = _model_of(source, label)
     ids = [json.loads(line)["id"] for line in (source / "items.jsonl").read_text().splitlines() if line][:n]
-    # The source's pools, as a resumed run would read them: the prompts are then the source's even
-    # where the index has changed since (a run made before pools were cached kept them only there).
-    scratch.mkdir(parents=True, exist_ok=True)
-    for pools in source.glob("pools*.jsonl"):
-        shutil.copy(pools, scratch / pools.name)
-    with ScriptedLLM(model=model) as llm:
-        llm.fail_for(86_400, status=500)  # any call that reaches the model fails its question
-        env = {**os.environ, "PARLEY_LLM_BASE_URL": llm.base_url, "PARLEY_LLM_MODEL": model}
-        env["PARLEY_LLM_MAX_ATTEMPTS"] = "1"
-        env["HF_HUB_OFFLINE"] = "1"
-        if cache is not None:
-            env["PARLEY_EVAL_CACHE_PATH"] = str(cache)
-        args = [
-            sys.executable,
-            "-m",
-            "parley_cli",
-            "eval",
-            "--dataset",
-            manifest["dataset"],
-            "--limit",
-            str(n),
-        ]
-        args += [
-            "--protocols",
-            spec["protocol"],
-            "--config",
-            json.dumps(run_config(spec)),
-            "--out",
-            str(scratch),
-        ]
-        args += ["--cache-only", "--no-progress", "--no-plots"]
-        started = time.perf_counter()
-        done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
-        seconds = time.perf_counter() - started
-        reached = len(llm.requests)
-    if done.returncode not in (0, 3):
-        raise SystemExit(f"parley eval failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    _copy_pools(source, scratch)
+    args = ["--dataset", manifest["dataset"], "--limit", str(n), "--protocols", spec["protocol"]]
+    args += ["--config", json.dumps(run_config(spec)), "--out", str(scratch)]
+    seconds, reached = run_against_a_failing_server(args, model, cache)
     return {
         "source": str(source),
         "label": label,
@@ -180,14 +190,69 @@ def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Pa
     }
 
 
+def replay_study(path: Path, scratch: Path, cache: Path | None) -> dict[str, Any]:
+    """A whole experiment file again, from the cache, into ``scratch``: every cell's every run compared."""
+    from evaluation.experiment import load_experiment  # lazy: only this mode reads experiment files
+
+    experiment = load_experiment(path)
+    sources = {cell.label: cell.folder for cell in experiment.cells}
+    first = experiment.cells[0]
+    labels = [json.loads((first.folder / "eval.json").read_text())["runs"][0]["label"]]
+    model = _model_of(first.folder, labels[0])
+    replayed = load_experiment(path, out=scratch)
+    for cell in replayed.cells:
+        _copy_pools(sources[cell.label], cell.folder)
+    seconds, reached = run_against_a_failing_server(
+        ["--experiment", str(path), "--out", str(scratch)], model, cache
+    )
+    totals: dict[str, Any] = {
+        "questions": 0,
+        "finished": 0,
+        "identical_results": 0,
+        "identical_transcripts": 0,
+    }
+    totals |= {"calls": 0, "replayed_calls": 0, "differing": []}
+    for cell in replayed.cells:
+        source = sources[cell.label]
+        for run in json.loads((source / "eval.json").read_text())["runs"]:
+            ids = list(_results(source, run["label"]))
+            found = compare(source, cell.folder, run["label"], ids)
+            for key in (
+                "questions",
+                "finished",
+                "identical_results",
+                "identical_transcripts",
+                "calls",
+                "replayed_calls",
+            ):
+                totals[key] += found[key]
+            totals["differing"] += [f"{cell.label}/{run['label']}/{i}" for i in found["differing"]]
+    study = json.loads((experiment.out / "study.json").read_text())
+    again = json.loads((scratch / "study.json").read_text())
+    same_report = [(r["id"], r["accuracy"]) for r in study["runs"]] == [
+        (r["id"], r["accuracy"]) for r in again["runs"]
+    ]
+    return {
+        "source": str(path),
+        "label": f"{len(replayed.cells)} cells",
+        "model": model,
+        "seconds": round(seconds, 1),
+        "model_calls_reaching_the_server": reached,
+        "same_study_accuracies": same_report,
+        **totals,
+        "differing": totals["differing"][:10],
+    }
+
+
 def markdown(result: dict[str, Any], argv: Sequence[str]) -> list[str]:
     r = result
     lines = report_head(
         "A finished run replayed from the call cache",
         f"Measured {utc_date()} on {machine()} by `{command_line('bench.replay_from_cache', argv)}`.",
     )
+    what = f"run `{r['label']}`" if "same_study_accuracies" not in r else f"every run of its {r['label']}"
     lines += [
-        f"Source: `{r['source']}`, run `{r['label']}` ({r['model']}), its first {r['questions']} questions.",
+        f"Source: `{r['source']}`, {what} ({r['model']}), {r['questions']} questions in all.",
         "",
         "| measure | value |",
         "|---|---|",
@@ -198,6 +263,10 @@ def markdown(result: dict[str, Any], argv: Sequence[str]) -> list[str]:
         f"| identical transcript replies | {r['identical_transcripts']} of {r['questions']} |",
         f"| wall time of the replay | {r['seconds']} s |",
     ]
+    if "same_study_accuracies" in r:
+        lines.append(
+            f"| the study report's accuracies identical | {'yes' if r['same_study_accuracies'] else 'no'} |"
+        )
     if "cache" in r:
         c = r["cache"]
         lines.append(
@@ -217,7 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--source", type=Path, required=True, help="a finished results folder")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--source", type=Path, help="a finished results folder")
+    target.add_argument("--experiment", type=Path, help="a finished study: its experiment file")
     parser.add_argument("--label", default="madke", help="the run to replay")
     parser.add_argument("--limit", type=int, default=None, help="at most this many leading questions")
     parser.add_argument("--cache", type=Path, default=None, help="the cache file (PARLEY_EVAL_CACHE_PATH)")
@@ -231,7 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     size = cache_size(cache) if cache.exists() else None
     with tempfile.TemporaryDirectory(prefix="parley-replay-") as scratch:
-        result = replay(args.source, args.label, args.limit, Path(scratch) / "replay", args.cache)
+        if args.experiment is not None:
+            result = replay_study(args.experiment, Path(scratch) / "replay", args.cache)
+        else:
+            result = replay(args.source, args.label, args.limit, Path(scratch) / "replay", args.cache)
     if size is not None:
         result["cache"] = size
         if args.estimate_for is not None:

@@ -70,3 +70,30 @@ def test_a_run_replays_with_no_call_and_the_same_results(tmp_path: Path) -> None
     empty = json.loads((out / "bench.json").read_text())
     assert empty["model_calls_reaching_the_server"] == 0 and empty["finished"] == 0
     assert empty["identical_results"] == 0
+
+
+def test_a_study_replays_whole(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "nq.jsonl", QUESTIONS)
+    study, cache = tmp_path / "study.toml", tmp_path / "calls.sqlite"
+    study.write_text(
+        '[study]\nname = "s"\nout = "out"\nbaseline = "single"\nbootstrap_samples = 200\n\n'
+        '[[datasets]]\nname = "nq"\npath = "nq.jsonl"\n\n[grid]\ntemperature = [0.2, 0.7]\n\n'
+        '[[runs]]\nprotocols = ["single", "cot"]\n'
+    )
+    with ScriptedLLM(model=MODEL) as llm:
+        llm.on(lambda body: True, scripted_reply)
+        env = {
+            "PARLEY_LLM_BASE_URL": llm.base_url,
+            "PARLEY_LLM_MODEL": MODEL,
+            "PARLEY_EVAL_CACHE_PATH": str(cache),
+        }
+        ran = CliRunner().invoke(build_app(), ["eval", "--experiment", str(study), "--no-progress"], env=env)
+        assert ran.exit_code == 0, ran.output
+        called = len(llm.requests)
+
+    out = tmp_path / "bench"
+    assert main(["--experiment", str(study), "--cache", str(cache), "--out", str(out)]) == 0
+    result = json.loads((out / "bench.json").read_text())
+    assert result["model_calls_reaching_the_server"] == 0 and result["same_study_accuracies"]
+    assert result["questions"] == result["identical_results"] == 2 * 2 * len(QUESTIONS)
+    assert result["replayed_calls"] == called
