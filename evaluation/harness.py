@@ -231,6 +231,11 @@ async def evaluate(
     if request.primary == "judge" and judge is None:
         raise PlanError("--primary judge needs the LLM judge (set PARLEY_EVAL_JUDGE_BASE_URL or --judge-url)")
     specs = plan_request(request)
+    # A cached model numbers identical calls within a run: each evaluation starts from sample 0, so a
+    # study's cells (and a suite's tiers) replay as if each had its own process.
+    restart_samples = getattr(models, "restart_samples", None)
+    if restart_samples is not None:
+        restart_samples()
     if batch_client is not None and any(s.budget_of for s in specs):
         raise PlanError("--same-budget runs in-process only (it sizes each vote from the debate's tokens)")
     labels = [s.label for s in specs]

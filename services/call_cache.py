@@ -254,6 +254,12 @@ class CachedRoleModels:
             )
         return wrapped
 
+    def restart_samples(self) -> None:
+        """Number samples from 0 again: a new run begins (``parley eval`` calls this per evaluation,
+        so the cells of a study that ask the same call get the same reply, as separate runs would)."""
+        for seen in self._seen.values():
+            seen.clear()
+
     def for_role(self, role: str, agent: int | None = None) -> ChatModel:
         return self._wrap(self.base.for_role(role, agent), f"{role}:{agent}")
 

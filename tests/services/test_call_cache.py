@@ -69,6 +69,20 @@ async def test_two_agents_keep_their_own_samples_whichever_asks_first(tmp_path: 
     store.close()
 
 
+async def test_a_new_run_numbers_samples_from_zero(tmp_path: Path) -> None:
+    store = SqliteCallStore(tmp_path / "calls.sqlite")
+    with ScriptedLLM() as llm:
+        llm.on("Say a colour.", ["red", "blue"])
+        async with OpenAIChatClient(llm.base_url, "scripted") as client:
+            models = CachedRoleModels(SingleModel(client), store)
+            first = await models.for_role("debater", 0).complete(ASK, temperature=0.9)
+            models.restart_samples()
+            again = await models.for_role("debater", 0).complete(ASK, temperature=0.9)
+            assert (first.text, again.text, again.from_cache) == ("red", "red", True)
+    assert len(llm.requests) == 1
+    store.close()
+
+
 async def test_the_store_keeps_to_its_size(tmp_path: Path) -> None:
     store = SqliteCallStore(tmp_path / "calls.sqlite", max_bytes=600)
     for i in range(10):
