@@ -166,7 +166,9 @@ def run_against_a_failing_server(args: list[str], model: str, cache: Path | None
     return seconds, reached
 
 
-def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Path | None) -> dict[str, Any]:
+def replay(
+    source: Path, label: str, limit: int | None, scratch: Path, cache: Path | None, skip: int = 0
+) -> dict[str, Any]:
     manifest = json.loads((source / "eval.json").read_text())
     spec = next(r for r in manifest["runs"] if r["label"] == label)
     n = leading_finished(source, label)
@@ -175,14 +177,25 @@ def replay(source: Path, label: str, limit: int | None, scratch: Path, cache: Pa
     if n == 0:
         raise SystemExit(f"{source}: run {label} has no finished leading questions")
     model = _model_of(source, label)
-    ids = [json.loads(line)["id"] for line in (source / "items.jsonl").read_text().splitlines() if line][:n]
+    items = [json.loads(line) for line in _lines(source / "items.jsonl") if line][skip:n]
+    ids = [item["id"] for item in items]
     _copy_pools(source, scratch)
-    args = ["--dataset", manifest["dataset"], "--limit", str(n), "--protocols", spec["protocol"]]
+    # The questions to replay as a dataset of their own (the first ``skip`` were answered before the
+    # cache kept their calls, or under older keys: they would only fail).
+    dataset = scratch.parent / "questions.jsonl"
+    dataset.write_text(
+        "".join(
+            json.dumps({"id": it["id"], "question": it["question"], "answers": it["answers"]}) + "\n"
+            for it in items
+        )
+    )
+    args = ["--dataset", str(dataset), "--protocols", spec["protocol"]]
     args += ["--config", json.dumps(run_config(spec)), "--out", str(scratch)]
     seconds, reached = run_against_a_failing_server(args, model, cache)
     return {
         "source": str(source),
         "label": label,
+        "skipped": skip,
         "model": model,
         "seconds": round(seconds, 1),
         "model_calls_reaching_the_server": reached,
@@ -251,6 +264,8 @@ def markdown(result: dict[str, Any], argv: Sequence[str]) -> list[str]:
         f"Measured {utc_date()} on {machine()} by `{command_line('bench.replay_from_cache', argv)}`.",
     )
     what = f"run `{r['label']}`" if "same_study_accuracies" not in r else f"every run of its {r['label']}"
+    if r.get("skipped"):
+        what += f", from its question {r['skipped'] + 1} on"
     lines += [
         f"Source: `{r['source']}`, {what} ({r['model']}), {r['questions']} questions in all.",
         "",
@@ -291,6 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     target.add_argument("--experiment", type=Path, help="a finished study: its experiment file")
     parser.add_argument("--label", default="madke", help="the run to replay")
     parser.add_argument("--limit", type=int, default=None, help="at most this many leading questions")
+    parser.add_argument(
+        "--skip", type=int, default=0, help="compare from this question on (the first ones run, not compared)"
+    )
     parser.add_argument("--cache", type=Path, default=None, help="the cache file (PARLEY_EVAL_CACHE_PATH)")
     parser.add_argument(
         "--estimate-for", type=Path, default=None, help="a results folder whose whole cache size to estimate"
@@ -305,7 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.experiment is not None:
             result = replay_study(args.experiment, Path(scratch) / "replay", args.cache)
         else:
-            result = replay(args.source, args.label, args.limit, Path(scratch) / "replay", args.cache)
+            result = replay(
+                args.source, args.label, args.limit, Path(scratch) / "replay", args.cache, args.skip
+            )
     if size is not None:
         result["cache"] = size
         if args.estimate_for is not None:
