@@ -182,14 +182,16 @@ def replay(
     _copy_pools(source, scratch)
     # The questions to replay as a dataset of their own (the first ``skip`` were answered before the
     # cache kept their calls, or under older keys: they would only fail).
-    dataset = scratch.parent / "questions.jsonl"
-    dataset.write_text(
-        "".join(
-            json.dumps({"id": it["id"], "question": it["question"], "answers": it["answers"]}) + "\n"
-            for it in items
-        )
-    )
-    args = ["--dataset", str(dataset), "--protocols", spec["protocol"]]
+    if all(it.get("kind", "qa") == "qa" for it in items):
+        dataset = scratch.parent / "questions.jsonl"
+        rows = ({"id": it["id"], "question": it["question"], "answers": it["answers"]} for it in items)
+        dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        args = ["--dataset", str(dataset)]
+    elif skip:
+        raise SystemExit("--skip replays open questions only (this run's dataset has other kinds)")
+    else:
+        args = ["--dataset", manifest["dataset"], "--limit", str(n)]
+    args += ["--protocols", spec["protocol"]]
     args += ["--config", json.dumps(run_config(spec)), "--out", str(scratch)]
     seconds, reached = run_against_a_failing_server(args, model, cache)
     return {
