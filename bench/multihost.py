@@ -2,21 +2,23 @@
 lost, none run twice, each charged what the LLM served for it, and a client must see 503 with
 ``Retry-After`` (never a hang or a 500) while the gateway cannot reach Redis.
 
-Each host is a Linux network namespace on one bridge (``bench.multihost_net``): Redis (password by ACL
-user), the gateway, the retriever, the scripted LLM, two worker hosts and the clients, configured as
-docs/deployment.md's "Workers on several hosts" says (``bench.multihost_stack``). The faults
-(``bench.multihost_faults``), each under a steady load of debates and each ``--repeats`` times, one at
-a time: a worker host cut from Redis (``--redis-cut-s``, 30 s), from the LLM, from the retriever
-(``--cut-s``), the gateway cut from Redis while clients submit and stream, and delay plus dropped
-packets on a worker's links. A cut blackholes packets (iptables), so connections hang as across a
-real partition. Recovery is the time from the heal until every job of the fault has ended and a new
-debate has completed. The soak's ledger and checks (``bench.soak_ledger``, ``bench.soak_checks``)
-count jobs and tokens. JSON, a Markdown table and a PNG of recovery times go to ``--out``.
+Each host is a Linux network namespace on one bridge (``bench.multihost_net``): Redis (an ACL user with
+a password; with ``--secured`` TLS only and the URL given as a secret file), the gateway, the
+retriever, the scripted LLM, two worker hosts and the clients, configured as docs/deployment.md's
+"Workers on several hosts" says (``bench.multihost_stack``). The faults (``bench.multihost_faults``),
+one at a time under a steady load of debates, each ``--repeats`` times: a worker host cut from Redis
+(``--redis-cut-s``, 30 s), from the LLM and from the retriever (``--cut-s``), the gateway cut from
+Redis while clients submit and stream (``--gateway-cut-s``), and delay plus dropped packets on a
+worker's links. A cut blackholes packets (iptables), so connections hang as across a real partition.
+Recovery is the time from the heal until every job of the fault has ended and a new debate has
+completed. The soak's ledger and checks (``bench.soak_ledger``, ``bench.soak_checks``) count jobs and
+tokens. JSON, a Markdown table and a PNG of recovery times go to ``--out``.
 
-Needs root, iproute2, iptables and redis-server.
+Needs root, iproute2, iptables and redis-server (and, for ``--secured``, the ``cryptography`` package).
 
     .venv/bin/python -m bench.multihost --repeats 3 --out reports/multihost     # the benchmark
     .venv/bin/python -m bench.multihost --repeats 1 --redis-cut-s 10 --cut-s 8 --out /tmp/multihost
+    .venv/bin/python -m bench.multihost --repeats 1 --secured --out /tmp/multihost-tls   # Redis over TLS
     .venv/bin/python -m bench.multihost --render-only --out reports/multihost   # the table again
 """
 
@@ -52,23 +54,27 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     remove_stale()
     net = Network(HOSTS, subnet=args.subnet).create()
     ledger = Ledger()
-    stack = MultihostStack(net, tmp, ledger, args.llm_latency)
+    stack = MultihostStack(net, tmp, ledger, args.llm_latency, secured=args.secured)
     try:
         # This thread is the clients' host from here on: every request the harness makes comes from it.
         enter(net.ns("client"))
         started = time.monotonic()
         stack.start_all()
         print(f"[multihost] {len(HOSTS)} hosts up in {time.monotonic() - started:.0f} s ({tmp})", flush=True)
+        shown = stack.password_shown()  # where a secured run must show it: nowhere
         gw = GatewayClient(stack.api_url, ledger)
         opts = FaultOptions(
-            redis_cut_s=args.redis_cut_s, cut_s=args.cut_s, delay_s=args.delay_s, drop=args.drop,
+            redis_cut_s=args.redis_cut_s, cut_s=args.cut_s, gateway_cut_s=args.gateway_cut_s,
+            delay_s=args.delay_s, drop=args.drop,
             submit_every_s=args.submit_every, drain_s=args.drain,
         )  # fmt: skip
         runner = FaultRunner(stack, net, gw, opts)
         kinds = args.faults.split(",") if args.faults else list(FAULTS)
         faults = [runner.run(kind, r + 1) for r in range(args.repeats) for kind in kinds]
         time.sleep(SETTLE_S)  # calls in flight when a job ended are settled: accounts are final
-        return tally(stack, gw, ledger, faults, runner.cut_jobs)
+        report = tally(stack, gw, ledger, faults, runner.cut_jobs)
+        report["redis_password_shown_by"] = shown
+        return report
     finally:
         stack.stop()
         net.destroy()
@@ -104,6 +110,9 @@ def tally(
         "machine": machine(),
         "date": utc_date(),
         "hosts": {h: stack.net.ip(h) for h in HOSTS},
+        "redis": "rediss:// (TLS), an ACL user, the URL in a secret file"
+        if stack.store.tls
+        else "redis://, an ACL user with a password in the URL",
         "faults": faults,
         "recovery_s_by_fault": {
             k: {"n": len(v), "median": round(statistics.median(v), 1), "max": max(v)}
@@ -169,7 +178,8 @@ def markdown(report: dict[str, Any], command: str) -> list[str]:
         "# Workers on several hosts: partitions and slow links",
         "",
         f"`{command}` ({report['machine']}, {report['date']}). Each host a network namespace; a cut "
-        "blackholes packets (iptables DROP), a slow link adds delay (a user-space proxy) and drops packets.",
+        "blackholes packets (iptables DROP), a slow link adds delay (a user-space proxy) and drops packets. "
+        f"Redis: {report.get('redis', 'redis://, an ACL user with a password in the URL')}.",
         "",
         f"Jobs: {t['jobs']}; lost {t['lost']}; run twice {t['run_twice']}; failed {t['failed']}; faults not "
         f"recovered {t['not_recovered']}; slowest recovery {t['slowest_recovery_s']} s (target: every job "
@@ -219,12 +229,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--faults", default="", help="only these kinds, comma-separated (default: all)")
     parser.add_argument("--redis-cut-s", type=float, default=30.0, help="a worker host cut from Redis")
-    parser.add_argument("--cut-s", type=float, default=15.0, help="the other cuts and the slow link")
+    parser.add_argument("--cut-s", type=float, default=15.0, help="the other worker cuts and the slow link")
+    parser.add_argument(
+        "--gateway-cut-s",
+        type=float,
+        default=20.0,
+        help="the gateway cut from Redis: longer than an open event stream takes to notice (about 2 x "
+        "(PARLEY_API_SSE_BLOCK_MS + PARLEY_API_REDIS_TIMEOUT_S)), so its client reconnects during the cut",
+    )
     parser.add_argument("--delay-s", type=float, default=1.0, help="slow link: delay added each way")
     parser.add_argument("--drop", type=float, default=0.05, help="slow link: share of packets dropped")
     parser.add_argument("--submit-every", type=float, default=1.0, help="seconds between debates")
     parser.add_argument("--llm-latency", type=float, default=0.5, help="the scripted LLM's reply time")
     parser.add_argument("--drain", type=float, default=180.0, help="seconds the jobs may take after a heal")
+    parser.add_argument(
+        "--secured",
+        action="store_true",
+        help="Redis over TLS only (rediss://, a throwaway CA), its URL given as a secret file "
+        "(PARLEY_*_REDIS_URL_FILE)",
+    )
     parser.add_argument("--subnet", default="10.77.0", help="the hosts' /24 (only inside the namespaces)")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "multihost")
     parser.add_argument(

@@ -44,7 +44,8 @@ class FaultOptions:
     """How long each fault lasts and how hard the load and the slow link are."""
 
     redis_cut_s: float = 30.0  # worker_redis
-    cut_s: float = 15.0  # the other cuts
+    cut_s: float = 15.0  # the other worker cuts and the slow link
+    gateway_cut_s: float = 20.0  # gateway_redis
     delay_s: float = 1.0  # slow_link: added to each chunk, each way
     drop: float = 0.05  # slow_link: share of packets dropped, each way
     submit_every_s: float = 1.0
@@ -273,7 +274,7 @@ class FaultRunner:
         load = Load(self.gw, self.ledger, o.submit_every_s, kind).start(o.burst)
         victim = WORKERS.index(SLOWED if kind == "slow_link" else VICTIM)
         record["running_at_cut"] = len(self.wait_running(victim))
-        length = o.redis_cut_s if kind == "worker_redis" else o.cut_s
+        length = {"worker_redis": o.redis_cut_s, "gateway_redis": o.gateway_cut_s}.get(kind, o.cut_s)
         record["cut_s"] = length
         client_view: dict[str, Any] = {}
         watcher: StreamWatcher | None = None

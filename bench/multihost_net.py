@@ -19,6 +19,7 @@ import os
 import queue
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -60,11 +61,18 @@ def sh(*args: str) -> str:
 
 
 def remove_stale() -> list[str]:
-    """Delete the namespaces of harness runs whose process has exited (an aborted run's leftovers)."""
+    """Delete the namespaces of harness runs whose process has exited (a killed run's leftovers), and
+    end the processes that run still had in them (its Redis, gateway, workers)."""
     removed = []
     for path in NETNS_DIR.glob(f"{PREFIX}*") if NETNS_DIR.exists() else []:
         pid = path.name[len(PREFIX) :].split("-")[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            left = subprocess.run(
+                ["ip", "netns", "pids", path.name], capture_output=True, text=True, check=False
+            )
+            for orphan in left.stdout.split():
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(orphan), signal.SIGKILL)
             subprocess.run(["ip", "netns", "del", path.name], capture_output=True, check=False)
             removed.append(path.name)
     return removed

@@ -333,10 +333,17 @@ def multihost_table() -> str:
             f"{total['run_twice']} | {total['failed']} | {recovery} |"
         )
     t = report["totals"]
+    reasons: dict[str, int] = {}
+    for f in report["faults"]:
+        for reason, n in f["jobs"]["failed_reasons"].items():
+            reasons[f"{f['kind']}: {reason}"] = reasons.get(f"{f['kind']}: {reason}", 0) + n
+    failed = "; ".join(f"{reason} ({n})" for reason, n in reasons.items()) or "none"
     lines += [
         "",
-        f"Idempotency-Keys that named two jobs: {t['keys_naming_two_jobs']}; jobs charged other than what "
-        f"was served for them: {report['jobs_charged_not_served']}.",
+        f"Failed, by reason: {failed}. Idempotency-Keys that named two jobs: {t['keys_naming_two_jobs']}; "
+        f"jobs charged other than what was served for them: {report['jobs_charged_not_served']} (jobs whose "
+        "call in flight a partition cut keep that call's worst case, by design: "
+        f"{report['jobs_cut_by_a_killed_worker_charged_worst_case']}).",
     ]
     return "\n".join(lines)
 

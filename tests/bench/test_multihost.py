@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,12 +30,45 @@ pytestmark = [
 def test_every_partition_and_slow_link_once_loses_nothing(tmp_path: Path) -> None:
     report = main(
         [
-            "--repeats", "1", "--redis-cut-s", "12", "--cut-s", "12", "--delay-s", "0.5", "--drop", "0.05",
-            "--drain", "150", "--out", str(tmp_path),
+            "--repeats", "1", "--redis-cut-s", "12", "--cut-s", "12", "--gateway-cut-s", "20",
+            "--delay-s", "0.5", "--drop", "0.05", "--drain", "150", "--out", str(tmp_path),
         ]
     )  # fmt: skip
     faults = {f["kind"]: f for f in report["faults"]}
     assert set(faults) == set(FAULTS)
+    assert_invariants(report)
+    # The cut worker was running debates when its link went.
+    for kind in ("worker_redis", "worker_llm", "worker_retriever"):
+        assert faults[kind]["running_at_cut"] >= 1, (kind, faults[kind])
+    # The report: JSON, the table and the plot.
+    saved = json.loads((tmp_path / "multihost.json").read_text())
+    assert saved["totals"] == report["totals"] and saved["totals"]["lost"] == 0
+    md = (tmp_path / "multihost.md").read_text()
+    assert "| gateway_redis | 1 |" in md and "| worker_redis | 1 | 12.0 |" in md
+    assert (tmp_path / "recovery.png").stat().st_size > 1000
+
+
+def test_over_tls_with_the_url_in_a_secret_file_the_same_holds(tmp_path: Path) -> None:
+    """Redis over TLS only (rediss://, its certificate checked), the URL with its password given to the
+    gateway and the workers as a secret file: the cuts that touch Redis lose nothing either, and no
+    service process shows the password in its environment or command line."""
+    report = main(
+        [
+            "--repeats", "1", "--secured", "--faults", "worker_redis,gateway_redis", "--redis-cut-s", "10",
+            "--gateway-cut-s", "20", "--drain", "150", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert {f["kind"] for f in report["faults"]} == {"worker_redis", "gateway_redis"}
+    assert report["redis"].startswith("rediss://")
+    assert report["redis_password_shown_by"] == []
+    assert_invariants(report)
+
+
+def assert_invariants(report: dict[str, Any]) -> None:
+    """Every job ended, none lost or run twice, each charged what was served, retried submits named
+    one job; while the gateway could not reach Redis a client met 503 + Retry-After, promptly, and the
+    stream it followed came out whole."""
+    faults = {f["kind"]: f for f in report["faults"]}
     for kind, f in faults.items():
         jobs = f["jobs"]
         assert jobs["submitted"] >= 5, (kind, jobs)
@@ -47,9 +81,7 @@ def test_every_partition_and_slow_link_once_loses_nothing(tmp_path: Path) -> Non
         assert f["submissions"]["accepted"] == f["submissions"]["debates"], (kind, f["submissions"])
         # Failures only with a reason.
         assert all(reason and reason != "no reason given" for reason in jobs["failed_reasons"]), jobs
-    # The cut worker was running debates when its link went.
-    for kind in ("worker_redis", "worker_llm", "worker_retriever"):
-        assert faults[kind]["running_at_cut"] >= 1, (kind, faults[kind])
+        assert "500" not in f["submissions"]["answers_by_status"], (kind, f["submissions"])
     # Each job charged what the LLM served for it (a call a cut left without its answer keeps its worst
     # case: listed apart), and each key in total.
     assert report["jobs_charged_not_served"] == 0, report["jobs_charged_not_served_list"]
@@ -73,9 +105,3 @@ def test_every_partition_and_slow_link_once_loses_nothing(tmp_path: Path) -> Non
     assert stream["connections"] >= 2 and stream["broken"] == 0, stream
     assert stream["terminal"] and stream["same_as_full_replay"] and stream["duplicates"] == 0, stream
     assert cut["gateway_cut_ok"] is True
-    # The report: JSON, the table and the plot.
-    saved = json.loads((tmp_path / "multihost.json").read_text())
-    assert saved["totals"] == report["totals"] and saved["totals"]["lost"] == 0
-    md = (tmp_path / "multihost.md").read_text()
-    assert "| gateway_redis | 1 |" in md and "| worker_redis | 1 | 12.0 |" in md
-    assert (tmp_path / "recovery.png").stat().st_size > 1000
