@@ -348,7 +348,31 @@ def multihost_table() -> str:
     return "\n".join(lines)
 
 
+def redis_failover_table() -> str:
+    """docs/deployment.md: what a Sentinel failover lost at the defaults and at the safe setting."""
+    report = _json("reports/redis-failover/bench.json")
+    lines = [
+        f"`{report['command']}` (`reports/redis-failover/bench.json`), {len(report['trials']) // 2} trials "
+        "per setting:",
+        "",
+        "| setting | jobs accepted (202) | accepted, then lost | unfinished | completed twice | items whose "
+        "LLM calls were repeated | acknowledged writes | acknowledged, then lost | failover, s (max) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for setting, t in report["totals"].items():
+        repeated = sum(
+            r["items_with_repeated_llm_calls"] for r in report["trials"] if r["setting"] == setting
+        )
+        lines.append(
+            f"| {setting} | {t['jobs_accepted']} | {t['jobs_lost']} | {t['jobs_unfinished']} | "
+            f"{t['jobs_completed_twice']} | {repeated} | {t['acked_writes']:,} | {t['acked_writes_lost']:,} | "
+            f"{t['failover_s_max']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "redis-failover-table": redis_failover_table,
     "multihost-table": multihost_table,
     "pool-search-replay": pool_search_replay,
     "rag-passage": rag_passage,
