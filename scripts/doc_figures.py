@@ -365,8 +365,8 @@ def redis_failover_table() -> str:
         )
         lines.append(
             f"| {setting} | {t['jobs_accepted']} | {t['jobs_lost']} | {t['jobs_unfinished']} | "
-            f"{t['jobs_completed_twice']} | {repeated} | {t['acked_writes']:,} | {t['acked_writes_lost']:,} | "
-            f"{t['failover_s_max']:.2f} |"
+            f"{t['jobs_completed_twice']} | {repeated} | {t['acked_writes']:,} | "
+            f"{t['acked_writes_lost']:,} | {t['failover_s_max']:.2f} |"
         )
     return "\n".join(lines)
 
