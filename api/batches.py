@@ -8,13 +8,17 @@ module reads no request and builds no response.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from api.deps import ApiState
 from api.errors import NotFound
+from api.problems import STORE_UNAVAILABLE
 from api.schemas import BatchDeleted, BatchView
 from services.jobstore import ACTIVE, TERMINAL, BatchRecord, JobStore
+
+log = logging.getLogger(__name__)
 
 
 async def owned_batch(state: ApiState, owner: str, batch_id: str) -> BatchRecord:
@@ -86,7 +90,22 @@ async def result_lines(store: JobStore, batch_id: str) -> AsyncIterator[bytes]:
 async def owned_results(state: ApiState, owner: str, batch_id: str) -> AsyncIterator[bytes]:
     """The result lines of ``owner``'s batch; ``NotFound`` (raised here, before any line) otherwise."""
     await owned_batch(state, owner, batch_id)
-    return result_lines(state.store, batch_id)
+    return until_store_fails(result_lines(state.store, batch_id), batch_id, state.settings.retry_after_s)
+
+
+async def until_store_fails(
+    lines: AsyncIterator[bytes], batch_id: str, retry_after_s: int
+) -> AsyncIterator[bytes]:
+    """The lines, and should the job store become unreachable mid-stream, one last line that says so
+    (``{"error": ..., "retry_after_s": N}``: the lines so far are valid, fetch again for the rest)
+    instead of a response broken off."""
+    try:
+        async for line in lines:
+            yield line
+    except STORE_UNAVAILABLE as exc:
+        log.warning("batch results ended: the job store is unavailable: %s: %s", type(exc).__name__, exc)
+        message = f"the job store became unavailable mid-stream; fetch the results of {batch_id} again"
+        yield (json.dumps({"error": message, "retry_after_s": retry_after_s}) + "\n").encode()
 
 
 async def cancel_owned_batch(state: ApiState, owner: str, batch_id: str) -> BatchView:

@@ -11,6 +11,7 @@ service layer's typed errors, which the route turns into OpenAI's shape.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from api.openai_compat import (
     refuse_unsupported,
     usage_object,
 )
+from api.problems import STORE_UNAVAILABLE
 from api.schemas import DebateRequest
 from api.streams import JobEventReader, StreamSlot
 from api.submission import admit_debate, cancel_job, owned_job, submit_debate
@@ -147,6 +149,9 @@ async def finished_result(state: ApiState, owner: str, job_id: str) -> DebateRes
     )
 
 
+log = logging.getLogger(__name__)
+
+
 @dataclass
 class CompletionEvents:
     """A job's event stream as ``chat.completion.chunk`` dicts for ``EventSourceResponse``."""
@@ -163,6 +168,25 @@ class CompletionEvents:
         return {"data": json.dumps(chunk(self.model, self.job_id, self.created, delta, finish))}
 
     async def chunks(self) -> AsyncIterator[dict[str, str]]:
+        """The stream's chunks; should the job store become unreachable mid-stream, an OpenAI error
+        object saying so (the debate goes on: its result is read later by the job id) and [DONE],
+        instead of a response broken off."""
+        try:
+            async for field in self._chunks():
+                yield field
+        except STORE_UNAVAILABLE as exc:
+            log.warning("chat stream ended: the job store is unavailable: %s: %s", type(exc).__name__, exc)
+            error = OpenAIError(
+                503,
+                f"the job store became unavailable mid-stream; the debate {self.job_id} goes on: read "
+                f"its result with GET /v1/debates/{self.job_id}",
+                type_="server_error",
+                code="store_unavailable",
+            )
+            yield {"data": json.dumps(error.body())}
+            yield {"data": "[DONE]"}
+
+    async def _chunks(self) -> AsyncIterator[dict[str, str]]:
         """Role, then progress as reasoning, then the answer, the stop, usage (if asked) and [DONE]."""
         yield self._data({"role": "assistant", "content": ""})
         reader = JobEventReader(
