@@ -107,14 +107,16 @@ LLAMA_SERVER_BUILD ?= native
 native-llm: $(VENV)/.installed
 	bash scripts/build_llama_server.sh $(PY) $(LLAMA_CACHE) $(VENV)/bin/llama-server $(LLAMA_SERVER_BUILD)
 
-# Services the integration tests start themselves (redis-server) and the compose validator.
+# Services the integration tests start themselves (redis-server) and the compose validator; as root,
+# also what the multi-host harness's network namespaces and cuts need (it is skipped for other users).
 system-deps:
-	@if ! command -v redis-server >/dev/null || ! command -v docker-compose >/dev/null \
-	  || ! command -v promtool >/dev/null \
-	  || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	@missing=""; for c in redis-server docker-compose promtool chromium chromedriver; do \
+	  command -v $$c >/dev/null || missing=1; done; \
+	if [ "$$(id -u)" = 0 ]; then for c in ip iptables; do command -v $$c >/dev/null || missing=1; done; fi; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
 	    apt-get install -y -qq --no-install-recommends redis-server docker-compose prometheus \
-	      chromium chromium-driver fonts-liberation; \
+	      chromium chromium-driver fonts-liberation iproute2 iptables; \
 	  else echo "need redis-server, docker-compose, promtool and chromium: sudo apt-get install redis-server docker-compose prometheus chromium chromium-driver fonts-liberation"; exit 1; fi; \
 	fi
 
