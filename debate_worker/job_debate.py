@@ -78,7 +78,7 @@ class JobDebate:
         async def on_usage(spend: Spend) -> None:
             await self._charge(job_id, spend)
 
-        models, cache_client = self.rt.cached_models(self.rt.models())
+        models, cache_client = self.rt.cached_models(self.rt.models(), job.owner)
         try:
             if pool is None:
                 pool, search = await self._pool_and_search(job, config, models, search, on_event, on_usage)

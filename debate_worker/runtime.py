@@ -102,9 +102,10 @@ class WorkerRuntime:
             served = self.served
         return _default_models(self.llm, served, self.settings.client_url_networks)
 
-    def cached_models(self, models: ClosableRoleModels) -> tuple[ClosableRoleModels, Any]:
-        """``models`` behind the shared call cache when ``PARLEY_WORKER_CALL_CACHE`` is on (with the
-        Redis client to close after the job), else as they are."""
+    def cached_models(self, models: ClosableRoleModels, owner: str) -> tuple[ClosableRoleModels, Any]:
+        """``models`` behind the call cache when ``PARLEY_WORKER_CALL_CACHE`` is on (with the Redis
+        client to close after the job), else as they are. Replies are kept per owner: a key never
+        replays another key's call, which would tell it that someone else asked the same."""
         if not self.settings.call_cache:
             return models, None
         client = async_client(self.settings.redis_spec(), socket_timeout=5, socket_connect_timeout=5)
@@ -114,7 +115,9 @@ class WorkerRuntime:
             max_entries=self.settings.call_cache_max_entries,
             ttl_s=self.settings.call_cache_ttl_s,
         )
-        cached: ClosableRoleModels = CachedRoleModels(models, store, identity_of=model_identity)
+        cached: ClosableRoleModels = CachedRoleModels(
+            models, store, identity_of=lambda model: f"{owner}|{model_identity(model)}"
+        )
         return cached, client
 
     def pool_builder(self) -> ClosablePoolBuilder:

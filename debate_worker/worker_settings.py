@@ -56,9 +56,10 @@ class WorkerSettings(ParleySettings):
     queues: list[str] = Field(default_factory=lambda: [QUEUE_INTERACTIVE, QUEUE_BATCH])
     call_cache: bool = Field(
         default=False,
-        description="replay LLM calls the workers made before (same model, messages, sampling, caller "
-        "and sample) from the job store's Redis instead of calling the model; a replayed call costs no "
-        "budget. Off: every call reaches the model (fresh samples for repeated questions)",
+        description="replay LLM calls the workers made before for the same API key (same model, "
+        "messages, sampling, caller and sample) from the job store's Redis instead of calling the model; "
+        "a replayed call costs no budget. Off: every call reaches the model (fresh samples for repeated "
+        "questions)",
     )
     call_cache_max_entries: int = Field(
         default=200_000, ge=100, description="cached replies kept (least recently used evicted past it)"

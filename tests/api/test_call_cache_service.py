@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from services.call_cache import RedisCallStore
-from tests.api.conftest import KEY_A, api_settings
+from tests.api.conftest import KEY_A, KEY_B, api_settings
 from tests.api.support import ApiServer, RedisServer, WorkerProcess, script_agreeing, wait_status, worker_env
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -48,16 +48,25 @@ def test_a_debate_asked_again_replays_only_with_the_cache_on(
             called = len(llm.requests)
             assert called > 0
             second = debate(alice)
+            after_alice = len(llm.requests)
+            # Another key's same debate reaches the model: replies are kept per key, so no key learns
+            # from a replay that another asked the same.
+            with httpx.Client(
+                base_url=api.url, headers={"Authorization": f"Bearer {KEY_B}"}, timeout=30
+            ) as bob:
+                theirs = debate(bob)
+            assert len(llm.requests) == after_alice + called
+            assert not any(c["from_cache"] for c in theirs["result"]["transcript"])
     result = second["result"]
     if cache:
-        assert len(llm.requests) == called  # nothing reached the model
+        assert after_alice == called  # nothing reached the model
         assert result["answer"] == first["result"]["answer"]
         assert [c["text"] for c in result["transcript"]] == [c["text"] for c in first["result"]["transcript"]]
         assert all(c["from_cache"] for c in result["transcript"])
         assert result["usage"]["from_cache_calls"] == result["usage"]["calls"] == called
-        assert redis_server.client().zcard("parley:calls:order") == called
+        assert redis_server.client().zcard("parley:calls:order") == 2 * called  # alice's and bob's
     else:
-        assert len(llm.requests) == 2 * called
+        assert after_alice == 2 * called
         assert not any(c["from_cache"] for c in result["transcript"])
         assert redis_server.client().zcard("parley:calls:order") == 0
 
