@@ -309,13 +309,19 @@ def expand(path: Path, spec: ExperimentFile, where: Locator, style_for: StyleFor
 
 
 def _check_models(spec: ExperimentFile, where: Locator) -> None:
-    from services.llm import MODELS  # lazy: the registry is read only for files that name models
+    # lazy: the registry is read only for files that name models
+    from services.llm.registry import MODELS, is_installed
 
     for i, model in enumerate(spec.models):
         if model.embedded is not None and model.embedded not in MODELS:
             raise ExperimentError(
                 f"{where.at(('models', i, 'embedded'))}: unknown embedded model {model.embedded!r}; "
                 f"known: {', '.join(sorted(MODELS))}"
+            )
+        if model.embedded is not None and not is_installed(MODELS[model.embedded]):
+            raise ExperimentError(
+                f"{where.at(('models', i, 'embedded'))}: the embedded model {model.embedded!r} is not "
+                f"installed: .venv/bin/parley models install {model.embedded}"
             )
         if model.api_key_env is not None and not os.environ.get(model.api_key_env):
             raise ExperimentError(

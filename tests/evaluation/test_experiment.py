@@ -170,3 +170,16 @@ def test_the_repository_studies_are_valid() -> None:
     for path in files:
         experiment = load_experiment(path)
         assert experiment.cells
+
+
+def test_an_embedded_model_not_installed_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import services.llm.registry as registry
+
+    monkeypatch.setattr(registry, "is_installed", lambda model: False)
+    text = GRID + '\n[[models]]\nname = "small"\nembedded = "qwen2.5-coder-0.5b"\n'
+    with pytest.raises(
+        ExperimentError, match=r"line 23: .*not installed: .*parley models install qwen2.5-coder-0.5b"
+    ):
+        load_experiment(write(tmp_path, text))
