@@ -102,6 +102,7 @@ def run_experiment(
     )
     if report_only:
         return study_report(experiment, plots=plots)
+    check_endpoints(experiment)
     position = 1
     for group in group_cells(experiment):
         # Every request of the group gets the cache mode and the progress setting of this command.
@@ -133,6 +134,18 @@ def run_experiment(
         position += len(group)
     report = study_report(experiment, plots=plots)
     return report
+
+
+def check_endpoints(experiment: Any) -> None:
+    """Every endpoint the study names serves its model (``ModelNotServed`` otherwise), before the first
+    cell runs: a typo in the last model's name must not surface hours in."""
+    # lazy: `parley --help` must not load the LLM room
+    from services.llm import LLMSettings, check_models_served
+
+    for model in experiment.spec.models:
+        overrides = model.llm_overrides()
+        if overrides is not None and overrides.get("base_url"):
+            check_models_served(LLMSettings(**overrides))
 
 
 def print_study(console: Any, report: dict[str, Any], out: Path) -> None:

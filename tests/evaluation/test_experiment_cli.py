@@ -94,3 +94,19 @@ def test_options_the_file_owns_are_refused(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "experiment file sets these" in result.output
+
+
+def test_a_model_its_endpoint_does_not_serve_is_refused_before_any_cell(
+    scripted: ScriptedLLM, tmp_path: Path
+) -> None:
+    write_jsonl(tmp_path / "nq.jsonl", QUESTIONS)
+    study = tmp_path / "grid.toml"
+    models = (
+        f'\n[[models]]\nname = "first"\nbase_url = "{scripted.base_url}"\nmodel = "scripted"\n'
+        f'\n[[models]]\nname = "second"\nbase_url = "{scripted.base_url}"\nmodel = "scripted-typo"\n'
+    )
+    study.write_text(STUDY + models)
+    result = CliRunner().invoke(build_app(), ["eval", "--experiment", str(study)], env=env_for(scripted))
+    assert result.exit_code == 1, result.output
+    assert "scripted-typo" in result.output and "ModelNotServed" in result.output
+    assert scripted.requests == []  # the first model's cells did not run either
