@@ -144,7 +144,14 @@ def test_the_audit_reads_the_lock_and_applies_the_allowlist(
 )
 def test_pip_audit_is_run_on_the_locked_pins(tmp_path: Path) -> None:
     """The real pip-audit over the fixture lock: every locked package is asked about, by its pin."""
-    report = audit.run_pip_audit(audit.audit_requirements(DATA / "audit-fixture.lock"))
+    try:
+        report = audit.run_pip_audit(audit.audit_requirements(DATA / "audit-fixture.lock"))
+    except SystemExit as exc:
+        # pip-audit itself cannot start without PyPI's index answering (a name that does not resolve,
+        # a refused connection); what is tested here is the command line, not the network.
+        if any(sign in str(exc) for sign in ("name resolution", "NewConnectionError", "ConnectionError")):
+            pytest.skip(f"PyPI unreachable from this machine: {str(exc).splitlines()[-1][:200]}")
+        raise
     asked = {d["name"]: d.get("version") or d.get("skip_reason", "") for d in report["dependencies"]}
     assert set(asked) == {"jinja2", "six", "torch"}, json.dumps(report)[:2000]
     # Where PyPI's vulnerability data answers, jinja2 2.10's known findings are reported.
