@@ -310,7 +310,7 @@ def expand(path: Path, spec: ExperimentFile, where: Locator, style_for: StyleFor
 
 def _check_models(spec: ExperimentFile, where: Locator) -> None:
     # lazy: the registry is read only for files that name models
-    from services.llm.registry import MODELS, is_installed
+    from services.llm import MODELS, is_installed
 
     for i, model in enumerate(spec.models):
         if model.embedded is not None and model.embedded not in MODELS:

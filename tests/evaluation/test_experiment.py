@@ -175,9 +175,9 @@ def test_the_repository_studies_are_valid() -> None:
 def test_an_embedded_model_not_installed_is_refused_before_anything_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import services.llm.registry as registry
+    import services.llm
 
-    monkeypatch.setattr(registry, "is_installed", lambda model: False)
+    monkeypatch.setattr(services.llm, "is_installed", lambda model: False)
     text = GRID + '\n[[models]]\nname = "small"\nembedded = "qwen2.5-coder-0.5b"\n'
     with pytest.raises(
         ExperimentError, match=r"line 23: .*not installed: .*parley models install qwen2.5-coder-0.5b"
