@@ -290,23 +290,18 @@ def eval_command(
                 suite, request, limit, extra_limit, paper_setting, not no_plots
             )
 
-        with sigterm_as_interrupt():
-            outcome = asyncio.run(
-                stop_on_sigterm(
-                    _evaluate(
-                        request,
-                        settings,
-                        console,
-                        use_judge=judge or primary == "judge",
-                        judge_url=judge_url,
-                        judge_model=judge_model,
-                        api=api,
-                        api_key=api_key,
-                        ctx_obj=ctx.find_root().obj,
-                        evaluate_fn=evaluate_fn,
-                    )
-                )
-            )
+        outcome = _run(
+            request,
+            settings,
+            console,
+            ctx,
+            use_judge=judge or primary == "judge",
+            judge_url=judge_url,
+            judge_model=judge_model,
+            api=api,
+            api_key=api_key,
+            evaluate_fn=evaluate_fn,
+        )
     if suite is not None:
         print_suite(console, outcome, out)
         return
@@ -327,31 +322,25 @@ def _experiment(
     """Run (or resume) a study file in this process (``evaluation.experiment_cli``), each prepared
     group of its cells as one in-process evaluation."""
     # lazy: `parley --help` must not load the harness and numpy
-    from evaluation.experiment_cli import study_command
+    from evaluation.experiment_cli import run_experiment
 
     console = Console(stderr=True)
 
     def evaluate_one(request: Any, evaluate_fn: Any) -> Any:
-        with sigterm_as_interrupt():
-            return asyncio.run(
-                stop_on_sigterm(
-                    _evaluate(
-                        request,
-                        settings,
-                        console,
-                        use_judge=request.primary == "judge",
-                        judge_url=None,
-                        judge_model=None,
-                        api=None,
-                        api_key=None,
-                        ctx_obj=ctx.find_root().obj,
-                        evaluate_fn=evaluate_fn,
-                    )
-                )
-            )
+        return _run(
+            request, settings, console, ctx, use_judge=request.primary == "judge", evaluate_fn=evaluate_fn
+        )
 
     with errors_as_exit(console, out or path):
-        study_command(path, out, given, report_only, cache, plots, progress, settings, console, evaluate_one)
+        run_experiment(path, out, given, report_only, cache, plots, progress, settings, console, evaluate_one)
+
+
+def _run(request: Any, settings: EvalSettings, console: Console, ctx: typer.Context, **options: Any) -> Any:
+    """One evaluation (``_evaluate`` with ``options``) to its end; SIGTERM stops it as Ctrl-C does."""
+    with sigterm_as_interrupt():
+        return asyncio.run(
+            stop_on_sigterm(_evaluate(request, settings, console, ctx_obj=ctx.find_root().obj, **options))
+        )
 
 
 @contextlib.contextmanager
@@ -393,10 +382,10 @@ async def _evaluate(
     console: Any,
     *,
     use_judge: bool,
-    judge_url: str | None,
-    judge_model: str | None,
-    api: str | None,
-    api_key: str | None,
+    judge_url: str | None = None,
+    judge_model: str | None = None,
+    api: str | None = None,
+    api_key: str | None = None,
     ctx_obj: Any = None,
     evaluate_fn: Any = None,
 ) -> Any:

@@ -29,7 +29,7 @@ def file_owned(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def study_command(
+def run_experiment(
     path: Path,
     out: Path | None,
     given: list[str],
@@ -40,53 +40,21 @@ def study_command(
     settings: EvalSettings,
     console: Any,
     evaluate_one: Any,
-) -> None:
-    """``parley eval --experiment``: refuse the options the file sets, run (or rebuild) the study and
-    print it."""
-    # lazy: `parley --help` must not load the harness and numpy
-    from evaluation.harness import PlanError
-
+) -> dict[str, Any]:
+    """``parley eval --experiment``: refuse the options the file sets (``given``), load and check
+    ``path`` (nothing runs when it is wrong), run every cell unless ``report_only``, then write and
+    print the study report. ``evaluate_one(request, evaluate_fn)`` runs one prepared group (the CLI's
+    in-process wiring)."""
     if given:
         hint = ", ".join(f"--{g}" for g in given)
         raise typer.BadParameter(f"the experiment file sets these; drop {hint}", param_hint="--experiment")
+    # lazy: `parley --help` must not load the harness and numpy
+    from evaluation.experiment import load_experiment
+    from evaluation.harness import PlanError
+    from evaluation.study import study_report
+
     if settings.api_url:
         raise PlanError("an experiment runs in-process; unset PARLEY_EVAL_API_URL")
-    report = run_experiment(
-        path,
-        out=out,
-        report_only=report_only,
-        cache=cache,
-        plots=plots,
-        progress=progress,
-        settings=settings,
-        console=console,
-        evaluate_one=evaluate_one,
-    )
-    print_study(console, report, Path(report["out"]))
-
-
-def run_experiment(
-    path: Path,
-    *,
-    out: Path | None,
-    report_only: bool,
-    cache: Literal["on", "off", "only"],
-    plots: bool,
-    progress: bool,
-    settings: EvalSettings,
-    console: Any,
-    evaluate_one: Any,
-) -> dict[str, Any]:
-    """Load and check ``path`` (nothing runs when it is wrong), run every cell unless ``report_only``,
-    and return the study report. ``evaluate_one(request, evaluate_fn)`` runs one prepared group (the
-    CLI's in-process wiring)."""
-    # lazy: `parley --help` must not load the harness and numpy
-    from dataclasses import replace
-
-    from evaluation.experiment import load_experiment
-    from evaluation.harness import evaluate as harness_evaluate
-    from evaluation.study import group_cells, representative, run_cells, study_report
-
     experiment = load_experiment(
         path,
         out=out,
@@ -100,9 +68,30 @@ def run_experiment(
         f"study {experiment.spec.study.name}: {len(cells)} cell(s), {runs} run(s) → {experiment.out}"
         + ("" if report_only else f" (call cache: {cache})")
     )
-    if report_only:
-        return study_report(experiment, plots=plots)
-    check_endpoints(experiment)
+    if not report_only:
+        check_endpoints(experiment)
+        run_groups(experiment, cache, plots, progress, console, evaluate_one)
+    report = study_report(experiment, plots=plots)
+    print_study(console, report, Path(report["out"]))
+    return report
+
+
+def run_groups(
+    experiment: Any,
+    cache: Literal["on", "off", "only"],
+    plots: bool,
+    progress: bool,
+    console: Any,
+    evaluate_one: Any,
+) -> None:
+    """Each group of cells (one dataset and model) as one prepared in-process evaluation."""
+    # lazy: `parley --help` must not load the harness and numpy
+    from dataclasses import replace
+
+    from evaluation.harness import evaluate as harness_evaluate
+    from evaluation.study import group_cells, representative, run_cells
+
+    cells = experiment.cells
     position = 1
     for group in group_cells(experiment):
         # Every request of the group gets the cache mode and the progress setting of this command.
@@ -132,8 +121,6 @@ def run_experiment(
 
         evaluate_one(replace(representative(group), cache=cache), evaluate_fn)
         position += len(group)
-    report = study_report(experiment, plots=plots)
-    return report
 
 
 def check_endpoints(experiment: Any) -> None:
