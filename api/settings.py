@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import ipaddress
-from pathlib import Path
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from engine.config import SEARCH_QUERY_MODES, SearchQueryMode
 from services.egress import NetworkList
-from services.redis_connect import REDIS_URL_HELP, RedisConfigError, RedisSpec, spec_from_settings
+from services.redis_settings import RedisSettingsMixin, wait_replicas_field
 from services.settings import MetricsPort, ParleySettings, Port, Seconds
 
 
-class ApiSettings(ParleySettings):
+class ApiSettings(ParleySettings, RedisSettingsMixin):
     """Where the job store and broker are, who may call, and the limits that protect the service."""
 
     model_config = SettingsConfigDict(
@@ -23,30 +22,9 @@ class ApiSettings(ParleySettings):
 
     host: str = "127.0.0.1"
     port: Port = 8000
-    redis_url: str = Field(default="redis://localhost:6379/0", description="job store: " + REDIS_URL_HELP)
-    broker_url: str | None = Field(default=None, description="Celery broker; unset = redis_url")
-    key_prefix: str = "parley"
-    redis_tls_ca_file: Path | None = Field(
-        default=None,
-        description="CA certificate (PEM) that signs the Redis servers' (and sentinels') certificates; "
-        "with rediss:// URLs (unset: the system's CAs), and with sentinel:// URLs it turns TLS on",
-    )
-    redis_tls_cert_file: Path | None = Field(
-        default=None, description="client certificate (PEM) for Redis servers that ask for one"
-    )
-    redis_tls_key_file: Path | None = Field(default=None, description="the client certificate's key")
-    redis_sentinel_master: str | None = Field(
-        default=None, description="with sentinel:// URLs: the name of the Redis group the sentinels watch"
-    )
-    redis_wait_replicas: int = Field(
-        default=0,
-        ge=0,
-        description="a new job or batch is accepted (202) only once this many replicas hold it (Redis "
-        "WAIT), else it is removed and answered 503; 0 = asynchronous replication only (a failover can "
-        "lose the last writes)",
-    )
-    redis_wait_timeout_ms: int = Field(
-        default=1000, ge=1, description="the longest wait for redis_wait_replicas, in milliseconds"
+    redis_wait_replicas: int = wait_replicas_field(
+        "a new job or batch is accepted (202) only once this many replicas hold it (Redis WAIT), else it "
+        "is removed and answered 503"
     )
 
     # API keys as name → sha256 hex digest of the key (``parley hash-key KEY`` prints one).
@@ -183,28 +161,6 @@ class ApiSettings(ParleySettings):
 
     def token_quota(self, owner: str) -> int | None:
         return self.daily_token_quotas.get(owner, self.daily_token_quota)
-
-    @property
-    def broker(self) -> str:
-        return self.broker_url or self.redis_url
-
-    @model_validator(mode="after")
-    def _redis_specs(self) -> ApiSettings:
-        try:
-            self.redis_spec()
-            self.broker_spec()
-        except RedisConfigError as exc:
-            raise ValueError(str(exc)) from None
-        return self
-
-    def redis_spec(self) -> RedisSpec:
-        """How this process reaches its job store."""
-        return spec_from_settings(self, "PARLEY_API_REDIS_URL", self.redis_url)
-
-    def broker_spec(self) -> RedisSpec:
-        """How this process reaches the Celery broker (the job store's Redis unless broker_url)."""
-        variable = "PARLEY_API_BROKER_URL" if self.broker_url else "PARLEY_API_REDIS_URL"
-        return spec_from_settings(self, variable, self.broker)
 
 
 def is_loopback(host: str) -> bool:

@@ -15,43 +15,21 @@ from pydantic_settings import SettingsConfigDict
 
 from engine.config import SEARCH_QUERY_MODES, SearchQueryMode
 from services.egress import NetworkList
-from services.redis_connect import REDIS_URL_HELP, RedisConfigError, RedisSpec, spec_from_settings
+from services.redis_settings import RedisSettingsMixin, redis_url_field, wait_replicas_field
 from services.settings import MetricsPort, ParleySettings, Seconds, SecondsOrZero
 from services.task_queue import QUEUE_BATCH, QUEUE_INTERACTIVE
 
 
-class WorkerSettings(ParleySettings):
+class WorkerSettings(ParleySettings, RedisSettingsMixin):
     """Job store, broker, Celery delivery guarantees and Parley's retry caps for the worker."""
 
     model_config = SettingsConfigDict(
         env_prefix="PARLEY_WORKER_", frozen=True, extra="ignore", env_nested_delimiter="__"
     )
 
-    redis_url: str = Field(
-        default="redis://localhost:6379/0", description="job store (Parley's own): " + REDIS_URL_HELP
-    )
-    broker_url: str | None = Field(default=None, description="Celery broker; unset = redis_url")
-    key_prefix: str = "parley"
-    redis_tls_ca_file: Path | None = Field(
-        default=None,
-        description="CA certificate (PEM) that signs the Redis servers' (and sentinels') certificates; "
-        "with rediss:// URLs (unset: the system's CAs), and with sentinel:// URLs it turns TLS on",
-    )
-    redis_tls_cert_file: Path | None = Field(
-        default=None, description="client certificate (PEM) for Redis servers that ask for one"
-    )
-    redis_tls_key_file: Path | None = Field(default=None, description="the client certificate's key")
-    redis_sentinel_master: str | None = Field(
-        default=None, description="with sentinel:// URLs: the name of the Redis group the sentinels watch"
-    )
-    redis_wait_replicas: int = Field(
-        default=0,
-        ge=0,
-        description="after a job's end, wait until this many replicas hold it (Redis WAIT; fewer in "
-        "time is logged); 0 = asynchronous replication only (a failover can lose the last writes)",
-    )
-    redis_wait_timeout_ms: int = Field(
-        default=1000, ge=1, description="the longest wait for redis_wait_replicas, in milliseconds"
+    redis_url: str = redis_url_field("job store (Parley's own)")
+    redis_wait_replicas: int = wait_replicas_field(
+        "after a job's end, wait until this many replicas hold it (Redis WAIT; fewer in time is logged)"
     )
     queues: list[str] = Field(default_factory=lambda: [QUEUE_INTERACTIVE, QUEUE_BATCH])
     call_cache: bool = Field(
@@ -176,28 +154,6 @@ class WorkerSettings(ParleySettings):
                 f"{self.task_soft_time_limit} / {self.task_time_limit} / {self.visibility_timeout}"
             )
         return self
-
-    @property
-    def broker(self) -> str:
-        return self.broker_url or self.redis_url
-
-    @model_validator(mode="after")
-    def _redis_specs(self) -> WorkerSettings:
-        try:
-            self.redis_spec()
-            self.broker_spec()
-        except RedisConfigError as exc:
-            raise ValueError(str(exc)) from None
-        return self
-
-    def redis_spec(self) -> RedisSpec:
-        """How this process reaches its job store."""
-        return spec_from_settings(self, "PARLEY_WORKER_REDIS_URL", self.redis_url)
-
-    def broker_spec(self) -> RedisSpec:
-        """How this process reaches the Celery broker (the job store's Redis unless broker_url)."""
-        variable = "PARLEY_WORKER_BROKER_URL" if self.broker_url else "PARLEY_WORKER_REDIS_URL"
-        return spec_from_settings(self, variable, self.broker)
 
     def celery_conf(self) -> dict[str, Any]:
         """The ``app.conf.update`` mapping, keys exactly as Celery names them."""
