@@ -29,7 +29,7 @@ from pathlib import Path
 import redis
 
 from api.guards import hash_key
-from bench.harness.processes import start_process, stop_process, wait_http
+from bench.harness.processes import start_process, wait_http
 from bench.harness.procfs import descendants
 from bench.harness.scripted import agreeing_debate
 from bench.multihost_net import DelayProxy, Network, inside
@@ -38,6 +38,7 @@ from bench.soak_ledger import KEYS, LLM_TIMEOUT_S, Ledger
 from bench.soak_stack import HARNESS, SoakStack
 from parley_testing.processes import WorkerProcess, redis_binary, worker_env
 from parley_testing.scripted_llm import ScriptedLLM
+from services.processes import stop_process
 
 HOSTS = {
     "redis": 10,
@@ -117,9 +118,7 @@ class NetRedis:
                 client.close()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
+        stop_process(self.proc)
 
     def client(self) -> redis.Redis:
         if self.tls is None:

@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from bench.harness.plots import figure, save
-from bench.harness.processes import stop_process
 from bench.harness.procfs import memory_mib
 from bench.harness.stats import interpolated_percentile
 from parley_testing.synthetic_corpus import passage_text, vectors_like, write_jsonl
+from services.processes import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from api.guards import hash_key
-from bench.harness.processes import start_process, stop_process, wait_http
+from bench.harness.processes import start_process, wait_http
 from bench.harness.procfs import descendants
 from bench.harness.scripted import agreeing_debate
 from bench.harness.stack import GatewayStack
 from bench.soak_ledger import KEYS, LLM_TIMEOUT_S, RUNNING, Ledger
 from parley_testing.processes import ROOT, WorkerProcess, worker_env
 from parley_testing.scripted_llm import ScriptedLLM, free_port
+from services.processes import stop_process
 
 HARNESS = "harness"  # this process's column: not a service
 ANON = " anon"  # a sample's key for a process's anonymous memory (RssAnon): "<name> anon"

@@ -28,9 +28,10 @@ from typing import Any
 import httpx
 
 from bench.harness.cli import study_parser
-from bench.harness.processes import stop_process, wait_http
+from bench.harness.processes import wait_http
 from bench.harness.reports import command_line, report_head, table_head, write_json, write_markdown
 from parley_testing.scripted_llm import free_port
+from services.processes import stop_process
 
 PROMPTS = [
     "Who wrote the novel Pride and Prejudice? Explain briefly in three sentences, then give the answer "

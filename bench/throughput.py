@@ -55,7 +55,7 @@ from typing import Any
 from bench.harness.batches import job_times, run_batch
 from bench.harness.cli import study_parser
 from bench.harness.plots import figure, save
-from bench.harness.processes import exit_on_sigterm, start_process, stop_process, wait_http
+from bench.harness.processes import exit_on_sigterm, start_process, wait_http
 from bench.harness.procfs import group_cpu_s, machine_busy
 from bench.harness.reports import (
     command_line,
@@ -69,6 +69,7 @@ from bench.harness.stack import GatewayStack
 from evaluation.metrics import contains_match, paired_bootstrap
 from parley_testing.processes import ROOT, WorkerProcess, worker_env
 from parley_testing.scripted_llm import free_port
+from services.processes import stop_process
 
 DATASET = ROOT / "data" / "nq_open_vital_dev.jsonl"
 POOLS = ROOT / "reports" / "nq100-0.5b" / "pools.jsonl"

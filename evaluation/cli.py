@@ -240,9 +240,15 @@ def eval_command(
     cache_mode: Literal["on", "off", "only"] = "only" if cache_only else ("on" if cache else "off")
     if experiment is not None:
         given = [name for name, value in file_owned(locals()).items() if value]
-        _experiment(
-            experiment, out, given, report_only, cache_mode, not no_plots, not no_progress, settings, ctx
-        )
+        # lazy: `parley --help` must not load the harness and numpy
+        from evaluation.experiment_cli import run_experiment
+
+        # A study file runs in this process, each prepared group of its cells as one evaluation.
+        with errors_as_exit(console, out or experiment):
+            run_experiment(
+                experiment, out, given, report_only, cache_mode, not no_plots, not no_progress, settings,
+                console, _group_runner(settings, console, ctx),
+            )  # fmt: skip
         return
     if out is None:
         raise typer.BadParameter("is required", param_hint="--out")
@@ -308,31 +314,14 @@ def eval_command(
     print_outcome(console, outcome, out)
 
 
-def _experiment(
-    path: Path,
-    out: Path | None,
-    given: list[str],
-    report_only: bool,
-    cache: Literal["on", "off", "only"],
-    plots: bool,
-    progress: bool,
-    settings: EvalSettings,
-    ctx: typer.Context,
-) -> None:
-    """Run (or resume) a study file in this process (``evaluation.experiment_cli``), each prepared
-    group of its cells as one in-process evaluation."""
-    # lazy: `parley --help` must not load the harness and numpy
-    from evaluation.experiment_cli import run_experiment
-
-    console = Console(stderr=True)
+def _group_runner(settings: EvalSettings, console: Console, ctx: typer.Context) -> Any:
+    """How an experiment runs one prepared group of its cells: ``_run`` with the group's scorer."""
 
     def evaluate_one(request: Any, evaluate_fn: Any) -> Any:
-        return _run(
-            request, settings, console, ctx, use_judge=request.primary == "judge", evaluate_fn=evaluate_fn
-        )
+        use_judge = request.primary == "judge"
+        return _run(request, settings, console, ctx, use_judge=use_judge, evaluate_fn=evaluate_fn)
 
-    with errors_as_exit(console, out or path):
-        run_experiment(path, out, given, report_only, cache, plots, progress, settings, console, evaluate_one)
+    return evaluate_one
 
 
 def _run(request: Any, settings: EvalSettings, console: Console, ctx: typer.Context, **options: Any) -> Any:

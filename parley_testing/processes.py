@@ -22,6 +22,7 @@ import redis
 import uvicorn
 
 from parley_testing.scripted_llm import free_port
+from services.processes import stop_process
 
 if TYPE_CHECKING:
     from api.settings import ApiSettings
@@ -80,9 +81,7 @@ class RedisServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
+        stop_process(self.proc)
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, decode_responses=True)

@@ -29,6 +29,7 @@ from cryptography.x509.oid import NameOID
 
 from parley_testing.processes import redis_binary
 from parley_testing.scripted_llm import free_port
+from services.processes import stop_process
 
 
 def _binary() -> str:
@@ -207,7 +208,7 @@ class TlsRedis:
         )
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
 
 
 def _wait_ping(client: redis.Redis, proc: subprocess.Popen[bytes], timeout_s: float = 10) -> None:
@@ -222,16 +223,6 @@ def _wait_ping(client: redis.Redis, proc: subprocess.Popen[bytes], timeout_s: fl
             if time.monotonic() > deadline:
                 raise RuntimeError("redis-server did not start") from None
             time.sleep(0.05)
-
-
-def _stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 class HeldLink:
@@ -476,6 +467,6 @@ class SentinelGroup:
         for link in self.links:
             link.cut()
         for proc in self.sentinels:
-            _stop(proc)
+            stop_process(proc)
         for proc in self.servers.values():
-            _stop(proc)
+            stop_process(proc)

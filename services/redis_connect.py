@@ -69,25 +69,16 @@ class RedisTls:
 
     def client_kwargs(self) -> dict[str, Any]:
         """redis-py's ``ssl_*`` arguments (without ``ssl`` itself)."""
-        out: dict[str, Any] = {"ssl_cert_reqs": "required"}
-        if self.ca_file is not None:
-            out["ssl_ca_certs"] = str(self.ca_file)
-        if self.cert_file is not None:
-            out["ssl_certfile"] = str(self.cert_file)
-        if self.key_file is not None:
-            out["ssl_keyfile"] = str(self.key_file)
-        return out
+        return {"ssl_cert_reqs": "required", **self._files()}
 
     def kombu_ssl(self) -> dict[str, Any]:
-        """Celery's ``broker_use_ssl`` / ``redis_backend_use_ssl`` mapping for the same files."""
-        out: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
-        if self.ca_file is not None:
-            out["ssl_ca_certs"] = str(self.ca_file)
-        if self.cert_file is not None:
-            out["ssl_certfile"] = str(self.cert_file)
-        if self.key_file is not None:
-            out["ssl_keyfile"] = str(self.key_file)
-        return out
+        """Celery's ``broker_use_ssl`` / ``redis_backend_use_ssl`` mapping for the same files (kombu
+        wants the ``ssl`` module's constant where redis-py takes its name)."""
+        return {"ssl_cert_reqs": ssl.CERT_REQUIRED, **self._files()}
+
+    def _files(self) -> dict[str, str]:
+        files = {"ssl_ca_certs": self.ca_file, "ssl_certfile": self.cert_file, "ssl_keyfile": self.key_file}
+        return {name: str(path) for name, path in files.items() if path is not None}
 
 
 @dataclass(frozen=True)

@@ -61,25 +61,6 @@ def wait_http(
         time.sleep(interval_s)
 
 
-def stop_process(proc: subprocess.Popen[bytes] | None, timeout_s: float = 10, *, group: bool = False) -> None:
-    """SIGTERM (to the whole session with ``group``), then SIGKILL if it has not ended in ``timeout_s``:
-    a process stuck in shutdown must not keep a study from finishing."""
-    if proc is None or proc.poll() is not None:
-        return
-    if group:
-        os.killpg(proc.pid, signal.SIGTERM)
-    else:
-        proc.terminate()
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        if group:
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.kill()
-        proc.wait(timeout=10)
-
-
 @dataclass
 class Service:
     """A process serving HTTP on a loopback port."""

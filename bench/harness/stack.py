@@ -6,8 +6,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from bench.harness.processes import Service, service_env, start_gateway, start_process, stop_process
+from bench.harness.processes import Service, service_env, start_gateway, start_process
 from parley_testing.processes import RedisServer
+from services.processes import stop_process
 
 
 class GatewayStack:

@@ -38,6 +38,7 @@ from services.llm.registry import (
 )
 from services.llm.weights import INSTALL_HINT, assemble_gguf
 from services.llm.xllama_serve import UNSUPPORTED_CPU_EXIT, missing_cpu_flags, unsupported_cpu_message
+from services.processes import stop_process
 
 if TYPE_CHECKING:
     from services.llm.settings import LLMSettings
@@ -255,14 +256,7 @@ class EmbeddedLLMServer:
     def stop(self) -> None:
         self._stopping.set()
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
 
     def __enter__(self) -> EmbeddedLLMServer:
         return self.start()

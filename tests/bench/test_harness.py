@@ -17,7 +17,7 @@ import pytest
 from bench.harness.batches import job_times, run_batch
 from bench.harness.cli import add_llm_bench_args, study_parser
 from bench.harness.plots import curves
-from bench.harness.processes import service_env, start_process, stop_process, wait_http
+from bench.harness.processes import service_env, start_process, wait_http
 from bench.harness.procfs import descendants, group_cpu_s, machine_busy, memory_mib
 from bench.harness.questions import load_questions
 from bench.harness.reports import command_line, table_head, utc_iso, write_json, write_markdown
@@ -26,6 +26,7 @@ from bench.harness.stack import GatewayStack
 from bench.harness.stats import call_costs, ci_summary, percentile, upper_percentile_ms
 from evaluation.metrics import paired_bootstrap
 from parley_testing.processes import WorkerProcess, redis_binary, worker_env
+from services.processes import stop_process
 from tests.support.scripted_llm import ScriptedLLM
 
 
