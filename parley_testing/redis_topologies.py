@@ -18,7 +18,7 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 import redis
@@ -120,6 +120,8 @@ class ThrowawayCA:
         return cert_path, key_path
 
 
+# eq=False: each instance is its own (one caller's calls, one server), compared and hashed by identity
+@dataclass(eq=False)
 class TlsRedis:
     """redis-server on a TLS port only, the default user off and one ACL user with a password.
 
@@ -127,24 +129,15 @@ class TlsRedis:
     or ``yes`` (a client certificate signed by the CA is required).
     """
 
-    def __init__(
-        self,
-        workdir: Path,
-        ca: ThrowawayCA,
-        *,
-        user: str,
-        password: str,
-        auth_clients: str = "no",
-        commands: tuple[str, ...] = ("+@all",),
-    ) -> None:
-        self.workdir = workdir
-        self.ca = ca
-        self.user = user
-        self.password = password
-        self.auth_clients = auth_clients
-        self.commands = commands  # the ACL user's command rules
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
+    workdir: Path
+    ca: ThrowawayCA
+    _: KW_ONLY
+    user: str
+    password: str
+    auth_clients: str = "no"
+    commands: tuple[str, ...] = ("+@all",)  # the ACL user's command rules
+    port: int = field(default_factory=free_port, init=False)
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
     def url(self) -> str:

@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -140,30 +140,23 @@ def call_key(
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# eq=False: each instance is its own (one caller's calls, one server), compared and hashed by identity
+@dataclass(eq=False)
 class CachedChatModel:
     """A ``ChatModel`` whose calls go through ``store`` first (see the module's docstring)."""
 
-    def __init__(
-        self,
-        inner: ChatModel,
-        store: CallStore,
-        identity: str,
-        *,
-        only: bool = False,
-        stats: CacheStats,
-        caller: str = "",
-        seen: Counter[str] | None = None,
-    ) -> None:
-        self.inner = inner
-        self.store = store
-        self.identity = identity
-        self.only = only
-        self.stats = stats
-        # Who asks (role and agent): sample indices count per caller, so two agents sending the same
-        # prompt at once get their own samples whichever call is sent first; one caller's calls are
-        # sequential, so a rerun numbers them alike.
-        self.caller = caller
-        self._seen: Counter[str] = seen if seen is not None else Counter()
+    inner: ChatModel
+    store: CallStore
+    identity: str
+    _: KW_ONLY
+    stats: CacheStats
+    only: bool = False
+    # Who asks (role and agent): sample indices count per caller, so two agents sending the same
+    # prompt at once get their own samples whichever call is sent first; one caller's calls are
+    # sequential, so a rerun numbers them alike.
+    caller: str = ""
+    # Calls seen per key so far: the next one's sample index (shared by a caller's wrappers).
+    seen: Counter[str] = field(default_factory=Counter)
 
     @property
     def model(self) -> str:
@@ -193,8 +186,8 @@ class CachedChatModel:
             caller=self.caller,
         )
         # Taken before any await: concurrent identical calls get distinct indices.
-        index = self._seen[base]
-        self._seen[base] += 1
+        index = self.seen[base]
+        self.seen[base] += 1
         key = f"{base}-{index}"
         stored = await self.store.get(key)
         if stored is not None:
