@@ -28,9 +28,11 @@ if __package__ in (None, ""):
 import argparse
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 from api.guards import hash_key
 from api.settings import ApiSettings
@@ -68,6 +70,12 @@ def main() -> int:
     # One worker: Hypothesis, under schemathesis's threads, now and then fails on its own caches.
     parser.add_argument("--workers", type=int, default=1, help="schemathesis workers")
     parser.add_argument("--serve", action="store_true", help="start the stack, print its URL and wait")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="also write the run's log and summary.json here (docs quote it)",
+    )
     parser.add_argument("st_args", nargs="*", help="more arguments for st run (after --)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="parley-fuzz-") as tmp, ScriptedLLM(latency_s=0.01) as llm:
@@ -122,9 +130,52 @@ def main() -> int:
                     # Each request its own Idempotency-Key, each batch item its own id, and JSON lines
                     # for the batch file part (bench/fuzz_hooks.py explains the three).
                     env = {**os.environ, "SCHEMATHESIS_HOOKS": "bench.fuzz_hooks", "PYTHONPATH": str(ROOT)}
-                    return subprocess.run(command, cwd=work, env=env, check=False).returncode
+                    return run_schemathesis(command, work, env, args)
         finally:
             redis_server.stop()
+
+
+def run_schemathesis(command: list[str], work: Path, env: dict[str, str], args: argparse.Namespace) -> int:
+    """Run ``st``, its output shown as it comes; with ``--out``, keep it and its summary there."""
+    proc = subprocess.Popen(
+        command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        lines.append(line)
+    rc = proc.wait()
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        log = "".join(lines).replace(KEY, "$KEY")
+        (args.out / "schemathesis.log").write_text(log)
+        summary = {
+            **summarize(log),
+            "exit_status": rc,
+            "max_examples": args.max_examples,
+            "seed": args.seed,
+            "workers": args.workers,
+            "command": " ".join(["python", "bench/fuzz_live.py", *sys.argv[1:]]),
+        }
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return rc
+
+
+def summarize(log: str) -> dict[str, Any]:
+    """Operations, cases (generated, passed, failed, skipped) and seconds from st run's summary."""
+    operations = re.search(r"Tested:\s+(\d+)", log)
+    counts = re.search(r"^\s*(\d+) generated(.*)$", log, re.M)
+    cases = {"generated": int(counts.group(1)) if counts else 0, "passed": 0, "failed": 0, "skipped": 0}
+    for number, word in re.findall(r"(\d+) (passed|failed|skipped)", counts.group(2) if counts else ""):
+        cases[word] = int(number)
+    seconds = re.search(r"in ([\d.]+)s =+\s*$", log, re.M)
+    return {
+        "operations": int(operations.group(1)) if operations else 0,
+        "cases": cases,
+        "no_issues": "No issues found" in log,
+        "seconds": float(seconds.group(1)) if seconds else None,
+    }
 
 
 if __name__ == "__main__":

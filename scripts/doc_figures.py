@@ -371,7 +371,22 @@ def redis_failover_table() -> str:
     return "\n".join(lines)
 
 
+def fuzz_summary() -> str:
+    """docs/fuzzing.md: the last schemathesis run against the live stack."""
+    report = _json("reports/fuzz/summary.json")
+    cases = report["cases"]
+    verdict = "No issues found" if report["no_issues"] else "issues found"
+    return (
+        f"Last run, `{report['command']}` (`reports/fuzz/summary.json`, 2 cores, shared): "
+        f"{report['operations']} operations, {report['max_examples']} examples each, "
+        f"{cases['generated']:,} cases, **{cases['failed']} failures** (`{cases['generated']} generated, "
+        f"{cases['passed']} passed, {cases['skipped']} skipped`, `{verdict}`), in "
+        f"{report['seconds']:.0f} s of schemathesis."
+    )
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "fuzz-summary": fuzz_summary,
     "redis-failover-table": redis_failover_table,
     "multihost-table": multihost_table,
     "pool-search-replay": pool_search_replay,
@@ -391,6 +406,7 @@ FILES = (
     "docs/benchmarks-and-reports.md",
     "docs/retrieval.md",
     "docs/deployment.md",
+    "docs/fuzzing.md",
 )
 BLOCK = re.compile(r"(<!-- figures: (?P<name>[a-z0-9-]+)[^>]*-->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 
