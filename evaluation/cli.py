@@ -153,6 +153,14 @@ def eval_command(
         ),
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N usable items")] = None,
+    select: Annotated[
+        str | None,
+        typer.Option(
+            "--slice",
+            help="a split of the usable items, START:STOP[:STEP] (0-based, as Python slices: 301:562:2 "
+            "is every other item from the 302nd); --limit counts within it",
+        ),
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto|nq|fever|mc|kks|madke|ciar|numeric")] = "auto",
     on_error: Annotated[str, typer.Option(help="bad dataset lines: skip (reported) or fail")] = "skip",
     config: Annotated[str | None, typer.Option(help="base DebateConfig as a JSON file or JSON text")] = None,
@@ -267,6 +275,7 @@ def eval_command(
             protocols=csv_list(protocols) if protocols is not None or preset else ["madke"],
             prompt_styles=csv_list(prompt_styles) or None,
             limit=limit,
+            select=select,
             fmt=fmt,
             on_error=on_error,  # type: ignore[arg-type]
             base_config=parse_config(config, set_),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -168,19 +168,50 @@ def _load_record(rec: RawRecord, detected: str) -> tuple[Item | None, str, str |
         return None, detected, f"{exc} ({detected} format)"
 
 
+class SliceError(DatasetError):
+    """A ``--slice`` that is malformed or selects none of the dataset's usable items."""
+
+
+_SLICE = re.compile(r"^\s*(\d*)\s*:\s*(\d*)\s*(?::\s*(\d*)\s*)?$")
+
+
+def parse_slice(text: str) -> slice:
+    """``START:STOP[:STEP]`` (Python's slice, 0-based, non-negative, STEP ≥ 1) as a ``slice``:
+    ``301:562:2`` is every other question from the 302nd to the 562nd."""
+    m = _SLICE.match(text)
+    if m is None:
+        raise SliceError(f"slice {text!r} is not START:STOP[:STEP] (non-negative integers, e.g. 301:562:2)")
+    start, stop, step = (int(g) if g else None for g in m.groups())
+    if step == 0:
+        raise SliceError(f"slice {text!r}: STEP must be at least 1")
+    if start is not None and stop is not None and stop <= start:
+        raise SliceError(f"slice {text!r} selects nothing: STOP must be above START")
+    return slice(start, stop, step)
+
+
 def load_dataset(
     path: Path,
     *,
     fmt: str = "auto",
     on_error: OnError = "skip",
     limit: int | None = None,
+    select: slice | None = None,
 ) -> Dataset:
     """Read ``path`` (JSON lines, or one JSON array) into items, reporting every bad record with its
     line number (and array index).
 
-    ``limit`` counts good items, so ``--limit 100`` gives 100 questions even if a few lines are bad.
-    Duplicate ids are a problem too: results are keyed by id, so a duplicate would overwrite another.
+    ``select`` (a slice of the good items, in file order) picks a split, such as questions held out
+    from tuning; ``limit`` then counts good items of it, so ``--limit 100`` gives 100 questions even if
+    a few lines are bad. Duplicate ids are a problem too: results are keyed by id, so a duplicate would
+    overwrite another.
     """
+    if select is not None:
+        # The whole file is read: a slice's positions are among all the good items.
+        dataset = load_dataset(path, fmt=fmt, on_error=on_error)
+        chosen = dataset.items[select][:limit]
+        if not chosen:
+            raise SliceError(f"{path}: the slice selects none of its {len(dataset.items)} usable items")
+        return replace(dataset, items=chosen)
     if fmt != "auto" and fmt not in LOADERS:
         raise DatasetError(f"unknown dataset format {fmt!r}; known: {', '.join(LOADERS)}")
     try:

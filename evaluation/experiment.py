@@ -74,6 +74,11 @@ class DatasetEntry(_Strict):
     format: str = "auto"
     pool: Literal["auto", "file", "retriever"] = "auto"
     on_error: Literal["skip", "fail"] = "skip"
+    slice: str | None = Field(
+        default=None,
+        description="a split of the usable questions, START:STOP[:STEP] (parley eval --slice), e.g. the "
+        "held-out ones",
+    )
 
 
 class ModelEntry(_Strict):
@@ -354,7 +359,8 @@ def _check_runs(spec: ExperimentFile, where: Locator) -> None:
 
 def _check_datasets(path: Path, spec: ExperimentFile, where: Locator) -> None:
     """Each dataset read (as far as the first run's limit) before anything runs."""
-    from evaluation.datasets import DatasetError, load_dataset  # lazy: numpy-free until needed
+    # lazy: numpy-free until needed
+    from evaluation.datasets import DatasetError, SliceError, load_dataset, parse_slice
 
     for i, dataset in enumerate(spec.datasets):
         try:
@@ -363,9 +369,11 @@ def _check_datasets(path: Path, spec: ExperimentFile, where: Locator) -> None:
                 fmt=dataset.format,
                 on_error=dataset.on_error,
                 limit=spec.runs[0].limit,
+                select=parse_slice(dataset.slice) if dataset.slice else None,
             )
         except (DatasetError, OSError) as exc:
-            raise ExperimentError(f"{where.at(('datasets', i, 'path'))}: {exc}") from None
+            key = "slice" if isinstance(exc, SliceError) else "path"
+            raise ExperimentError(f"{where.at(('datasets', i, key))}: {exc}") from None
 
 
 def _cell_requests(
@@ -387,6 +395,7 @@ def _cell_requests(
             protocols=list(entry.protocols),
             prompt_styles=entry.prompt_styles,
             limit=entry.limit,
+            select=cell.dataset.slice,
             fmt=cell.dataset.format,
             on_error=cell.dataset.on_error,
             base_config=merge(config, entry.config),

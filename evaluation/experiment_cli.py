@@ -22,6 +22,7 @@ def file_owned(options: dict[str, Any]) -> dict[str, Any]:
         "config": options["config"],
         "set": options["set_"],
         "limit": options["limit"],
+        "slice": options["select"],
         "prompt-styles": options["prompt_styles"],
         "same-budget": options["same_budget"],
         "api": options["api"],

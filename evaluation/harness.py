@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from engine.config import HONOURED, SINGLE_AGENT_PROTOCOLS, DebateConfig
 from engine.context import RoleModels
 from evaluation.api_client import run_via_api
-from evaluation.datasets import Dataset, load_dataset
+from evaluation.datasets import Dataset, load_dataset, parse_slice
 from evaluation.eval_pools import needs_pool
 from evaluation.items import OnError
 from evaluation.judge import AnswerJudge
@@ -45,6 +45,9 @@ class EvalRequest:
     protocols: list[str]
     prompt_styles: list[str] | None = None
     limit: int | None = None
+    # A split of the dataset's usable questions, START:STOP[:STEP] (``datasets.parse_slice``); the
+    # limit counts within it.
+    select: str | None = None
     fmt: str = "auto"
     on_error: OnError = "skip"
     base_config: dict[str, Any] = field(default_factory=dict)
@@ -247,7 +250,13 @@ async def evaluate(
     # one run at a time (e.g. the slow paper-style runs after the robust ones).
     report_labels = labels + [r.label for r in (earlier.runs if earlier else []) if r.label not in labels]
     check_compare(request.compare, report_labels)
-    dataset = load_dataset(request.dataset, fmt=request.fmt, on_error=request.on_error, limit=request.limit)
+    dataset = load_dataset(
+        request.dataset,
+        fmt=request.fmt,
+        on_error=request.on_error,
+        limit=request.limit,
+        select=parse_slice(request.select) if request.select else None,
+    )
     pool_source = resolve_pool_source(request.pool, dataset)
     if (
         batch_client is not None
@@ -264,6 +273,7 @@ async def evaluate(
             dataset=str(request.dataset),
             format=dataset.format,
             limit=request.limit,
+            select=request.select,
             primary=request.primary,
             runs=specs,
             judge_model=request.judge_model,

@@ -59,6 +59,7 @@ class Manifest(BaseModel):
     dataset: str
     format: str
     limit: int | None = None
+    select: str | None = Field(default=None, description="--slice: the split of the dataset's questions run")
     primary: str = "em"
     runs: list[RunSpec]
     judge_model: str | None = None
@@ -218,6 +219,11 @@ class Workspace:
         if old.primary != new.primary:
             raise WorkspaceError(
                 f"{self.root} was scored with --primary {old.primary}; use that, or a new --out"
+            )
+        if old.select != new.select:
+            raise WorkspaceError(
+                f"{self.root} holds the questions of --slice {old.select or '(none: the whole file)'}; "
+                f"--slice {new.select or '(none)'} is another split: use that, or a new --out"
             )
         if old.pool_source != new.pool_source:
             raise WorkspaceError(
