@@ -41,38 +41,33 @@ class ShippedVectors:
     int8_encoder: bool = False
 
 
+def _bundled(model: str, file: str, sha256: str, *, int8_encoder: bool = False) -> ShippedVectors:
+    """Vectors of the passages Parley bundles: the Vital Articles, 100-word split, 12,373 rows."""
+    return ShippedVectors("vital", 100, model, file, sha256, rows=12373, int8_encoder=int8_encoder)
+
+
 SHIPPED: tuple[ShippedVectors, ...] = (
-    # The 12,373 passages by the first-stage encoder, all-MiniLM-L6-v2 as the int8 graph that ships
-    # with Parley (PARLEY_RETRIEVER_ENCODER=onnx-int8, the default), packed by scripts/pack_vectors.py.
-    ShippedVectors(
-        corpus="vital",
-        passage_words=100,
-        model="all-MiniLM-L6-v2",
-        file="vital-all-MiniLM-L6-v2-onnx-int8.int8.npz",
-        sha256="8096b9af53d1626f427241598d93cad992abe7eef00f197092fa7974e8841c56",
-        rows=12373,
+    # The first-stage encoder, all-MiniLM-L6-v2 as the int8 graph that ships with Parley
+    # (PARLEY_RETRIEVER_ENCODER=onnx-int8, the default), packed by scripts/pack_vectors.py.
+    _bundled(
+        "all-MiniLM-L6-v2",
+        "vital-all-MiniLM-L6-v2-onnx-int8.int8.npz",
+        "8096b9af53d1626f427241598d93cad992abe7eef00f197092fa7974e8841c56",
         int8_encoder=True,
     ),
-    # The 12,373 passages of the bundled Vital Articles (100-word split) by all-mpnet-base-v2, fp32
-    # (sentence-transformers on torch, equal to the ONNX fp32 encoder to 1e-6), packed by
-    # scripts/pack_vectors.py: worst cosine to the fp32 vectors 0.99989.
-    ShippedVectors(
-        corpus="vital",
-        passage_words=100,
-        model="all-mpnet-base-v2",
-        file="vital-all-mpnet-base-v2.int8.npz",
-        sha256="8029e0ce0ee83dac2fd2bd9eec2981696a4d84b63d5779eae53f7936657101ea",
-        rows=12373,
+    # all-mpnet-base-v2, fp32 (sentence-transformers on torch, equal to the ONNX fp32 encoder to 1e-6),
+    # packed by scripts/pack_vectors.py: worst cosine to the fp32 vectors 0.99989.
+    _bundled(
+        "all-mpnet-base-v2",
+        "vital-all-mpnet-base-v2.int8.npz",
+        "8029e0ce0ee83dac2fd2bd9eec2981696a4d84b63d5779eae53f7936657101ea",
     ),
-    # The same passages by EmbeddingGemma-300M (sentence-transformers on torch, bf16, its document
-    # prompt), packed the same way: worst cosine to the encoder's vectors 0.99639.
-    ShippedVectors(
-        corpus="vital",
-        passage_words=100,
-        model="embeddinggemma-300m",
-        file="vital-embeddinggemma-300m.int8.npz",
-        sha256="401900c67f903f9996141cae159ff06f2c1c037cd5166a25577f34cd829edb1a",
-        rows=12373,
+    # EmbeddingGemma-300M (sentence-transformers on torch, bf16, its document prompt), packed the same
+    # way: worst cosine to the encoder's vectors 0.99639.
+    _bundled(
+        "embeddinggemma-300m",
+        "vital-embeddinggemma-300m.int8.npz",
+        "401900c67f903f9996141cae159ff06f2c1c037cd5166a25577f34cd829edb1a",
     ),
 )
 
