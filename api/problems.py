@@ -8,7 +8,7 @@ can simply be repeated later. The OpenAPI document says the same (``api.openapi_
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Unpack
 
 import redis.exceptions
 from fastapi import FastAPI, Request
@@ -20,7 +20,7 @@ from starlette.routing import Match
 
 from api import errors
 from api.openapi_doc import finish_document
-from services.problem_details import STATUS_TITLES, problem_response, validation_errors
+from services.problem_details import ProblemOptions, problem_response, validation_errors
 
 log = logging.getLogger("parley.api")
 
@@ -39,23 +39,26 @@ STORE_UNAVAILABLE: tuple[type[Exception], ...] = (
 class Problem(Exception):
     """Raise anywhere in a route to answer with a problem document."""
 
-    def __init__(
-        self,
-        status: int,
-        detail: str,
-        *,
-        type_: str = "about:blank",
-        title: str | None = None,
-        headers: dict[str, str] | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, status: int, detail: str, **options: Unpack[ProblemOptions]) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
-        self.type = type_
-        self.title = title or STATUS_TITLES.get(status, "Error")
-        self.headers = headers or {}
-        self.extra = extra or {}
+        self.options = options
+
+    @property
+    def type(self) -> str:
+        return self.options.get("type_", "about:blank")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.options.get("headers") or {}
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return self.options.get("extra") or {}
+
+    def response(self, request: Request) -> JSONResponse:
+        return problem_response(request, self.status, self.detail, **self.options)
 
 
 # The one mapping from the service layer's typed errors to HTTP: status and problem type.
@@ -116,15 +119,7 @@ def install_problem_handlers(app: FastAPI, retry_after_s: int) -> None:
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
-        return problem_response(
-            request,
-            exc.status,
-            exc.detail,
-            type_=exc.type,
-            title=exc.title,
-            headers=exc.headers,
-            extra=exc.extra,
-        )
+        return exc.response(request)
 
     @app.exception_handler(errors.ServiceError)
     async def _service(request: Request, exc: errors.ServiceError) -> JSONResponse:

@@ -29,9 +29,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
-from services.chat_model import ChatCompletion, ChatMessage, ChatModel, LLMError
+from services.chat_model import ChatCompletion, ChatMessage, ChatModel, CompletionOptions, LLMError
 
 
 class CallCacheMiss(LLMError):
@@ -167,22 +167,17 @@ class CachedChatModel:
         return self.inner.endpoint
 
     async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        temperature: float = 0.5,
-        max_tokens: int | None = None,
-        json_schema: dict[str, Any] | None = None,
-        seed: int | None = None,
-        cache_key: str | None = None,
+        self, messages: Sequence[ChatMessage], **options: Unpack[CompletionOptions]
     ) -> ChatCompletion:
+        # The key holds every sampling option, at the protocol's defaults when the caller left it out;
+        # cache_key only names a prompt family for the server's KV cache and changes no reply.
         base = call_key(
             self.identity,
             messages,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            json_schema=json_schema,
-            seed=seed,
+            temperature=options.get("temperature", 0.5),
+            max_tokens=options.get("max_tokens"),
+            json_schema=options.get("json_schema"),
+            seed=options.get("seed"),
             caller=self.caller,
         )
         # Taken before any await: concurrent identical calls get distinct indices.
@@ -200,14 +195,7 @@ class CachedChatModel:
                 f"{key[:16]}…) and --cache-only forbids calling the model",
                 url=self.inner.endpoint,
             )
-        completion = await self.inner.complete(
-            messages,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            json_schema=json_schema,
-            seed=seed,
-            cache_key=cache_key,
-        )
+        completion = await self.inner.complete(messages, **options)
         value = {k: v for k, v in asdict(completion).items() if k not in ("late_attempts", "from_cache")}
         await self.store.put(key, value)
         return completion

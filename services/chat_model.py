@@ -191,6 +191,16 @@ class LLMProtocolError(LLMError):
     """The server answered 200 with a body that is not a chat completion."""
 
 
+class CompletionOptions(TypedDict, total=False):
+    """``ChatModel.complete``'s keyword arguments, as a model that wraps another passes them on."""
+
+    temperature: float
+    max_tokens: int | None
+    json_schema: dict[str, Any] | None
+    seed: int | None
+    cache_key: str | None
+
+
 class ChatModel(Protocol):
     """What the engine needs from a model: one chat completion at a time."""
 

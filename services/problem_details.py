@@ -6,7 +6,7 @@ and the list of field errors a validation problem carries are built here, so bot
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -38,26 +38,31 @@ STATUS_TITLES = {
 }
 
 
+class ProblemOptions(TypedDict, total=False):
+    """A problem document's parts besides its status and detail: ``type_`` (a URI reference,
+    ``about:blank`` when absent), ``title`` (the status's name when absent), response headers and
+    ``extra`` members."""
+
+    type_: str
+    title: str | None
+    headers: dict[str, str] | None
+    extra: dict[str, Any] | None
+
+
 def problem_response(
-    request: Request | None,
-    status: int,
-    detail: str,
-    *,
-    type_: str = "about:blank",
-    title: str | None = None,
-    headers: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None,
+    request: Request | None, status: int, detail: str, **options: Unpack[ProblemOptions]
 ) -> JSONResponse:
     """The problem document for ``status``; ``instance`` is the request's path when there is one."""
     body: dict[str, Any] = {
-        "type": type_,
-        "title": title or STATUS_TITLES.get(status, "Error"),
+        "type": options.get("type_", "about:blank"),
+        "title": options.get("title") or STATUS_TITLES.get(status, "Error"),
         "status": status,
         "detail": detail,
     }
     if request is not None:
         body["instance"] = request.url.path
-    body.update(extra or {})
+    body.update(options.get("extra") or {})
+    headers = options.get("headers")
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
