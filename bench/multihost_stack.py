@@ -31,7 +31,6 @@ import redis
 from api.guards import hash_key
 from bench.harness.processes import start_process, wait_http
 from bench.harness.procfs import descendants
-from bench.harness.scripted import agreeing_debate
 from bench.multihost_net import DelayProxy, Network, inside
 from bench.multihost_tls import issue_server_tls
 from bench.soak_ledger import KEYS, LLM_TIMEOUT_S, Ledger
@@ -159,9 +158,7 @@ class MultihostStack(SoakStack):
 
     def start_all(self) -> None:
         """Redis, the LLM, the retriever, the gateway, worker-1's proxies, then the two workers."""
-        self.redis.start()
-        agreeing_debate(self.llm)
-        self.llm.on_served = self.ledger.on_served
+        self._start_redis_and_script_llm()
         with inside(self.net.ns("llm")):  # its server thread, and so its socket, live on the llm host
             self.llm.start()
         self._build_index()

@@ -64,9 +64,7 @@ class SoakStack(GatewayStack):
 
     def start_all(self) -> None:
         """Every process, each once the one it needs answers."""
-        self.redis.start()
-        agreeing_debate(self.llm)
-        self.llm.on_served = self.ledger.on_served
+        self._start_redis_and_script_llm()
         self.llm.start()
         self._build_index()
         self.start_retriever()
@@ -74,6 +72,12 @@ class SoakStack(GatewayStack):
         self.start_gateway({**self.retention, **keys})
         for i in range(2):
             self.workers.append(self._worker(i).start())
+
+    def _start_redis_and_script_llm(self) -> None:
+        """Redis up; the scripted LLM told how every debate goes, each call it serves in the ledger."""
+        self.redis.start()
+        agreeing_debate(self.llm)
+        self.llm.on_served = self.ledger.on_served
 
     def _build_index(self) -> None:
         """A small index of the real corpus (the retriever's own build code), once per run."""

@@ -57,3 +57,20 @@ class ProtocolRun:
 
 
 ProtocolRunner = Callable[[DebateContext, ProtocolRun], Awaitable[Outcome]]
+
+
+class StatefulDebate:
+    """A protocol whose debate is an object holding its state between turns (KKS, MALLM): the context,
+    the run and the configuration, and ``run`` to the outcome. ``start`` is its ``ProtocolRunner``."""
+
+    def __init__(self, ctx: DebateContext, run: ProtocolRun) -> None:
+        self.ctx = ctx
+        self.run_info = run
+        self.cfg = ctx.config
+
+    async def run(self) -> Outcome:
+        raise NotImplementedError
+
+    @classmethod
+    async def start(cls, ctx: DebateContext, run: ProtocolRun) -> Outcome:
+        return await cls(ctx, run).run()

@@ -265,18 +265,23 @@ class EmbeddedLLMServer:
         self.stop()
 
 
-class ServerOptions(TypedDict, total=False):
-    """How ``prepare_server`` configures a server (each key one of its keyword arguments)."""
+class ServerTuning(TypedDict, total=False):
+    """What ``prepare_server`` hands the server as it is (``EmbeddedLLMServer``'s keyword arguments)."""
 
-    n_ctx: int
     n_threads: int | None
-    progress: Callable[[int, int], None] | None
-    kind: ServerKind | Literal["auto"]
     slots: int
     cache_ram_mib: int
     cache_reuse: int
-    binary: Path | None
     host: str
+
+
+class ServerOptions(ServerTuning, total=False):
+    """How ``prepare_server`` configures a server (each key one of its keyword arguments)."""
+
+    n_ctx: int
+    progress: Callable[[int, int], None] | None
+    kind: ServerKind | Literal["auto"]
+    binary: Path | None
 
 
 @contextlib.contextmanager
@@ -301,33 +306,21 @@ def prepare_server(
     cache_dir: Path,
     *,
     n_ctx: int = 4096,
-    n_threads: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     kind: ServerKind | Literal["auto"] = "auto",
-    slots: int = 4,
-    cache_ram_mib: int = 512,
-    cache_reuse: int = 0,
     binary: Path | None = None,
-    host: str = "127.0.0.1",
+    **tuning: Unpack[ServerTuning],
 ) -> EmbeddedLLMServer:
     """The named model (a registry name, a deprecated alias or the path of a .gguf file) assembled,
-    its header checked, and a server configured for it, not yet started."""
+    its header checked, and a server configured for it (``tuning`` as ``EmbeddedLLMServer`` takes
+    it), not yet started."""
     gguf, alias, _ = resolve_model(model_name, cache_dir, n_ctx=n_ctx, progress=progress)
     chosen = choose_kind(kind, binary)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    # The log in the cache, not beside the model: a user's file may sit in a read-only mount.
+    log_path = cache_dir / f"{alias}.{chosen}.log"
     return EmbeddedLLMServer(
-        gguf,
-        alias=alias,
-        n_ctx=n_ctx,
-        n_threads=n_threads,
-        # In the cache, not beside the model: a user's file may sit in a read-only mount.
-        log_path=cache_dir / f"{alias}.{chosen}.log",
-        kind=chosen,
-        slots=slots,
-        cache_ram_mib=cache_ram_mib,
-        cache_reuse=cache_reuse,
-        binary=binary,
-        host=host,
+        gguf, alias=alias, n_ctx=n_ctx, log_path=log_path, kind=chosen, binary=binary, **tuning
     )
 
 

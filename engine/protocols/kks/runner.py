@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.context import DebateContext
 from engine.jsontext import first_json_object
-from engine.outcome import Outcome, ProtocolRun
+from engine.outcome import Outcome, ProtocolRun, StatefulDebate
 from engine.protocols.common import (
     call_with_reasks,
     order_views,
@@ -55,17 +55,12 @@ def game_of(question: str) -> str:
     return question[start : end if end > 0 else len(question)].strip()
 
 
-async def run_kks(ctx: DebateContext, run: ProtocolRun) -> Outcome:
-    return await KksDebate(ctx, run).run()
-
-
-class KksDebate:
+class KksDebate(StatefulDebate):
     """One stepwise KKS debate: every agent's current assignment, explanation and confidence."""
 
     def __init__(self, ctx: DebateContext, run: ProtocolRun) -> None:
-        self.ctx = ctx
-        self.run_info = run
-        self.cfg = cfg = ctx.config
+        super().__init__(ctx, run)
+        cfg = self.cfg
         self.prompts = prompts_for(cfg.prompt_style)
         self.players = players = players_from_question(ctx.question)
         if not players:
@@ -275,3 +270,6 @@ class KksDebate:
                 for i in range(self.n)
             ]
         )
+
+
+run_kks = KksDebate.start

@@ -24,7 +24,7 @@ from typing import Any
 
 from engine.answers import majority_vote, normalize_answer
 from engine.context import DebateContext
-from engine.outcome import Outcome, ProtocolRun
+from engine.outcome import Outcome, ProtocolRun, StatefulDebate
 from engine.pool_search import search_after_round, search_before_first
 from engine.prompts import get_prompts
 from engine.protocols.common import (
@@ -92,17 +92,11 @@ def _ballot(record: TranscriptRecord, rule: dr.VotingRule) -> Any:
     return None if b is None else rule.restore(b)
 
 
-async def run_mallm(ctx: DebateContext, run: ProtocolRun) -> Outcome:
-    return await MallmDebate(ctx, run).run()
-
-
-class MallmDebate:
+class MallmDebate(StatefulDebate):
     """One MALLM discussion: its turns, the agreement so far and the decision, as checkpointed."""
 
     def __init__(self, ctx: DebateContext, run: ProtocolRun) -> None:
-        self.ctx = ctx
-        self.run_info = run
-        self.cfg = ctx.config
+        super().__init__(ctx, run)
         self.ms = self.cfg.protocol_settings(MallmSettings)
         self.style = get_prompts(self.cfg.prompt_style)
         self.prompts = prompts_for(self.cfg.prompt_style)
@@ -366,3 +360,6 @@ class MallmDebate:
             json_schema=self.prompts.VOTE_SCHEMAS[ms.decision],
         )
         return rec
+
+
+run_mallm = MallmDebate.start
