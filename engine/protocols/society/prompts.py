@@ -73,51 +73,37 @@ class SocietyPrompts:
         """
         system = self.role + (fill(self.persona_template, persona=persona) if persona else "")
         msgs: list[ChatMessage] = [{"role": "system", "content": system}] if system else []
+        instruction = self.confidence_instruction if confidence else self.answer_instruction
+
+        def user_turn(knowledge: Sequence[KnowledgeItem], history: Sequence[str]) -> ChatMessage:
+            """The user message of round ``len(history) + 1``."""
+            if not history:
+                text = fill_blocks(
+                    self.first_blocks,
+                    question=question,
+                    knowledge=self.render_knowledge(knowledge),
+                    instruction=instruction,
+                )
+                return {"role": "user", "content": text}
+            views = others_by_round[len(history) - 1]
+            others = self.view_separator.join(
+                fill(self.view_line, i=i, answer=self.quote(v.text), note=confidence_note(v, confidence))
+                for i, v in enumerate(views, start=1)
+            )
+            text = fill_blocks(
+                self.update_blocks,
+                question=question,
+                knowledge=self.render_knowledge(knowledge),
+                others=others,
+                own=self.quote(history[-1]),
+                instruction=instruction,
+            )
+            return {"role": "user", "content": text}
+
         if self.replay_history:
             # Only the current round carries knowledge, so old rounds do not repeat the pool text.
             for r, own in enumerate(own_history):
-                msgs.append(
-                    {
-                        "role": "user",
-                        "content": self._round(question, (), others_by_round, own_history[:r], confidence),
-                    }
-                )
+                msgs.append(user_turn((), own_history[:r]))
                 msgs.append({"role": "assistant", "content": self.quote(own)})
-        msgs.append(
-            {
-                "role": "user",
-                "content": self._round(question, knowledge, others_by_round, own_history, confidence),
-            }
-        )
+        msgs.append(user_turn(knowledge, own_history))
         return msgs
-
-    def _round(
-        self,
-        question: str,
-        knowledge: Sequence[KnowledgeItem],
-        others_by_round: Sequence[Sequence[View]],
-        own_history: Sequence[str],
-        confidence: bool,
-    ) -> str:
-        """The user message of round ``len(own_history) + 1``."""
-        instruction = self.confidence_instruction if confidence else self.answer_instruction
-        if not own_history:
-            return fill_blocks(
-                self.first_blocks,
-                question=question,
-                knowledge=self.render_knowledge(knowledge),
-                instruction=instruction,
-            )
-        views = others_by_round[len(own_history) - 1]
-        others = self.view_separator.join(
-            fill(self.view_line, i=i, answer=self.quote(v.text), note=confidence_note(v, confidence))
-            for i, v in enumerate(views, start=1)
-        )
-        return fill_blocks(
-            self.update_blocks,
-            question=question,
-            knowledge=self.render_knowledge(knowledge),
-            others=others,
-            own=self.quote(own_history[-1]),
-            instruction=instruction,
-        )
