@@ -20,7 +20,7 @@ from starlette.routing import Match
 
 from api import errors
 from api.openapi_doc import finish_document
-from services.problem_details import ProblemOptions, problem_response, validation_errors
+from services.problem_details import ProblemOptions, logged_problem, problem_response, validation_errors
 
 log = logging.getLogger("parley.api")
 
@@ -175,16 +175,15 @@ def _document_in_openapi(app: FastAPI) -> None:
 def _install_store_full_handlers(app: FastAPI, retry_after_s: int, unexpected: Any) -> None:
     """Redis at maxmemory with noeviction: a 503 /problems/store-full, logged at ERROR."""
 
-    async def _store_full(request: Request, exc: Exception) -> JSONResponse:
-        # Redis at maxmemory with noeviction refuses writes: the operator must act, so ERROR.
-        log.error("the job store (Redis) is full and refuses writes on %s: %s", request.url.path, exc)
-        return problem_response(
-            request,
-            503,
-            "the job store is full and accepts no new work; retry later",
-            type_="/problems/store-full",
-            headers={"Retry-After": str(retry_after_s)},
-        )
+    # Redis at maxmemory with noeviction refuses writes: the operator must act, so ERROR.
+    _store_full = logged_problem(
+        log,
+        "the job store (Redis) is full and refuses writes",
+        503,
+        "the job store is full and accepts no new work; retry later",
+        type_="/problems/store-full",
+        headers={"Retry-After": str(retry_after_s)},
+    )
 
     async def _redis_error_reply(request: Request, exc: Exception) -> JSONResponse:
         # An OOM inside a script or a transaction arrives wrapped in a generic error reply.

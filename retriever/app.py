@@ -42,6 +42,7 @@ from services.problem_details import (
     NOT_FOUND,
     STORE_UNAVAILABLE,
     UNAUTHORIZED,
+    logged_problem,
     problem_response,
     validation_errors,
 )
@@ -177,17 +178,16 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Unauthorized, _problem(401, UNAUTHORIZED, "Unauthorized", "{exc}"))
     app.add_exception_handler(IndexMissing, _problem(503, INDEX_MISSING, "Index not built", "{exc}"))
 
-    @app.exception_handler(VectorStoreError)
-    async def _store(request: Request, exc: VectorStoreError) -> JSONResponse:
-        # Its text names the store's URL or folder and the driver's error: the log's, not the caller's.
-        log.error("vector store unavailable on %s: %s", request.url.path, exc)
-        return problem_response(
-            request,
-            503,
-            "the vector store is unavailable",
-            type_=STORE_UNAVAILABLE,
-            title="Store unavailable",
-        )
+    # Its text names the store's URL or folder and the driver's error: the log's, not the caller's.
+    store_down = logged_problem(
+        log,
+        "vector store unavailable",
+        503,
+        "the vector store is unavailable",
+        type_=STORE_UNAVAILABLE,
+        title="Store unavailable",
+    )
+    app.add_exception_handler(VectorStoreError, store_down)
 
     app.add_exception_handler(
         JVMUnavailable, _problem(503, BM25_UNAVAILABLE, "BM25 unavailable", "{exc}; use mode=dense")

@@ -6,6 +6,8 @@ and the list of field errors a validation problem carries are built here, so bot
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, TypedDict, Unpack
 
 from fastapi import Request
@@ -64,6 +66,23 @@ def problem_response(
     body.update(options.get("extra") or {})
     headers = options.get("headers")
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+ProblemHandler = Callable[[Request, Exception], Awaitable[JSONResponse]]
+
+
+def logged_problem(
+    logger: logging.Logger, what: str, status: int, detail: str, **options: Unpack[ProblemOptions]
+) -> ProblemHandler:
+    """An exception handler for a failure the operator must see and the caller must not read: ``what``,
+    the request's path and the error's text (it can name hosts, paths or credentials) go to ``logger``
+    at ERROR; the caller gets ``detail``."""
+
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        logger.error("%s on %s: %s", what, request.url.path, exc)
+        return problem_response(request, status, detail, **options)
+
+    return handler
 
 
 def validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:

@@ -38,3 +38,14 @@ def test_internal_errors_keep_their_text_in_the_log(exc: Exception, status: int,
     assert resp.status_code == status and resp.headers["content-type"] == "application/problem+json"
     assert resp.json()["type"] == type_
     assert "hunter2" not in resp.text and "qdrant.internal" not in resp.text
+
+
+def test_a_store_outage_is_logged_for_the_operator_and_titled_for_the_caller(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("ERROR", logger="parley.retriever"), app_raising(VectorStoreError(SECRET)) as client:
+        resp = client.get("/boom")
+    assert resp.json()["title"] == "Store unavailable"
+    assert resp.json()["detail"] == "the vector store is unavailable"
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("vector store unavailable on /boom" in m and "hunter2" in m for m in logged), logged
