@@ -74,9 +74,8 @@ class FaultInjector:
         started = time.monotonic()
         if kind == "worker_kill":
             victim = self.rng.randrange(2)
-            running = self.stack.jobs_running_on(victim)
+            running = self.stack.kill_worker(victim)
             self.cut_by_kill.update(running)
-            self.stack.kill_worker(victim)
             ended = time.monotonic()
             jobs = [self.ledger.jobs.get(job_id) or Job("ops", "?", "unknown", job_id) for job_id in running]
             waits = [gw.wait_terminal(j, 300) for j in jobs]

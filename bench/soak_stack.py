@@ -114,21 +114,30 @@ class SoakStack(GatewayStack):
         )
         return WorkerProcess(env, self.tmp / f"worker-{i + 1}.log", concurrency=2, name=f"w{i + 1}")
 
-    def kill_worker(self, i: int) -> None:
+    def kill_worker(self, i: int) -> list[str]:
         """SIGKILL worker ``i`` (the Celery main process and its pool children), and start it again 2 s
-        later, as a supervisor would."""
+        later, as a supervisor would. The jobs it was running: those whose record names one of its
+        processes, read before the kill and again once it is dead (a job it claimed between the first
+        read and the kill was cut all the same)."""
         proc = self.workers[i].proc
         assert proc is not None
+        pids = {str(p) for p in descendants(proc.pid)}
+        running = set(self.jobs_running_in(pids))
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+        running.update(self.jobs_running_in(pids))
         time.sleep(2)
         self.workers[i] = self._worker(i).start()
+        return sorted(running)
 
     def jobs_running_on(self, i: int) -> list[str]:
         """The jobs worker ``i``'s processes are running now (the job record names the process)."""
         proc = self.workers[i].proc
         assert proc is not None
-        pids = {str(p) for p in descendants(proc.pid)}
+        return self.jobs_running_in({str(p) for p in descendants(proc.pid)})
+
+    def jobs_running_in(self, pids: set[str]) -> list[str]:
+        """The jobs whose record says one of the processes ``pids`` runs them now."""
         client = self.redis.client()
         try:
             found = []

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -266,13 +267,19 @@ class JobDebate:
         """Charge a call's cost to the job and its owner, through a restart of the store: a charge
         that fails because Redis is unreachable is owed all the same (a settlement lost there would
         leave the call at its worst case, a refund lost would charge a refused call), so it is tried
-        again, backing off, for up to ``charge_retry_s``; after that the error stops the attempt."""
+        again, backing off, for up to ``charge_retry_s``, under one charge id so that a try Redis
+        applied before the connection broke is not applied twice; after that the error stops the
+        attempt."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.rt.settings.charge_retry_s
         delay = 0.1
+        # One id for every try: Redis may have applied a try whose reply the restart cut off.
+        charge_id = uuid.uuid4().hex
         while True:
             try:
-                await self.store.charge(job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls)
+                await self.store.charge(
+                    job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls, charge_id=charge_id
+                )
                 return
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
                 if loop.time() + delay > deadline:

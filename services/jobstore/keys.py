@@ -13,6 +13,8 @@ sweep, and its batch and the owner's listing indexes live at least as long as th
     {p}:job:{id}:lease        string which worker runs the job now (expires unless renewed)
     {p}:job:{id}:deleted      hash   a deleted job's tombstone: its owner and usage day, so that a
                                      call in flight when it was deleted is still charged (``ttl_s``)
+    {p}:job:{id}:charges      set    the ids of the charges applied to the job, so that a charge sent
+                                     again after a lost connection is applied once (``ttl_s``)
     {p}:batch:{id}            hash   the batch record
     {p}:batch:{id}:jobs       list   job ids in input order
     {p}:owner:{owner}:active  set    the owner's jobs that are not finished (per-key queue limits)
@@ -48,6 +50,9 @@ class JobKeys:
 
     def k_tombstone(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}:deleted"
+
+    def k_charges(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}:charges"
 
     def k_batch(self, batch_id: str) -> str:
         return f"{self.prefix}:batch:{batch_id}"

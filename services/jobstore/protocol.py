@@ -82,7 +82,13 @@ class JobStore(Protocol):
     async def release_tokens(self, owner: str, day: str, amount: int) -> None: ...
 
     async def charge(
-        self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1
+        self,
+        job_id: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        calls: int = 1,
+        *,
+        charge_id: str | None = None,
     ) -> bool: ...
 
     async def spent(self, job_id: str) -> tuple[int, int]: ...

@@ -32,19 +32,34 @@ class RedisQuota(JobKeys):
         ok = await self._reserve(keys=[self.k_usage(owner, day)], args=[amount, quota or 0])
         return None if not int(ok) else await self.usage(owner, day)
 
-    async def charge(self, job_id: str, prompt_tokens: int, completion_tokens: int, calls: int = 1) -> bool:
+    async def charge(
+        self,
+        job_id: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        calls: int = 1,
+        *,
+        charge_id: str | None = None,
+    ) -> bool:
         """Charge a change in what the job's LLM calls cost (``Spend``) to the job and its owner's
         day, drawn from (or given back to) the job's reservation. Called around every call, so
         cancelled, failed and resumed work is charged too, and so is a call in flight when its job was
         deleted (to the owner's day only, found through the job's tombstone). False when neither the
-        job nor its tombstone exists (the job expired)."""
+        job nor its tombstone exists (the job expired). A charge sent again with the same
+        ``charge_id`` (after a connection lost before Redis replied) is applied once."""
         owner, day = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day"])
         if owner is None:
             owner, day = await self.redis.hmget(self.k_tombstone(job_id), ["owner", "usage_day"])
             if not owner:
                 return False
-        keys = [self.k_job(job_id), self.k_usage(owner, day or usage_day()), self.k_tombstone(job_id)]
-        return bool(await self._charge(keys=keys, args=[prompt_tokens, completion_tokens, calls]))
+        keys = [
+            self.k_job(job_id),
+            self.k_usage(owner, day or usage_day()),
+            self.k_tombstone(job_id),
+            self.k_charges(job_id),
+        ]
+        args = [prompt_tokens, completion_tokens, calls, charge_id or "", self.ttl_s]
+        return bool(await self._charge(keys=keys, args=args))
 
     async def spent(self, job_id: str) -> tuple[int, int]:
         """(calls, tokens) charged to the job so far: where a resumed job's budget starts."""

@@ -129,8 +129,11 @@ for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, ARGV[1]) end
 return 1
 """
 
-# KEYS: job hash, the owner's usage hash of the job's day, the job's tombstone. ARGV: prompt tokens,
-# completion tokens, calls (deltas, possibly negative). Charges an LLM call to the job and its owner's
+# KEYS: job hash, the owner's usage hash of the job's day, the job's tombstone, the job's applied
+# charge ids. ARGV: prompt tokens, completion tokens, calls (deltas, possibly negative), the charge's
+# id ('' for none), the retention in seconds. A charge with an id is applied once: a worker that lost
+# its connection after Redis ran the script (Redis killed before it replied) sends the same charge
+# again, and the second is a no-op instead of a second draw. Charges an LLM call to the job and its owner's
 # day whatever the job's status (a cancelled job's calls in flight are charged too, and a deleted
 # job's to its owner's day alone): the worst case before the call is sent, the difference to the real
 # use when it ends.
@@ -144,16 +147,24 @@ local p = tonumber(ARGV[1])
 local c = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local t = p + c
+local function applied_before()
+  if ARGV[4] == nil or ARGV[4] == '' then return false end
+  if redis.call('SADD', KEYS[4], ARGV[4]) == 0 then return true end
+  redis.call('EXPIRE', KEYS[4], tonumber(ARGV[5]))
+  return false
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   -- A job its owner deleted: a call that was in flight still cost what it cost, so it is charged to
   -- the owner's day (its tombstone says whose); there is no record, and no reservation, left to touch.
   if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+  if applied_before() then return 1 end
   for _, pair in ipairs({{'tokens', t}, {'prompt_tokens', p}, {'completion_tokens', c}, {'calls', n}}) do
     redis.call('HINCRBY', KEYS[2], pair[1], pair[2])
   end
   redis.call('EXPIRE', KEYS[2], 8 * 86400)
   return 1
 end
+if applied_before() then return 1 end
 local job = redis.call('HMGET', KEYS[1], 'used_tokens', 'drawn_tokens', 'reserved_tokens')
 local used = tonumber(job[1] or '0') or 0
 local drawn = tonumber(job[2] or '0') or 0
