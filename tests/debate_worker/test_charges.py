@@ -21,17 +21,15 @@ from services.jobstore.settings import DEFAULT_JOB_TTL_S
 from services.llm.settings import LLMSettings
 from services.settings import RetrieverClientSettings
 from tests.api.support import RedisServer
+from tests.support.jobstore import job_store
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 async def store(redis_server: RedisServer) -> AsyncIterator[RedisJobStore]:
-    store = RedisJobStore.from_url(redis_server.url, prefix=new_id("charges"), ttl_s=DEFAULT_JOB_TTL_S)
-    try:
+    async with job_store(redis_server.url, ttl_s=DEFAULT_JOB_TTL_S, prefix="charges") as store:
         yield store
-    finally:
-        await store.aclose()
 
 
 async def submitted(store: RedisJobStore, owner: str) -> str:

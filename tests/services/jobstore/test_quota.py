@@ -15,6 +15,7 @@ import pytest
 from services.jobstore import JobRecord, RedisJobStore, Usage, new_id, usage_day
 from services.jobstore.settings import DEFAULT_JOB_TTL_S
 from tests.api.support import RedisServer
+from tests.support.jobstore import job_store
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +24,8 @@ QUOTA = 5_000
 
 @pytest.fixture
 async def store(redis_server: RedisServer) -> AsyncIterator[RedisJobStore]:
-    store = RedisJobStore.from_url(redis_server.url, prefix=new_id("quota"), ttl_s=DEFAULT_JOB_TTL_S)
-    try:
+    async with job_store(redis_server.url, ttl_s=DEFAULT_JOB_TTL_S, prefix="quota") as store:
         yield store
-    finally:
-        await store.aclose()
 
 
 async def submitted(store: RedisJobStore, owner: str, reserve: int) -> str:

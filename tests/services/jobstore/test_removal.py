@@ -24,6 +24,7 @@ from services.jobstore import (
     usage_day,
 )
 from tests.api.support import RedisServer
+from tests.support.jobstore import job_store
 
 pytestmark = pytest.mark.integration
 
@@ -33,11 +34,8 @@ QUESTION = "Which city is the capital of France? " + "x" * 2000
 
 @pytest.fixture
 async def store(redis_server: RedisServer) -> AsyncIterator[RedisJobStore]:
-    store = RedisJobStore.from_url(redis_server.url, prefix=new_id("rm"), ttl_s=TTL_S)
-    try:
+    async with job_store(redis_server.url, ttl_s=TTL_S, prefix="rm") as store:
         yield store
-    finally:
-        await store.aclose()
 
 
 async def running(store: RedisJobStore, owner: str = "alice", batch: BatchRecord | None = None) -> str:

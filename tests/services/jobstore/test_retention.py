@@ -25,6 +25,7 @@ from services.jobstore import (
     new_id,
 )
 from tests.api.support import RedisServer
+from tests.support.jobstore import job_store
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +35,8 @@ POOL = [{"title": f"Paris {i}", "text": "Paris is the capital of France. " * 20}
 
 @pytest.fixture
 async def store(redis_server: RedisServer) -> AsyncIterator[RedisJobStore]:
-    store = RedisJobStore.from_url(redis_server.url, prefix=new_id("ret"), ttl_s=TTL_S)
-    try:
+    async with job_store(redis_server.url, ttl_s=TTL_S, prefix="ret") as store:
         yield store
-    finally:
-        await store.aclose()
 
 
 async def run_to_debating(store: RedisJobStore, *, batch: bool = False) -> JobRecord:
