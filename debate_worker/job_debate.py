@@ -273,12 +273,19 @@ class JobDebate:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.rt.settings.charge_retry_s
         delay = 0.1
-        # One id for every try: Redis may have applied a try whose reply the restart cut off.
+        # One id for every try: Redis may have applied a try whose reply the restart cut off. Redis
+        # remembers it a minute past the last retry.
         charge_id = uuid.uuid4().hex
+        remember_s = int(self.rt.settings.charge_retry_s) + 60
         while True:
             try:
                 await self.store.charge(
-                    job_id, spend.prompt_tokens, spend.completion_tokens, spend.calls, charge_id=charge_id
+                    job_id,
+                    spend.prompt_tokens,
+                    spend.completion_tokens,
+                    spend.calls,
+                    charge_id=charge_id,
+                    charge_id_ttl_s=remember_s,
                 )
                 return
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):

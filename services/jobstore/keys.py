@@ -13,8 +13,6 @@ sweep, and its batch and the owner's listing indexes live at least as long as th
     {p}:job:{id}:lease        string which worker runs the job now (expires unless renewed)
     {p}:job:{id}:deleted      hash   a deleted job's tombstone: its owner and usage day, so that a
                                      call in flight when it was deleted is still charged (``ttl_s``)
-    {p}:job:{id}:charges      set    the ids of the charges applied to the job, so that a charge sent
-                                     again after a lost connection is applied once (``ttl_s``)
     {p}:batch:{id}            hash   the batch record
     {p}:batch:{id}:jobs       list   job ids in input order
     {p}:owner:{owner}:active  set    the owner's jobs that are not finished (per-key queue limits)
@@ -23,6 +21,9 @@ sweep, and its batch and the owner's listing indexes live at least as long as th
     {p}:owner:{owner}:batches zset   the owner's recent batch ids by created_at (listing; likewise)
     {p}:usage:{owner}:{day}   hash   the owner's token use and reservations of a UTC day
     {p}:bytes:{owner}:{day}   int    bytes the owner wrote on that day (storage accounting)
+    {p}:charges:{id}          set    ids of the charges applied to a job lately, so that one sent again
+                                     after a lost connection is applied once (kept as long as the
+                                     worker may retry, not with the job: no job data, gone soon after)
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class JobKeys:
         return f"{self.prefix}:job:{job_id}:deleted"
 
     def k_charges(self, job_id: str) -> str:
-        return f"{self.prefix}:job:{job_id}:charges"
+        return f"{self.prefix}:charges:{job_id}"
 
     def k_batch(self, batch_id: str) -> str:
         return f"{self.prefix}:batch:{batch_id}"

@@ -89,6 +89,7 @@ class JobStore(Protocol):
         calls: int = 1,
         *,
         charge_id: str | None = None,
+        charge_id_ttl_s: int = 60,
     ) -> bool: ...
 
     async def spent(self, job_id: str) -> tuple[int, int]: ...

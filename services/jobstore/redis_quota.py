@@ -40,13 +40,15 @@ class RedisQuota(JobKeys):
         calls: int = 1,
         *,
         charge_id: str | None = None,
+        charge_id_ttl_s: int = 60,
     ) -> bool:
         """Charge a change in what the job's LLM calls cost (``Spend``) to the job and its owner's
         day, drawn from (or given back to) the job's reservation. Called around every call, so
         cancelled, failed and resumed work is charged too, and so is a call in flight when its job was
         deleted (to the owner's day only, found through the job's tombstone). False when neither the
         job nor its tombstone exists (the job expired). A charge sent again with the same
-        ``charge_id`` (after a connection lost before Redis replied) is applied once."""
+        ``charge_id`` within ``charge_id_ttl_s`` (after a connection lost before Redis replied) is
+        applied once."""
         owner, day = await self.redis.hmget(self.k_job(job_id), ["owner", "usage_day"])
         if owner is None:
             owner, day = await self.redis.hmget(self.k_tombstone(job_id), ["owner", "usage_day"])
@@ -58,7 +60,7 @@ class RedisQuota(JobKeys):
             self.k_tombstone(job_id),
             self.k_charges(job_id),
         ]
-        args = [prompt_tokens, completion_tokens, calls, charge_id or "", self.ttl_s]
+        args = [prompt_tokens, completion_tokens, calls, charge_id or "", charge_id_ttl_s]
         return bool(await self._charge(keys=keys, args=args))
 
     async def spent(self, job_id: str) -> tuple[int, int]:

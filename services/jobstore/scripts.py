@@ -131,7 +131,7 @@ return 1
 
 # KEYS: job hash, the owner's usage hash of the job's day, the job's tombstone, the job's applied
 # charge ids. ARGV: prompt tokens, completion tokens, calls (deltas, possibly negative), the charge's
-# id ('' for none), the retention in seconds. A charge with an id is applied once: a worker that lost
+# id ('' for none), how long to remember it (s). A charge with an id is applied once: a worker that lost
 # its connection after Redis ran the script (Redis killed before it replied) sends the same charge
 # again, and the second is a no-op instead of a second draw. Charges an LLM call to the job and its owner's
 # day whatever the job's status (a cancelled job's calls in flight are charged too, and a deleted

@@ -72,6 +72,9 @@ async def test_a_charge_whose_reply_was_lost_is_applied_once(store: RedisJobStor
     assert await store.spent(job) == (1, 260)
     usage = await store.usage("alice", usage_day())
     assert (usage.tokens, usage.reserved, usage.calls) == (260, 740, 1)
+    # The ids are kept a minute past the worker's retries (5 s here), not with the job.
+    assert 0 < await store.redis.ttl(store.k_charges(job)) <= 65
+    assert not store.k_charges(job).startswith(store.k_job(job))
 
 
 async def test_charges_with_distinct_ids_all_count(store: RedisJobStore) -> None:
