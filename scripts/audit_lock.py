@@ -80,7 +80,8 @@ def parse_report(report: dict) -> tuple[list[Finding], list[str]]:
 
 def judge(findings: list[Finding], accepted: dict[str, str]) -> tuple[list[Finding], list[Finding]]:
     """(unaccepted, accepted) findings: a finding is accepted when its id or an alias is allow-listed."""
-    bad, ok = [], []
+    bad: list[Finding] = []
+    ok: list[Finding] = []
     for finding in findings:
         (ok if {finding.id, *finding.aliases} & set(accepted) else bad).append(finding)
     return bad, ok
