@@ -147,24 +147,21 @@ local p = tonumber(ARGV[1])
 local c = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local t = p + c
-local function applied_before()
-  if ARGV[4] == nil or ARGV[4] == '' then return false end
-  if redis.call('SADD', KEYS[4], ARGV[4]) == 0 then return true end
+local live = redis.call('EXISTS', KEYS[1]) == 1
+if not live and redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+if ARGV[4] ~= '' then
+  if redis.call('SADD', KEYS[4], ARGV[4]) == 0 then return 1 end
   redis.call('EXPIRE', KEYS[4], tonumber(ARGV[5]))
-  return false
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if not live then
   -- A job its owner deleted: a call that was in flight still cost what it cost, so it is charged to
   -- the owner's day (its tombstone says whose); there is no record, and no reservation, left to touch.
-  if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
-  if applied_before() then return 1 end
   for _, pair in ipairs({{'tokens', t}, {'prompt_tokens', p}, {'completion_tokens', c}, {'calls', n}}) do
     redis.call('HINCRBY', KEYS[2], pair[1], pair[2])
   end
   redis.call('EXPIRE', KEYS[2], 8 * 86400)
   return 1
 end
-if applied_before() then return 1 end
 local job = redis.call('HMGET', KEYS[1], 'used_tokens', 'drawn_tokens', 'reserved_tokens')
 local used = tonumber(job[1] or '0') or 0
 local drawn = tonumber(job[2] or '0') or 0
