@@ -84,6 +84,26 @@ def pair(a: dict[str, ResultRecord], b: dict[str, ResultRecord]) -> dict[str, An
             "b_better": c["b_better"],
             "a_better": c["a_better"],
         }
+    out["cost"] = cost(a, b)
+    return out
+
+
+def cost(a: dict[str, ResultRecord], b: dict[str, ResultRecord]) -> dict[str, Any]:
+    """Tokens per question and seconds per debate of each run, on the questions both answered (the
+    runs' own reports average over what each finished, which need not be the same questions)."""
+    ids = [i for i in a if i in b and a[i].status == "ok" and b[i].status == "ok"]
+    if not ids:
+        return {}
+
+    def per_q(run: dict[str, ResultRecord], field: str) -> float:
+        if field == "tokens":
+            return sum(run[i].prompt_tokens + run[i].completion_tokens for i in ids) / len(ids)
+        return sum(run[i].seconds for i in ids) / len(ids)
+
+    out: dict[str, Any] = {}
+    for field in ("tokens", "seconds"):
+        ta, tb = per_q(a, field), per_q(b, field)
+        out[field] = {"a": ta, "b": tb, "ratio": tb / ta if ta else None}
     return out
 
 
@@ -103,6 +123,15 @@ def markdown(a: str, b: str, result: dict[str, Any], questions: str | None = Non
             f"| {metric} | {100 * m['a']:.1f} | {100 * m['b']:.1f} | {100 * m['diff']:+.1f} | "
             f"[{100 * m['low']:+.1f}, {100 * m['high']:+.1f}] | {m['b_better']} | {m['a_better']} |"
         )
+    c = result.get("cost") or {}
+    if c and c["tokens"]["ratio"] is not None and c["seconds"]["ratio"] is not None:
+        lines += [
+            "",
+            f"On the same questions: tokens per question {c['tokens']['a']:,.0f} (A) and "
+            f"{c['tokens']['b']:,.0f} (B), {c['tokens']['ratio']:.2f}×; seconds per debate "
+            f"{c['seconds']['a']:.1f} and {c['seconds']['b']:.1f}, {c['seconds']['ratio']:.2f}× (wall time "
+            "of each debate as its run measured it: two runs made at other times met other loads).",
+        ]
     lines += ["", f"A: `{a}`; B: `{b}`.", ""]
     if result.get("provenance_differs"):
         lines += [

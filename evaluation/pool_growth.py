@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.registry import QUERY_ROLE
 from engine.result import DebateResult
+from evaluation.metrics import paired_bootstrap
 from evaluation.run_diagnostics import answer_passages
 from services.knowledge import KnowledgePool
 
@@ -31,14 +32,16 @@ def pool_growth(
     if not searching:
         return None
     n = len(searching)
-    first_holds = final_holds = written = added = selected_added = selected_by_other = 0
+    first_holds: list[float] = []
+    final_holds: list[float] = []
+    written = added = selected_added = selected_by_other = 0
     query_tokens = 0
     stopped = 0
     sources: Counter[str] = Counter()
     for item_id, res in searching.items():
         answers = list(gold.get(item_id, []))
-        first_holds += bool(answer_passages(_first(res.pool), answers))
-        final_holds += bool(answer_passages(res.pool, answers))
+        first_holds.append(float(bool(answer_passages(_first(res.pool), answers))))
+        final_holds.append(float(bool(answer_passages(res.pool, answers))))
         new = {it.n: it for it in res.pool.items if it.found_by is not None}
         added += len(new)
         sources.update(it.source for it in new.values())
@@ -55,12 +58,15 @@ def pool_growth(
                         selected_by_other += finder is not None and rec.agent != finder.agent
         selected_added += len(chosen)
         stopped += any("retriever could not be reached" in w for w in res.pool.warnings)
+    # The decision rule's bootstrap (10,000 paired resamples, seed 0): the same question's two pools.
+    grew = paired_bootstrap(first_holds, final_holds)
     return {
         "debates": n,
         "searches_per_q": written / n,
         "items_added_per_q": added / n,
-        "answer_in_first_pool": first_holds / n,
-        "answer_in_final_pool": final_holds / n,
+        "answer_in_first_pool": sum(first_holds) / n,
+        "answer_in_final_pool": sum(final_holds) / n,
+        "final_minus_first": {"diff": grew.diff, "low": grew.low, "high": grew.high, "level": grew.level},
         "added_items_selected": selected_added / added if added else None,
         "selections_of_added_by_other_agents": selected_by_other,
         "added_by_source": dict(sorted(sources.items())),

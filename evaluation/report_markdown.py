@@ -186,16 +186,20 @@ def _pool_growth_lines(report: dict[str, Any]) -> list[str]:
         "debate) and the final one (with what the debaters' searches added).",
         "",
         "| run | debates | searches/q | items added/q | answer in first pool % | answer in final pool % "
-        "| added items selected % | selected by another agent | added by source | search tokens/q "
+        "| final − first, points [95 % CI] | added items selected % | selected by another agent "
+        "| added by source | search tokens/q "
         "| retriever outages |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, g in grown:
+        d = g["final_minus_first"]
         sources = ", ".join(f"{k} {v}" for k, v in g["added_by_source"].items()) or "–"
         lines.append(
             f"| {label} | {g['debates']} | {fmt(g['searches_per_q'], digits=2)} "
             f"| {fmt(g['items_added_per_q'], digits=2)} | {fmt(g['answer_in_first_pool'], True)} "
-            f"| {fmt(g['answer_in_final_pool'], True)} | {fmt(g['added_items_selected'], True)} "
+            f"| {fmt(g['answer_in_final_pool'], True)} "
+            f"| {100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] "
+            f"| {fmt(g['added_items_selected'], True)} "
             f"| {g['selections_of_added_by_other_agents']} | {sources} "
             f"| {fmt(g['query_tokens_per_q'], digits=0)} | {g['debates_with_retriever_outage']} |"
         )

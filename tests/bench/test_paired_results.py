@@ -13,7 +13,14 @@ from evaluation.metrics import paired_bootstrap
 pytestmark = pytest.mark.unit
 
 
-def write_run(folder: Path, run: str, contains: dict[str, float], failed: tuple[str, ...] = ()) -> None:
+def write_run(
+    folder: Path,
+    run: str,
+    contains: dict[str, float],
+    failed: tuple[str, ...] = (),
+    cost: dict[str, tuple[int, float]] | None = None,
+) -> None:
+    """``cost``: a question's (tokens, seconds)."""
     (folder / "results").mkdir(parents=True)
 
     def record(qid: str, status: str, scores: dict[str, float] | None) -> dict[str, object]:
@@ -24,6 +31,9 @@ def write_run(folder: Path, run: str, contains: dict[str, float], failed: tuple[
         record(qid, "ok", {"contains": c, "f1": c / 2, "em": 0.0, "correct": c})
         for qid, c in contains.items()
     ] + [record(qid, "failed", None) for qid in failed]
+    for row in rows:
+        tokens, seconds = (cost or {}).get(str(row["id"]), (0, 0.0))
+        row.update(prompt_tokens=tokens - tokens // 10, completion_tokens=tokens // 10, seconds=seconds)
     (folder / "results" / f"{run}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -73,3 +83,18 @@ def test_a_range_of_questions_is_paired_alone(tmp_path: Path) -> None:
     # A malformed range is refused before either run is read.
     with pytest.raises(SystemExit, match="--questions"):
         main([f"{tmp_path}:missing", f"{tmp_path}:missing", "--questions=9:3"])
+
+
+def test_cost_is_compared_on_the_questions_both_answered(tmp_path: Path) -> None:
+    """Tokens and seconds per question of each run over the same questions: a question only one run
+    answered (q2 failed in B, q3 missing from A) would tilt either side's average."""
+    write_run(tmp_path / "a", "madke", {"q0": 1.0, "q1": 0.0, "q2": 1.0},
+              cost={"q0": (100, 10.0), "q1": (300, 30.0), "q2": (9000, 900.0)})  # fmt: skip
+    write_run(tmp_path / "b", "madke", {"q0": 1.0, "q1": 1.0, "q3": 1.0}, failed=("q2",),
+              cost={"q0": (250, 20.0), "q1": (550, 40.0), "q3": (9000, 900.0)})  # fmt: skip
+    out = tmp_path / "cost.md"
+    result = main([f"{tmp_path / 'a'}:madke", f"{tmp_path / 'b'}:madke", "--out", str(out)])
+    cost = result["cost"]
+    assert (cost["tokens"]["a"], cost["tokens"]["b"], cost["tokens"]["ratio"]) == (200.0, 400.0, 2.0)
+    assert (cost["seconds"]["a"], cost["seconds"]["b"], cost["seconds"]["ratio"]) == (20.0, 30.0, 1.5)
+    assert "tokens per question 200 (A) and 400 (B), 2.00×" in out.read_text()

@@ -66,9 +66,12 @@ async def test_the_report_shows_the_first_and_the_final_pool(tmp_path: Path) -> 
     runs = {r["label"]: r for r in metrics["runs"]}
     growth = runs["madke-search"]["pool_growth"]
     assert growth["answer_in_first_pool"] == 0.0 and growth["answer_in_final_pool"] == 1.0
+    assert growth["final_minus_first"]["diff"] == 1.0  # one question: every resample grows by 1
+    assert (growth["final_minus_first"]["low"], growth["final_minus_first"]["high"]) == (1.0, 1.0)
     assert growth["items_added_per_q"] == 1.0 and growth["searches_per_q"] == 1.0
     assert growth["added_items_selected"] == 1.0 and growth["selections_of_added_by_other_agents"] == 1
     assert growth["added_by_source"] == {"wikipedia": 1}
     assert runs["madke"]["pool_growth"] is None  # the baseline searches nothing
     report = (out / "report.md").read_text()
     assert "## Searches during the debate" in report and "| madke-search | 1 |" in report
+    assert "| 0.0 | 100.0 | +100.0 [+100.0, +100.0] |" in report
