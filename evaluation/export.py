@@ -7,7 +7,8 @@ schema is stated; the export's README and docs/evaluation.md list it):
 - ``results``: one row per run × question: the answer, every score, cost, status;
 - ``calls``: one row per model call of every transcript (role, round, agent, reply, tokens, latency,
   whether the call cache replayed it);
-- ``pools``: one row per knowledge item a question's pool held (and who found it during the debate).
+- ``pools``: one row per knowledge item of a question's first pool, and one per item a run's debaters
+  found with their searches during the debate (who, after which round, with what search).
 
 The folder is also a Hugging Face ``datasets`` layout: its ``README.md`` starts with the YAML header
 that names each table as a configuration, so ``datasets.load_dataset(DIR, "results")`` reads it, and
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.store import Workspace, WorkspaceError
+from services.knowledge import KnowledgeItem
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: pools gained the items debaters found during the debate
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,8 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "pools",
-        "one row per knowledge item of each question's pool (the pool the runs read)",
+        "one row per item of each question's first pool (the pool every run read), and one per item a "
+        "run's debaters added with their searches",
         (
             Column("id", "string", "the question's id"),
             Column("n", "int64", "the item's number as the agents saw it"),
@@ -113,6 +116,15 @@ TABLES: tuple[Table, ...] = (
             Column("text", "string", "the passage"),
             Column("url", "string", "where it came from, if known"),
             Column("score", "float64", "the retriever's score"),
+            Column(
+                "run",
+                "string",
+                "null for the pool built before the debate (every run read it); "
+                "the run whose debater's search added the item",
+            ),
+            Column("found_by_agent", "int64", "0-based agent whose search added the item (else null)"),
+            Column("found_round", "int64", "the round after which it searched (0: before the first)"),
+            Column("found_query", "string", "the search the agent wrote"),
         ),
     ),
 )
@@ -210,18 +222,34 @@ def _calls(ws: Workspace, labels: list[str]) -> Iterator[dict[str, Any]]:
                 }
 
 
-def _pools(ws: Workspace) -> Iterator[dict[str, Any]]:
+def _pool_row(item_id: str, it: KnowledgeItem, run: str | None) -> dict[str, Any]:
+    found = it.found_by
+    return {
+        "id": item_id,
+        "n": it.n,
+        "source": it.source,
+        "title": it.title,
+        "text": it.text,
+        "url": it.url,
+        "score": it.score,
+        "run": run,
+        "found_by_agent": found.agent if found else None,
+        "found_round": found.round if found else None,
+        "found_query": found.query if found else None,
+    }
+
+
+def _pools(ws: Workspace, labels: list[str]) -> Iterator[dict[str, Any]]:
+    """Each question's first pool once, then what each run's searches added to it (a run's final pool
+    is in its transcripts; its first items are the shared pool's)."""
     for item_id, pool in ws.load_pools().items():
         for it in pool.items:
-            yield {
-                "id": item_id,
-                "n": it.n,
-                "source": it.source,
-                "title": it.title,
-                "text": it.text,
-                "url": it.url,
-                "score": it.score,
-            }
+            yield _pool_row(item_id, it, None)
+    for label in labels:
+        for item_id, result in ws.load_transcripts(label).items():
+            for it in result.pool.items:
+                if it.found_by is not None:
+                    yield _pool_row(item_id, it, label)
 
 
 def export_folder(root: Path, dest: Path) -> dict[str, int]:
@@ -241,7 +269,7 @@ def export_folder(root: Path, dest: Path) -> dict[str, int]:
         "items": list(_items(ws)),
         "results": list(_results(ws, labels)),
         "calls": list(_calls(ws, labels)),
-        "pools": list(_pools(ws)),
+        "pools": list(_pools(ws, labels)),
     }
     dest.mkdir(parents=True, exist_ok=True)
     counts = {}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.export import export_folder
 from evaluation.harness import EvalRequest, evaluate
 from services.knowledge import KnowledgeItem, KnowledgePool
 from tests.evaluation.conftest import models_for, write_jsonl
@@ -75,3 +76,15 @@ async def test_the_report_shows_the_first_and_the_final_pool(tmp_path: Path) -> 
     report = (out / "report.md").read_text()
     assert "## Searches during the debate" in report and "| madke-search | 1 |" in report
     assert "| 0.0 | 100.0 | +100.0 [+100.0, +100.0] |" in report
+
+    # The Parquet export keeps what the search added, with who found it, apart from the first pool.
+    pq = pytest.importorskip("pyarrow.parquet")
+    export_folder(out, tmp_path / "export")
+    rows = pq.read_table(tmp_path / "export" / "pools.parquet").to_pylist()
+    first = [(r["title"], r["run"], r["found_query"]) for r in rows if r["run"] is None]
+    added = [r for r in rows if r["run"] is not None]
+    assert first == [("France", None, None)]
+    assert [(r["title"], r["run"], r["found_query"], r["found_round"]) for r in added] == [
+        ("Paris", "madke-search", "capital city of France", 1)
+    ]
+    assert added[0]["found_by_agent"] in (0, 1)
