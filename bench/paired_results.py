@@ -142,11 +142,40 @@ def markdown(a: str, b: str, result: dict[str, Any], questions: str | None = Non
     return "\n".join(lines)
 
 
+def plot(a: str, b: str, result: dict[str, Any], path: Path) -> Path:
+    """Each metric's B − A with its 95 % interval, against the zero line (an interval across it: may be
+    noise)."""
+    from bench.harness.plots import figure, save  # lazy: matplotlib only when a PNG is asked for
+
+    fig, ax = figure((6, 3.2))
+    names = list(result["metrics"])
+    ys = range(len(names))
+    for y, name in zip(ys, names, strict=True):
+        m = result["metrics"][name]
+        ax.errorbar(
+            100 * m["diff"],
+            y,
+            xerr=[[100 * (m["diff"] - m["low"])], [100 * (m["high"] - m["diff"])]],
+            fmt="o",
+            capsize=4,
+            color="tab:blue" if m["low"] > 0 or m["high"] < 0 else "tab:gray",
+        )
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(list(ys), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("B − A, points (95 % paired bootstrap CI)")
+    ax.set_title(f"{b.rpartition('/')[2]} against {a.rpartition('/')[2]}, {result['questions']} questions")
+    ax.grid(axis="x", alpha=0.3)
+    return save(fig, path)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("a", help="FOLDER:RUN, the reference")
     p.add_argument("b", help="FOLDER:RUN, compared with it")
-    p.add_argument("--out", type=Path, help="write the table here too (.md; a .json beside it)")
+    p.add_argument(
+        "--out", type=Path, help="write the table here too (.md; a .json and a .png plot beside it)"
+    )
     p.add_argument("--questions", metavar="FROM:TO", help="only the dataset's questions FROM..TO-1 (0-based)")
     args = p.parse_args(argv)
     indices = parse_range(args.questions) if args.questions else None  # a typo fails before any read
@@ -159,7 +188,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+        png = plot(args.a, args.b, result, args.out.with_suffix(".png"))
+        args.out.write_text(f"{text}\n![B − A per metric]({png.name})\n", encoding="utf-8")
         args.out.with_suffix(".json").write_text(
             json.dumps({"a": args.a, "b": args.b, "questions_range": args.questions, **result}, indent=1)
             + "\n",

@@ -54,6 +54,8 @@ def test_two_folders_are_paired_on_the_questions_both_finished(tmp_path: Path) -
     assert result["metrics"]["em"]["diff"] == 0.0  # every answer scored 0 on exact match, on both sides
     assert "| contains | 55.6 | 100.0 | +44.4 |" in out.read_text()
     assert json.loads(out.with_suffix(".json").read_text())["questions"] == 9
+    assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+    assert "![B − A per metric](paired.png)" in out.read_text()
 
 
 def test_a_run_that_is_not_there_is_named(tmp_path: Path) -> None:
