@@ -59,6 +59,13 @@ class StudySettings(_Strict):
     suite_report: str | None = Field(
         default=None, description="also write this named suite's report into each cell (e.g. evidence)"
     )
+    interleave: int | None = Field(
+        default=None,
+        ge=1,
+        description="advance every cell of a dataset and model this many questions at a time (each run "
+        "to questions 1..N, then 1..2N, …) instead of one cell after another: a study stopped early "
+        "holds every cell on the same leading questions, paired",
+    )
 
     @field_validator("primary")
     @classmethod

@@ -117,6 +117,7 @@ def run_groups(
                 progress=lambda line: console.print(f"[bold]{line}[/bold]"),
                 position=_start,
                 total=len(cells),
+                interleave=experiment.spec.study.interleave,
                 **deps,
             )
 

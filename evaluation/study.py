@@ -59,15 +59,52 @@ async def run_cells(
     progress: Progress,
     position: int,
     total: int,
+    interleave: int | None = None,
     **deps: Any,
 ) -> list[EvalOutcome]:
-    """Run (or resume) each cell's requests in order with one set of dependencies."""
+    """Run (or resume) each cell's requests in order with one set of dependencies; with ``interleave``
+    (questions per step), every cell's requests advance that many questions per step instead."""
+    if interleave is not None:
+        return await _interleaved(cells, evaluate, provenance, progress, position, total, interleave, **deps)
     outcomes = []
     for offset, cell in enumerate(cells):
         progress(f"cell {position + offset}/{total}: {cell.label} → {cell.folder}")
         for request in cell.requests:
             outcomes.append(await evaluate(replace(request, provenance=provenance), **deps))
     return outcomes
+
+
+async def _interleaved(
+    cells: Sequence[Cell],
+    evaluate: Evaluate,
+    provenance: dict[str, Any] | None,
+    progress: Progress,
+    position: int,
+    total: int,
+    step: int,
+    **deps: Any,
+) -> list[EvalOutcome]:
+    """Step k runs every request on its first k × ``step`` questions (a resumed step skips what is done),
+    until each has reached its own limit or the end of its dataset: at any interruption the cells hold
+    the same leading questions, so they pair on all of them."""
+    last: dict[tuple[int, int], EvalOutcome] = {}
+    finished: set[tuple[int, int]] = set()
+    reach = step
+    while len(finished) < sum(len(cell.requests) for cell in cells):
+        for offset, cell in enumerate(cells):
+            for r, request in enumerate(cell.requests):
+                if (offset, r) in finished:
+                    continue
+                limit = reach if request.limit is None else min(reach, request.limit)
+                progress(
+                    f"cell {position + offset}/{total}: {cell.label} → {cell.folder}, questions 1–{limit}"
+                )
+                outcome = await evaluate(replace(request, provenance=provenance, limit=limit), **deps)
+                last[(offset, r)] = outcome
+                if limit == request.limit or len(outcome.dataset.items) < limit:
+                    finished.add((offset, r))
+        reach += step
+    return [last[key] for key in sorted(last)]
 
 
 # --- the report ---------------------------------------------------------------------------------------

@@ -109,6 +109,8 @@ def test_seeds_and_models_multiply_the_cells(tmp_path: Path) -> None:
         (('path = "nq.jsonl"', 'path = "missing.jsonl"'), 8, "missing.jsonl"),
         # a baseline no run has
         (('baseline = "single"', 'baseline = "rag"'), 4, "baseline 'rag' is no run"),
+        # a step of no questions
+        (('baseline = "single"', 'baseline = "single"\ninterleave = 0'), 5, "interleave"),
         # a suite report that does not exist
         (('baseline = "single"', 'baseline = "single"\nsuite_report = "evidense"'), 5, "unknown suite"),
         # an endpoint without its model name

@@ -110,3 +110,35 @@ def test_a_model_its_endpoint_does_not_serve_is_refused_before_any_cell(
     assert result.exit_code == 1, result.output
     assert "scripted-typo" in result.output and "ModelNotServed" in result.output
     assert scripted.requests == []  # the first model's cells did not run either
+
+
+def test_interleaved_cells_advance_together(scripted: ScriptedLLM, tmp_path: Path) -> None:
+    """``interleave = 1``: both cells answer question 1, then both question 2, … (an interruption leaves
+    them on the same questions); a second run makes no call."""
+    write_jsonl(tmp_path / "nq.jsonl", QUESTIONS)
+    study = tmp_path / "steps.toml"
+    study.write_text(
+        STUDY.replace('bootstrap_samples = 200', 'bootstrap_samples = 200\ninterleave = 1')
+        .replace("samples = [2, 3]\n", "")
+        .replace('protocols = ["single", "self_consistency"]', 'protocols = ["single"]')
+    )
+    app, runner = build_app(), CliRunner()
+    args = ["eval", "--experiment", str(study), "--no-progress", "--no-plots"]
+    ran = runner.invoke(app, args, env=env_for(scripted))
+    assert ran.exit_code == 0, ran.output
+    asked = [
+        next(q["question"] for q in QUESTIONS if q["question"] in json.dumps(body["messages"]))
+        for body in scripted.requests
+    ]
+    order = [q["question"] for q in QUESTIONS]
+    # two cells (temperature 0.2 and 0.7), one call per question each: question by question
+    assert asked == [q for q in order for _ in range(2)]
+    temperatures = [body["temperature"] for body in scripted.requests]
+    assert temperatures == [0.2, 0.7] * len(order)
+    assert "questions 1–2" in ran.output
+    report = json.loads((tmp_path / "study" / "study.json").read_text())
+    assert all(r["n"] == len(QUESTIONS) for r in report["runs"])
+    called = len(scripted.requests)
+    again = runner.invoke(app, args, env=env_for(scripted))
+    assert again.exit_code == 0, again.output
+    assert len(scripted.requests) == called
