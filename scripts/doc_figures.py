@@ -310,6 +310,57 @@ def pool_search_replay() -> str:
     )
 
 
+def pool_search_e2e() -> str:
+    """docs/engine-and-protocols.md: MADKE with searches during the debate against the evidence suite's
+    MADKE on the same questions, and what the decision rule makes of it."""
+    paired = _json("reports/pool-search/e2e/paired-vs-evidence.json")
+    run = next(r for r in _json("reports/pool-search/e2e/metrics.json")["runs"] if r["label"] == "madke")
+    m, cost, g = paired["metrics"]["strict_contains"], paired["cost"], run["pool_growth"]
+    d = g["final_minus_first"]
+    holds_zero = m["low"] <= 0 <= m["high"]
+    verdict = (
+        "the interval holds 0 (may be noise), so by the rule the default stays no searches"
+        if holds_zero
+        else "the interval excludes 0"
+    )
+    return textwrap.fill(
+        f"End to end on the suite's questions (`reports/pool-search/e2e/`, `parley eval --config "
+        "reports/pool-search/madke-search.json`), paired with the suite's MADKE on the "
+        f"{paired['questions']} both answered: strict contains {pct(m['a'])} % without searches and "
+        f"{pct(m['b'])} % with them, "
+        f"{points(m['diff'])} points {interval(m['low'], m['high'], signed=True)}: {verdict}. "
+        f"{cost['tokens']['ratio']:.2f}× the tokens per question ({cost['tokens']['a']:,.0f} → "
+        f"{cost['tokens']['b']:,.0f}) and {cost['seconds']['ratio']:.2f}× the seconds per debate "
+        f"({cost['seconds']['a']:.0f} → {cost['seconds']['b']:.0f} s, runs made at different times on a "
+        f"shared machine). Answer in pool {pct(g['answer_in_first_pool'])} % for the first pool and "
+        f"{pct(g['answer_in_final_pool'])} % for the final one, {points(d['diff'])} points "
+        f"{interval(d['low'], d['high'], signed=True)}; {g['searches_per_q']:.2f} searches and "
+        f"{g['items_added_per_q']:.2f} items added per question, {pct(g['added_items_selected'])} % of the "
+        f"added items selected, {g['selections_of_added_by_other_agents']} selections of an item by the "
+        f"agent that did not find it; {g['debates_with_retriever_outage']} debates met a retriever outage.",
+        width=105,
+        break_on_hyphens=False,
+    )
+
+
+def call_cache_replay() -> str:
+    """docs/evaluation.md: a 300-question run replayed from its call cache."""
+    r = _json("reports/call-cache/replay-e2e/bench.json")
+    scope = f"its questions {r['skipped'] + 1} on, " if r["skipped"] else ""
+    return textwrap.fill(
+        f"Measured (`reports/call-cache/replay-e2e/`): the {r['label']} run of `{r['source']}`, {scope}"
+        f"{r['questions']} questions, replayed in {r['seconds']:.1f} s; "
+        f"{r['model_calls_reaching_the_server']} model calls reached the server, "
+        f"{r['replayed_calls']:,} of {r['calls']:,} calls came from the cache, {r['identical_results']} "
+        f"questions had the same answer, scores and rounds and {r['identical_transcripts']} the same "
+        f"transcript replies. The cache held {r['cache']['entries']:,} entries in {r['cache']['mb']} MB "
+        f"({r['cache']['bytes_per_entry']} bytes per reply); the {r['estimate']['calls']:,} calls of "
+        f"`{r['estimate']['folder']}` would take {r['estimate']['mb']} MB.",
+        width=105,
+        break_on_hyphens=False,
+    )
+
+
 def multihost_table() -> str:
     """docs/deployment.md: each partition and slow link of the multi-host harness, its jobs' outcomes and
     how long the service took to recover once the link healed."""
@@ -390,6 +441,8 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "redis-failover-table": redis_failover_table,
     "multihost-table": multihost_table,
     "pool-search-replay": pool_search_replay,
+    "pool-search-e2e": pool_search_e2e,
+    "call-cache-replay": call_cache_replay,
     "rag-passage": rag_passage,
     "pool-size-rag": pool_size_table("reports/pool-size"),
     "pool-size-madke": pool_size_table("reports/pool-size/madke"),
