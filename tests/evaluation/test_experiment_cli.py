@@ -118,7 +118,7 @@ def test_interleaved_cells_advance_together(scripted: ScriptedLLM, tmp_path: Pat
     write_jsonl(tmp_path / "nq.jsonl", QUESTIONS)
     study = tmp_path / "steps.toml"
     study.write_text(
-        STUDY.replace('bootstrap_samples = 200', 'bootstrap_samples = 200\ninterleave = 1')
+        STUDY.replace("bootstrap_samples = 200", "bootstrap_samples = 200\ninterleave = 1")
         .replace("samples = [2, 3]\n", "")
         .replace('protocols = ["single", "self_consistency"]', 'protocols = ["single"]')
     )
