@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,15 +96,14 @@ def cost(a: dict[str, ResultRecord], b: dict[str, ResultRecord]) -> dict[str, An
     if not ids:
         return {}
 
-    def per_q(run: dict[str, ResultRecord], field: str) -> float:
-        if field == "tokens":
-            return sum(run[i].prompt_tokens + run[i].completion_tokens for i in ids) / len(ids)
-        return sum(run[i].seconds for i in ids) / len(ids)
-
+    measures: dict[str, Callable[[ResultRecord], float]] = {
+        "tokens": lambda r: r.prompt_tokens + r.completion_tokens,
+        "seconds": lambda r: r.seconds,
+    }
     out: dict[str, Any] = {}
-    for field in ("tokens", "seconds"):
-        ta, tb = per_q(a, field), per_q(b, field)
-        out[field] = {"a": ta, "b": tb, "ratio": tb / ta if ta else None}
+    for name, measure in measures.items():
+        ta, tb = (sum(measure(run[i]) for i in ids) / len(ids) for run in (a, b))
+        out[name] = {"a": ta, "b": tb, "ratio": tb / ta if ta else None}
     return out
 
 
