@@ -52,7 +52,7 @@ def run_experiment(
     # lazy: `parley --help` must not load the harness and numpy
     from evaluation.experiment import load_experiment
     from evaluation.harness import PlanError
-    from evaluation.study import study_report
+    from evaluation.study import rebuild_cell_reports, study_report
 
     if settings.api_url:
         raise PlanError("an experiment runs in-process; unset PARLEY_EVAL_API_URL")
@@ -69,7 +69,9 @@ def run_experiment(
         f"study {experiment.spec.study.name}: {len(cells)} cell(s), {runs} run(s) → {experiment.out}"
         + ("" if report_only else f" (call cache: {cache})")
     )
-    if not report_only:
+    if report_only:
+        rebuild_cell_reports(experiment, plots=plots)
+    else:
         check_endpoints(experiment)
         run_groups(experiment, cache, plots, progress, console, evaluate_one)
     report = study_report(experiment, plots=plots)

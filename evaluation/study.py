@@ -22,7 +22,7 @@ from typing import Any
 
 from engine.config import KNOWLEDGE_FREE
 from evaluation.experiment import Cell, Experiment
-from evaluation.harness import EvalOutcome, EvalRequest, plan_request
+from evaluation.harness import EvalOutcome, EvalRequest, plan_request, rebuild_report
 from evaluation.plots import _pyplot, _save
 from evaluation.provenance import differences, load_provenance
 from evaluation.report import compare_runs
@@ -148,6 +148,21 @@ def _pairs(
             (reference, f"{cell.label}/{label}") for label in labels if f"{cell.label}/{label}" != reference
         ]
     return pairs
+
+
+def rebuild_cell_reports(experiment: Experiment, *, plots: bool = True) -> list[Path]:
+    """Each cell's own report (``metrics.json``, ``report.md``) from every result it holds, as the study
+    report reads them: a study stopped mid-step leaves a cell's report on the step it last finished.
+    Returns the folders written (a cell that has not started has none)."""
+    study = experiment.spec.study
+    written = []
+    for cell in experiment.cells:
+        if (cell.folder / "eval.json").exists():
+            rebuild_report(
+                cell.folder, samples=study.bootstrap_samples, seed=study.bootstrap_seed, plots=plots
+            )
+            written.append(cell.folder)
+    return written
 
 
 def study_report(experiment: Experiment, *, plots: bool = True) -> dict[str, Any]:

@@ -142,3 +142,14 @@ def test_interleaved_cells_advance_together(scripted: ScriptedLLM, tmp_path: Pat
     again = runner.invoke(app, args, env=env_for(scripted))
     assert again.exit_code == 0, again.output
     assert len(scripted.requests) == called
+
+    # a study stopped mid-step leaves cells' reports behind their results: --report-only rebuilds them
+    cells = [tmp_path / "study" / c["folder"] for c in report["runs"]]
+    for cell in cells:
+        (cell / "metrics.json").unlink()
+    only = runner.invoke(app, [*args, "--report-only"], env=env_for(scripted))
+    assert only.exit_code == 0, only.output
+    assert len(scripted.requests) == called
+    for cell in cells:
+        rebuilt = json.loads((cell / "metrics.json").read_text())
+        assert [r["ok"] for r in rebuilt["runs"]] == [len(QUESTIONS)]
