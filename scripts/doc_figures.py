@@ -343,6 +343,58 @@ def pool_search_e2e() -> str:
     )
 
 
+HELD_OUT = "reports/pool-search/held-out"
+
+
+def _held_out_size() -> int:
+    """How many questions the held-out experiment's dataset slice names, read from its experiment file."""
+    import tomllib  # lazy: only this block reads an experiment file
+
+    spec = tomllib.loads((ROOT / "experiments/pool-search-held-out.toml").read_text(encoding="utf-8"))
+    dataset = spec["datasets"][0]
+    lines = sum(1 for line in (ROOT / "experiments" / dataset["path"]).open(encoding="utf-8") if line.strip())
+    start, stop, step = (int(x) for x in dataset["slice"].split(":"))
+    return len(range(lines)[start:stop:step])
+
+
+def pool_search_held_out() -> str:
+    """docs/engine-and-protocols.md: MADKE with and without searches on the held-out questions, and the
+    part of the decision rule that reads them."""
+    paired = _json(f"{HELD_OUT}/paired.json")
+    run = _json(f"{HELD_OUT}/debate_search.per_agent=1/metrics.json")["runs"][0]
+    m, cost, g = paired["metrics"]["strict_contains"], paired["cost"], run["pool_growth"]
+    d, total = g["final_minus_first"], _held_out_size()
+    scope = (
+        f"all {total} held-out questions"
+        if paired["questions"] == total
+        else f"the first {paired['questions']} of the {total} held-out questions (the study resumes where it "
+        "stopped: same command)"
+    )
+    noise = "" if m["low"] > 0 or m["high"] < 0 else " (may be noise)"
+    sign = "negative" if m["diff"] < 0 else "not negative"
+    main = _json("reports/pool-search/e2e/paired-vs-evidence.json")["metrics"]["strict_contains"]
+    if main["low"] <= 0:
+        verdict = (
+            f"the point estimate is {sign}; the default stays no searches whichever way it goes, since the "
+            "main questions' interval holds 0"
+        )
+    else:
+        verdict = f"the point estimate is {sign}, the rule's last condition"
+    return textwrap.fill(
+        f"On the held-out questions, which chose nothing (`{HELD_OUT}/`, `parley eval --experiment "
+        f"experiments/pool-search-held-out.toml`, both cells ten questions at a time), over {scope}: strict "
+        f"contains {pct(m['a'])} % without searches and {pct(m['b'])} % with them, "
+        f"{points(m['diff'])} points {interval(m['low'], m['high'], signed=True)}{noise}: {verdict}. "
+        f"{cost['tokens']['ratio']:.2f}× the tokens per question ({cost['tokens']['a']:,.0f} → "
+        f"{cost['tokens']['b']:,.0f}). Answer in pool {pct(g['answer_in_first_pool'])} % for the first pool "
+        f"and {pct(g['answer_in_final_pool'])} % for the final one, {points(d['diff'])} points "
+        f"{interval(d['low'], d['high'], signed=True)} over the searching cell's {g['debates']} debates; "
+        f"{g['searches_per_q']:.2f} searches and {g['items_added_per_q']:.2f} items added per question.",
+        width=105,
+        break_on_hyphens=False,
+    )
+
+
 def call_cache_replay() -> str:
     """docs/evaluation.md: a 300-question run replayed from its call cache."""
     r = _json("reports/call-cache/replay-e2e/bench.json")
@@ -442,6 +494,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "multihost-table": multihost_table,
     "pool-search-replay": pool_search_replay,
     "pool-search-e2e": pool_search_e2e,
+    "pool-search-held-out": pool_search_held_out,
     "call-cache-replay": call_cache_replay,
     "rag-passage": rag_passage,
     "pool-size-rag": pool_size_table("reports/pool-size"),
