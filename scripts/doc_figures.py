@@ -347,14 +347,9 @@ HELD_OUT = "reports/pool-search/held-out"
 
 
 def _held_out_size() -> int:
-    """How many questions the held-out experiment's dataset slice names, read from its experiment file."""
-    import tomllib  # lazy: only this block reads an experiment file
-
-    spec = tomllib.loads((ROOT / "experiments/pool-search-held-out.toml").read_text(encoding="utf-8"))
-    dataset = spec["datasets"][0]
-    lines = sum(1 for line in (ROOT / "experiments" / dataset["path"]).open(encoding="utf-8") if line.strip())
-    start, stop, step = (int(x) for x in dataset["slice"].split(":"))
-    return len(range(lines)[start:stop:step])
+    """How many questions the held-out study's dataset slice holds: the items the harness wrote for it."""
+    items = ROOT / HELD_OUT / "debate_search.per_agent=1" / "items.jsonl"
+    return sum(1 for line in items.open(encoding="utf-8") if line.strip())
 
 
 def pool_search_held_out() -> str:
