@@ -104,7 +104,7 @@ async def test_all_replicas_dead_fails_as_with_one_url() -> None:
 
 async def test_a_slow_replica_times_out_and_the_call_fails_over() -> None:
     with ScriptedLLM(latency_s=3.0) as slow, ScriptedLLM(latency_s=0.0) as fast:
-        async with client([slow.base_url, fast.base_url], timeout_s=0.5) as llm:
+        async with client([slow.base_url, fast.base_url], timeout_s=1.5) as llm:
             with affinity("debate-1"):
                 # Bind the debate to the slow replica first (its rank may say otherwise).
                 llm.replicas._bind("debate-1", llm.replicas.urls[0])
