@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -42,6 +43,15 @@ def _refuse_processes_in_unit_tests(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_refuse_processes_in_unit_tests)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _matplotlib_font_list() -> None:
+    """matplotlib lists the machine's fonts with ``fc-list`` (a process) the first time it is
+    imported on a machine, then reads its cache. Built here, before any test, a fresh machine's first
+    unit test that draws a plot is not charged with matplotlib's one-time process."""
+    with contextlib.suppress(ImportError):  # matplotlib is only needed by the tests that draw
+        import matplotlib.font_manager  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
