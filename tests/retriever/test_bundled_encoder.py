@@ -63,8 +63,9 @@ def test_the_shipped_first_stage_vectors_are_the_default_encoders() -> None:
     """A sample of the shipped vectors against the encoder, in the corpus's order.
 
     The int8 graph quantizes activations per batch (dynamic quantization), so a passage encoded in
-    another batch than `parley index encode` put it in agrees to a cosine of about 0.995, not 1; the
-    import's own check accepts 0.97, and another passage's vector stays far below."""
+    another batch than `parley index encode` put it in agrees to a cosine of about 0.995, not 1, and
+    the int8 kernels differ by CPU (AVX-512 VNNI or AVX2 only: down to 0.9895 measured on an AVX2
+    machine). The import's own check accepts 0.97; another passage's vector stays below 0.9."""
     shipped = shipped_vectors.find("vital", 100, "all-MiniLM-L6-v2", int8_encoder=True)
     assert shipped is not None
     with np.load(shipped_vectors.HERE / shipped.file) as npz:
@@ -74,7 +75,7 @@ def test_the_shipped_first_stage_vectors_are_the_default_encoders() -> None:
     rows = np.random.default_rng(7).choice(len(passages), size=24, replace=False)
     ours = OnnxEmbedder(threads=1, cache_dir=Path("unused")).embed([passages[i].embed_text() for i in rows])
     cosines = (ours * vectors[rows]).sum(axis=1)
-    assert cosines.min() > 0.99, cosines
+    assert cosines.min() > 0.98, cosines
     # Against other passages' vectors (a misaligned file) the same check fails.
     others = (ours * vectors[(rows + 5000) % len(passages)]).sum(axis=1)
     assert others.max() < 0.9, others
